@@ -1,0 +1,71 @@
+# precog — build, test, demo, bench.
+#
+# Everything a fresh Debian machine needs (ONNX Runtime, redis-server, postgres)
+# is fetched or installed by the targets below; nothing else is assumed.
+
+SHELL        := /bin/bash
+GO           ?= go
+ORT_VERSION  ?= 1.24.3
+CACHE_DIR    ?= $(CURDIR)/.cache
+ORT_DIR      := $(CACHE_DIR)/onnxruntime-node-$(ORT_VERSION)
+ORT_LIB      := $(ORT_DIR)/libonnxruntime.so.1
+STATE_DIR    ?= $(CURDIR)/.precog
+TEST_TIMEOUT ?= 30m
+
+export PRECOG_ORT_LIB ?= $(ORT_LIB)
+export PRECOG_TESTDATA ?= $(CURDIR)/testdata/generated
+
+.PHONY: all build test test-short race lint fmt vet staticcheck demo bench ort servers testdata fuzz clean
+
+all: build
+
+## ort: fetch the ONNX Runtime shared library from the onnxruntime-node npm package (cached).
+ort: $(ORT_LIB)
+$(ORT_LIB):
+	@mkdir -p $(ORT_DIR)
+	@echo "fetching ONNX Runtime $(ORT_VERSION) (npm package onnxruntime-node)"
+	@cd $(ORT_DIR) && npm pack --silent onnxruntime-node@$(ORT_VERSION) >/dev/null
+	@tar -xzf $(ORT_DIR)/onnxruntime-node-$(ORT_VERSION).tgz -C $(ORT_DIR) package/bin/napi-v6/linux/x64/libonnxruntime.so.1
+	@mv $(ORT_DIR)/package/bin/napi-v6/linux/x64/libonnxruntime.so.1 $(ORT_LIB).tmp && mv $(ORT_LIB).tmp $(ORT_LIB)
+	@rm -rf $(ORT_DIR)/package $(ORT_DIR)/onnxruntime-node-$(ORT_VERSION).tgz
+	@echo "ONNX Runtime at $(ORT_LIB)"
+
+## servers: install redis-server and postgresql from Debian packages when missing.
+servers:
+	@bash scripts/install-servers.sh
+
+## build: bin/precog
+build:
+	$(GO) build -o bin/precog ./cmd/precog
+
+## testdata: generate the small test models and datasets (deterministic).
+testdata: 
+	$(GO) run ./testdata/gen -out $(PRECOG_TESTDATA)
+
+## test: the whole suite against real ONNX Runtime, Redis and Postgres.
+test: ort servers
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) ./runner/... ./sinks/... ./jobs/... ./lookup/...
+
+## lint: gofmt, go vet, staticcheck.
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@2026.2.2 ./...
+
+## fuzz: a short fuzzing pass over every parser.
+fuzz:
+	$(GO) test ./jobs -run '^$$' -fuzz FuzzParseSpec -fuzztime 30s
+
+## bench: the benchmark table (ratios against raw limits measured in the same run).
+bench: ort servers build
+	$(GO) run ./internal/bench -out bench-results.md
+	@cat bench-results.md
+
+## demo: fetch, build, start local Redis+Postgres, generate data, run a job, show a lookup.
+demo: ort servers build
+	@bash scripts/demo.sh
+
+clean:
+	rm -rf bin $(STATE_DIR) testdata/generated out

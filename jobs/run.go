@@ -1,0 +1,90 @@
+package jobs
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// RunState is the state of a run. Transitions:
+// pending → running → publishing → succeeded, or → failed / cancelled.
+type RunState string
+
+// Run states.
+const (
+	RunPending    RunState = "pending"
+	RunRunning    RunState = "running"
+	RunPublishing RunState = "publishing"
+	RunSucceeded  RunState = "succeeded"
+	RunFailed     RunState = "failed"
+	RunCancelled  RunState = "cancelled"
+)
+
+// Terminal reports whether no further transition is possible.
+func (s RunState) Terminal() bool {
+	return s == RunSucceeded || s == RunFailed || s == RunCancelled
+}
+
+// ShardState is the state of one shard: pending → running → committed, or
+// running → pending again (retry, lease expiry) or → failed (attempts spent).
+type ShardState string
+
+// Shard states.
+const (
+	ShardPending   ShardState = "pending"
+	ShardRunning   ShardState = "running"
+	ShardCommitted ShardState = "committed"
+	ShardFailed    ShardState = "failed"
+)
+
+// Counts are the row counters of a shard or a run.
+type Counts struct {
+	RowsIn   int64 `json:"rows_in"`
+	RowsOut  int64 `json:"rows_out"`
+	Rejected int64 `json:"rejected"`
+}
+
+// Add returns c + o.
+func (c Counts) Add(o Counts) Counts {
+	return Counts{RowsIn: c.RowsIn + o.RowsIn, RowsOut: c.RowsOut + o.RowsOut, Rejected: c.Rejected + o.Rejected}
+}
+
+// Run is one execution of a job with its parameters. Its Version names what
+// it writes in every sink ({namespace}:{version}:{key}, run tables, …).
+type Run struct {
+	ID      string            `json:"id"`
+	Job     string            `json:"job"`
+	Version string            `json:"version"`
+	Params  map[string]string `json:"params,omitempty"`
+	// ParamsKey identifies (job, params) for resume: the canonical k=v list.
+	ParamsKey string `json:"params_key"`
+	// SpecHash detects a spec edited between a crash and its resume.
+	SpecHash     string    `json:"spec_hash"`
+	ModelVersion string    `json:"model_version"`
+	State        RunState  `json:"state"`
+	Error        string    `json:"error,omitempty"`
+	Shards       int       `json:"shards"`
+	Counts       Counts    `json:"counts"`
+	CreatedAt    time.Time `json:"created_at"`
+	UpdatedAt    time.Time `json:"updated_at"`
+	// Spec is the job spec source (YAML) the run was created from, so that
+	// cluster workers execute exactly what was submitted.
+	Spec []byte `json:"spec,omitempty"`
+}
+
+// Shard is one unit of work and of resume: a slice of the source planned
+// without reading data.
+type Shard struct {
+	RunID string `json:"run_id"`
+	Index int    `json:"index"`
+	// Plan is the source's description of the shard (files, row ranges).
+	Plan json.RawMessage `json:"plan"`
+	// EstRows is the planned row count (from metadata).
+	EstRows    int64      `json:"est_rows"`
+	State      ShardState `json:"state"`
+	Attempts   int        `json:"attempts"`
+	Worker     string     `json:"worker,omitempty"`
+	LeaseUntil time.Time  `json:"lease_until,omitzero"`
+	Counts     Counts     `json:"counts"`
+	Error      string     `json:"error,omitempty"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+}

@@ -1,0 +1,143 @@
+// Package jobs holds the job spec (YAML, v1) and the run/shard model that the
+// ledger, the runner and the CLI share.
+package jobs
+
+import "time"
+
+// Spec is a parsed, defaulted and validated job spec (contract 1 of DESIGN.md).
+// Templates ({{.param}}) in paths and queries are already rendered.
+type Spec struct {
+	Name        string `yaml:"name"`
+	Schedule    string `yaml:"schedule"`
+	Timezone    string `yaml:"timezone"`
+	Concurrency string `yaml:"concurrency"` // forbid | replace | allow
+
+	Source  SourceSpec  `yaml:"source"`
+	Model   ModelSpec   `yaml:"model"`
+	Sinks   SinksSpec   `yaml:"sinks"`
+	Retry   RetrySpec   `yaml:"retry"`
+	Serving ServingSpec `yaml:"serving"`
+
+	// MaxRejectedFraction fails the run when more than this fraction of input
+	// rows is rejected (null or non-finite features). Default 0.01.
+	MaxRejectedFraction *float64 `yaml:"max_rejected_fraction"`
+
+	// File is the path the spec was loaded from ("" when parsed from bytes).
+	File string `yaml:"-"`
+	// Params are the run parameters the templates were rendered with.
+	Params map[string]string `yaml:"-"`
+}
+
+// SourceSpec says where rows come from. Exactly one of Parquet, Postgres is set.
+type SourceSpec struct {
+	Parquet  *ParquetSourceSpec  `yaml:"parquet"`
+	Postgres *PostgresSourceSpec `yaml:"postgres"`
+	// Key is the entity key column (string or integer).
+	Key string `yaml:"key"`
+	// RowsPerShard bounds the rows of one shard, the unit of resume. Default 250000.
+	RowsPerShard int64 `yaml:"rows_per_shard"`
+}
+
+// ParquetSourceSpec reads a file, a directory or a glob of Parquet files.
+type ParquetSourceSpec struct {
+	Path string `yaml:"path"`
+}
+
+// PostgresSourceSpec streams an analyst's SELECT, sharded by an integer column.
+type PostgresSourceSpec struct {
+	DSN     string `yaml:"dsn"`
+	Query   string `yaml:"query"`
+	ShardBy string `yaml:"shard_by"`
+}
+
+// ModelSpec names the ONNX model and maps source columns to its inputs and
+// its outputs to stored fields.
+type ModelSpec struct {
+	Path    string `yaml:"path"`
+	Version string `yaml:"version"` // default: first 12 hex of the file's sha256
+	// Inputs maps an ONNX input name to the columns its tensor is built from.
+	Inputs map[string]InputSpec `yaml:"inputs"`
+	// Outputs maps an ONNX output name to a field name in the stored record.
+	Outputs   map[string]string `yaml:"outputs"`
+	BatchSize int               `yaml:"batch_size"` // default 1024
+	Device    string            `yaml:"device"`     // cpu | cuda:N; default cpu
+	Threads   int               `yaml:"threads"`    // intra-op threads, 0 = runtime default
+	// Sessions is the number of concurrent sessions per device. Default 1.
+	Sessions int `yaml:"sessions"`
+}
+
+// InputSpec builds one input tensor: either several numeric columns stacked
+// into [N, len(Columns)], or one list / fixed-size-list column into [N, len].
+type InputSpec struct {
+	Columns []string `yaml:"columns"`
+	Column  string   `yaml:"column"`
+}
+
+// SinksSpec holds any subset of the three sinks.
+type SinksSpec struct {
+	Redis    *RedisSinkSpec    `yaml:"redis"`
+	Postgres *PostgresSinkSpec `yaml:"postgres"`
+	Parquet  *ParquetSinkSpec  `yaml:"parquet"`
+}
+
+// RedisSinkSpec: records under {namespace}:{run_version}:{key}, cut over by
+// setting {namespace}:current (publish: atomic) or written in place.
+type RedisSinkSpec struct {
+	Addr      string   `yaml:"addr"`
+	Addrs     []string `yaml:"addrs"` // several nodes: Redis Cluster
+	Namespace string   `yaml:"namespace"`
+	TTL       Duration `yaml:"ttl"`
+	Publish   string   `yaml:"publish"` // atomic | in_place; default atomic
+	Retain    int      `yaml:"retain"`  // published versions kept; default 2
+	Username  string   `yaml:"username"`
+	Password  string   `yaml:"password"`
+	DB        int      `yaml:"db"`
+	TLS       bool     `yaml:"tls"`
+	// PipelineBatch is the records per pipeline round trip. Default 512.
+	PipelineBatch int `yaml:"pipeline_batch"`
+	// PipelineDepth is the pipelines in flight per shard. Default 4.
+	PipelineDepth int      `yaml:"pipeline_depth"`
+	Timeout       Duration `yaml:"timeout"`
+}
+
+// PostgresSinkSpec: replace (a table per run behind a view) or upsert.
+type PostgresSinkSpec struct {
+	DSN    string `yaml:"dsn"`
+	Table  string `yaml:"table"`
+	Schema string `yaml:"schema"` // default public
+	Mode   string `yaml:"mode"`   // replace | upsert; default replace
+	Retain int    `yaml:"retain"` // run tables kept in replace mode; default 2
+	// Vector stores these list fields as pgvector vector(n) where installed.
+	Vector []string `yaml:"vector"`
+}
+
+// ParquetSinkSpec writes one file per shard under Path.
+type ParquetSinkSpec struct {
+	Path        string `yaml:"path"`
+	Compression string `yaml:"compression"` // snappy | zstd | gzip | none; default zstd
+}
+
+// RetrySpec bounds attempts per shard.
+type RetrySpec struct {
+	MaxAttempts int `yaml:"max_attempts"` // default 3
+}
+
+// ServingSpec configures the lookup API for this job's namespace.
+type ServingSpec struct {
+	// Features names a Postgres table keyed by the entity key whose columns
+	// match the model inputs, for live inference on a plain GET miss.
+	Features *FeaturesSpec `yaml:"features"`
+	// Live enables live inference on a miss. Default true when the model loads.
+	Live *bool `yaml:"live"`
+	// WritebackTTL writes live results back to Redis with this TTL; 0 = off.
+	WritebackTTL Duration `yaml:"writeback_ttl"`
+}
+
+// FeaturesSpec is a Postgres table of features keyed by the entity key.
+type FeaturesSpec struct {
+	DSN   string `yaml:"dsn"`
+	Table string `yaml:"table"`
+}
+
+// Duration is a time.Duration that reads "48h", "90s" from YAML.
+type Duration struct{ time.Duration }

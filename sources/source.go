@@ -1,0 +1,52 @@
+// Package sources reads input rows. A Source plans shards from metadata alone
+// (no data read), then streams one shard as Arrow record batches.
+package sources
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/apache/arrow-go/v18/arrow"
+)
+
+// Source is implemented by sources/parquet and sources/postgres.
+type Source interface {
+	// Schema is the Arrow schema of the whole dataset (all columns), used to
+	// check the spec's key and input columns before anything is read.
+	Schema(ctx context.Context) (*arrow.Schema, error)
+	// Plan splits the dataset into shards of at most about rowsPerShard rows
+	// without reading data. The plan is stored in the ledger, so it must be
+	// stable: planning the same unchanged dataset twice gives the same shards.
+	Plan(ctx context.Context, rowsPerShard int64) ([]ShardPlan, error)
+	// Open streams one planned shard.
+	Open(ctx context.Context, plan json.RawMessage, opts ReadOptions) (BatchReader, error)
+}
+
+// ShardPlan is one planned shard.
+type ShardPlan struct {
+	// Plan is the source-specific description (files, row ranges), JSON.
+	Plan json.RawMessage
+	// Rows is the row count known from metadata (estimate for queries).
+	Rows int64
+	// Desc is a short human description, e.g. "dt=2026-11-01/part-0.parquet rows 0..250000".
+	Desc string
+}
+
+// ReadOptions narrows what a shard read returns.
+type ReadOptions struct {
+	// Columns to read (projection); nil means all.
+	Columns []string
+	// BatchSize is the rows per record batch (the last one may be shorter).
+	BatchSize int
+}
+
+// BatchReader streams a shard. Next returns io.EOF after the last batch.
+// The caller owns (and must Release) each returned record.
+type BatchReader interface {
+	Next(ctx context.Context) (arrow.RecordBatch, error)
+	// Position names the source location of row `row` of the batch Next
+	// returned last, for rejects and errors naming a row:
+	// "data/dt=2026-11-01/part-0.parquet row 1234".
+	Position(row int) string
+	Close() error
+}
