@@ -26,6 +26,9 @@ type Spec struct {
 	File string `yaml:"-"`
 	// Params are the run parameters the templates were rendered with.
 	Params map[string]string `yaml:"-"`
+
+	// templateParams are the params the templates reference (sorted).
+	templateParams []string
 }
 
 // SourceSpec says where rows come from. Exactly one of Parquet, Postgres is set.

@@ -76,3 +76,9 @@ const (
 	ColModelVersion = "model_version"
 	ColComputedAt   = "computed_at"
 )
+
+// Checker is implemented by sinks that can verify reachability and
+// permissions without writing anything (`precog validate`).
+type Checker interface {
+	Check(ctx context.Context) error
+}

@@ -57,6 +57,11 @@ type Ledger interface {
 	// (graceful drain on SIGTERM / Ctrl-C).
 	Release(ctx context.Context, runID string, shard int, worker string) error
 
+	// RetryFailed moves the run's failed shards back to pending with their
+	// attempt counts reset, so re-running the same command retries only what
+	// failed instead of starting over. Returns how many shards it moved.
+	RetryFailed(ctx context.Context, runID string) (int, error)
+
 	// SetRunState moves a run to state with an optional error message.
 	// Moving a terminal run is ErrRunFinished.
 	SetRunState(ctx context.Context, runID string, state jobs.RunState, msg string) error

@@ -1,0 +1,113 @@
+// Command precog runs batch prediction jobs: a Parquet or Postgres dataset
+// through an ONNX model into Redis, Postgres and Parquet, resumably.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/precog-ml/precog/runner"
+)
+
+// Exit codes, stable for scripts and tests.
+const (
+	exitOK          = 0
+	exitFailed      = 1   // the run (or command) failed while executing
+	exitInvalid     = 2   // bad spec, model, data schema or command line: nothing ran
+	exitInterrupted = 130 // Ctrl-C / SIGTERM: committed work is kept, rerun resumes
+)
+
+// invalidError marks an error found before any work started.
+type invalidError struct{ err error }
+
+func (e invalidError) Error() string { return e.err.Error() }
+func (e invalidError) Unwrap() error { return e.err }
+
+func invalid(err error) error {
+	if err == nil {
+		return nil
+	}
+	return invalidError{err}
+}
+
+type globals struct {
+	stateDir string
+	logLevel string
+	logJSON  bool
+	log      *slog.Logger
+}
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	g := &globals{}
+	root := newRoot(g)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintln(os.Stderr, "error:", err)
+	var inv invalidError
+	switch {
+	case errors.Is(err, runner.ErrInterrupted) || errors.Is(err, context.Canceled):
+		return exitInterrupted
+	case errors.As(err, &inv):
+		return exitInvalid
+	}
+	return exitFailed
+}
+
+func newRoot(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "precog",
+		Short: "Batch predictions: a dataset through an ONNX model into Redis, Postgres and Parquet",
+		Long: `precog runs batch prediction jobs described by a YAML job spec.
+
+A job reads a dataset (Parquet files or a Postgres query), runs every row through
+an ONNX model, and writes the predictions to Redis, Postgres and/or Parquet. Work
+is split into shards recorded in a ledger: a run that is killed resumes where it
+stopped, and readers only ever see a complete run (atomic publish).
+
+Exit codes: 0 success, 1 run failed, 2 invalid input (nothing ran), 130 interrupted.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
+				return invalid(fmt.Errorf("--log-level: %w", err))
+			}
+			opts := &slog.HandlerOptions{Level: lvl}
+			if g.logJSON {
+				g.log = slog.New(slog.NewJSONHandler(os.Stderr, opts))
+			} else {
+				g.log = slog.New(slog.NewTextHandler(os.Stderr, opts))
+			}
+			slog.SetDefault(g.log)
+			return nil
+		},
+	}
+	root.PersistentFlags().StringVar(&g.stateDir, "state-dir", envOr("PRECOG_STATE_DIR", ".precog"), "directory of the embedded ledger and rejects (env PRECOG_STATE_DIR)")
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
+	root.PersistentFlags().BoolVar(&g.logJSON, "log-json", false, "logs as JSON lines")
+	root.AddCommand(newRunCmd(g), newValidateCmd(g), newInspectCmd(g))
+	return root
+}
+
+func envOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}

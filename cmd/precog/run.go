@@ -1,0 +1,105 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/runner"
+)
+
+func loadSpec(path string, params []string) (*jobs.Spec, error) {
+	p, err := jobs.ParseParams(params)
+	if err != nil {
+		return nil, invalid(err)
+	}
+	spec, err := jobs.Load(path, p)
+	if err != nil {
+		return nil, invalid(err)
+	}
+	return spec, nil
+}
+
+func newRunCmd(g *globals) *cobra.Command {
+	var (
+		params     []string
+		parallel   int
+		restart    bool
+		noProgress bool
+	)
+	cmd := &cobra.Command{
+		Use:   "run JOB.yaml [--param k=v]...",
+		Short: "Run a job on this machine (resumes an unfinished run of the same job and params)",
+		Long: `Run the whole job on this machine, recording progress in the embedded ledger
+under --state-dir.
+
+If a run of the same job with the same --param values was interrupted (Ctrl-C,
+kill -9, power loss), the same command resumes it: shards already committed are
+not recomputed, and the output is identical to an uninterrupted run. After a
+finished run, the command starts a new run with a new version.
+
+Rows whose features are null or not finite are rejected, not fatal: they are
+listed (key, file and row, reason) under <state-dir>/rejects/<run>/ and the run
+fails only when they exceed max_rejected_fraction (default 0.01).`,
+		Example: `  precog run jobs/user-recs.yaml
+  precog run jobs/scores.yaml --param date=2026-11-01
+  precog run jobs/scores.yaml --param date=2026-11-01 --restart   # spec changed: start over`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			spec, err := loadSpec(args[0], params)
+			if err != nil {
+				return err
+			}
+			if parallel < 1 {
+				return invalid(fmt.Errorf("--parallel: must be >= 1 (got %d)", parallel))
+			}
+			bar := newProgressBar(os.Stderr, !noProgress, g.log)
+			res, err := runner.RunLocal(cmd.Context(), spec, runner.LocalOptions{
+				StateDir: g.stateDir, Parallel: parallel, Restart: restart, Logger: g.log,
+				OnProgress: bar.update, ProgressEvery: bar.every(),
+			})
+			bar.finish()
+			if err != nil {
+				if res.Run.ID == "" {
+					// Nothing started: the job could not be opened or planned.
+					return invalid(err)
+				}
+				return err
+			}
+			printSummary(cmd, res)
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVar(&params, "param", nil, "run parameter k=v filling {{.k}} in the spec (repeatable)")
+	cmd.Flags().IntVar(&parallel, "parallel", 1, "shards processed at once")
+	cmd.Flags().BoolVar(&restart, "restart", false, "abandon an unfinished run whose spec or model changed and start a new one")
+	cmd.Flags().BoolVar(&noProgress, "no-progress", false, "no progress bar, even on a terminal")
+	return cmd
+}
+
+func printSummary(cmd *cobra.Command, res runner.Result) {
+	w := cmd.OutOrStdout()
+	r := res.Run
+	rate := 0.0
+	if s := res.Duration.Seconds(); s > 0 {
+		rate = float64(res.RowsThisProcess) / s
+	}
+	fmt.Fprintf(w, "run %s succeeded (version %s, model %s)\n", r.ID, r.Version, r.ModelVersion)
+	if res.Resumed {
+		fmt.Fprintf(w, "  resumed:   %d of %d shards were already committed\n", res.SkippedShards, r.Shards)
+	}
+	fmt.Fprintf(w, "  rows:      %d in, %d out, %d rejected\n", r.Counts.RowsIn, r.Counts.RowsOut, r.Counts.Rejected)
+	if r.Counts.RowsIn == 0 {
+		fmt.Fprintln(w, "  note:      the dataset has zero rows; an empty result was published")
+	}
+	fmt.Fprintf(w, "  duration:  %s (%.0f rows/s)\n", res.Duration.Round(time.Millisecond), rate)
+	if r.Counts.Rejected > 0 {
+		fmt.Fprintf(w, "  rejects:   %s\n", res.RejectsDir)
+	}
+	for _, o := range res.Outputs {
+		fmt.Fprintf(w, "  output:    %s\n", o)
+	}
+}

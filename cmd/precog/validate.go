@@ -1,0 +1,113 @@
+package main
+
+import (
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/precog-ml/precog/runner"
+	"github.com/precog-ml/precog/runner/model"
+	"github.com/precog-ml/precog/sinks"
+)
+
+func newValidateCmd(g *globals) *cobra.Command {
+	var (
+		params    []string
+		maxShards int
+	)
+	cmd := &cobra.Command{
+		Use:   "validate JOB.yaml [--param k=v]...",
+		Short: "Check a job without running it: spec, model I/O vs source schema, sinks; print the shard plan",
+		Long: `Check everything that can be checked without computing a prediction:
+
+  - the spec (unknown fields, types, ranges, ${ENV} variables, {{.param}} templates);
+  - the model: every input and output the spec names exists with a supported type,
+    and static dimensions match the column counts;
+  - the source: files readable, key and input columns present with numeric types;
+  - the sinks: reachable with the configured credentials.
+
+Then print the shard plan (from file metadata only: no data is read).`,
+		Example: `  precog validate jobs/user-recs.yaml
+  precog validate jobs/scores.yaml --param date=2026-11-01`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			spec, err := loadSpec(args[0], params)
+			if err != nil {
+				return err
+			}
+			job, err := runner.OpenJob(ctx, spec)
+			if err != nil {
+				return invalid(err)
+			}
+			defer job.Close()
+			plans, err := job.Source.Plan(ctx, spec.Source.RowsPerShard)
+			if err != nil {
+				return invalid(fmt.Errorf("plan: %w", err))
+			}
+			snks, err := runner.OpenSinks(ctx, spec)
+			if err != nil {
+				return invalid(err)
+			}
+			for _, s := range snks {
+				defer s.Close()
+				if c, ok := s.(sinks.Checker); ok {
+					if err := c.Check(ctx); err != nil {
+						return invalid(fmt.Errorf("sinks.%s: %w", s.Name(), err))
+					}
+				}
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "job %s: valid\n", spec.Name)
+			fmt.Fprintf(w, "model %s (version %s)\n", spec.Model.Path, job.Model.Version())
+			fmt.Fprintf(w, "output schema:\n")
+			for _, f := range job.Output.Fields() {
+				fmt.Fprintf(w, "  %-16s %s\n", f.Name, f.Type)
+			}
+			var total int64
+			for _, p := range plans {
+				total += p.Rows
+			}
+			fmt.Fprintf(w, "shard plan: %d shards, %d rows (rows_per_shard %d, batch_size %d)\n",
+				len(plans), total, spec.Source.RowsPerShard, spec.Model.BatchSize)
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "  SHARD\tROWS\tSOURCE")
+			for i, p := range plans {
+				if maxShards > 0 && i >= maxShards {
+					fmt.Fprintf(tw, "  …\t\t%d more shards\n", len(plans)-i)
+					break
+				}
+				fmt.Fprintf(tw, "  %d\t%d\t%s\n", i, p.Rows, p.Desc)
+			}
+			tw.Flush()
+			if len(plans) == 0 {
+				fmt.Fprintln(w, "note: the dataset has zero rows; a run would publish an empty result")
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVar(&params, "param", nil, "run parameter k=v filling {{.k}} in the spec (repeatable)")
+	cmd.Flags().IntVar(&maxShards, "max-shards", 50, "print at most this many shards of the plan (0: all)")
+	return cmd
+}
+
+func newInspectCmd(_ *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "inspect MODEL.onnx",
+		Short: "Show a model's inputs and outputs: names, element types, shapes",
+		Long: `Show what an ONNX model expects and produces, to write the model section of a
+job spec: each input needs a "columns:" or "column:" mapping; each output you
+want stored needs a field name. Dimensions shown as N are dynamic (the batch).`,
+		Example: `  precog inspect models/recs.onnx`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			info, err := model.Inspect(args[0])
+			if err != nil {
+				return invalid(err)
+			}
+			fmt.Fprint(cmd.OutOrStdout(), info.String())
+			return nil
+		},
+	}
+}

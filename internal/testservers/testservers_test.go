@@ -1,0 +1,128 @@
+package testservers
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+func TestMain(m *testing.M) { Main(m) }
+
+// Each test gets its own database: a table made in one is absent in another.
+func TestPostgresIsolation(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	a := Postgres(t)
+	t.Logf("first Postgres(t) (server start included): %s", time.Since(start))
+	start = time.Now()
+	b := Postgres(t)
+	t.Logf("second Postgres(t): %s", time.Since(start))
+	if a.DSN == b.DSN {
+		t.Fatalf("two calls returned the same DSN %s", a.DSN)
+	}
+	a.Exec(t, "CREATE TABLE only_in_a (x int)")
+	a.Exec(t, "INSERT INTO only_in_a VALUES (1)")
+	ctx := context.Background()
+	var n int
+	if err := a.Pool(t).QueryRow(ctx, "SELECT count(*) FROM only_in_a").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("count in a: %d, %v", n, err)
+	}
+	err := b.Pool(t).QueryRow(ctx, "SELECT count(*) FROM only_in_a").Scan(&n)
+	if err == nil {
+		t.Fatalf("table of database a visible in database b")
+	}
+}
+
+// Parallel tests each get a working database.
+func TestPostgresParallel(t *testing.T) {
+	for i := range 8 {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			t.Parallel()
+			pg := Postgres(t)
+			pg.Exec(t, "CREATE TABLE t (x int primary key)")
+			pg.Exec(t, "INSERT INTO t VALUES ($1)", i)
+		})
+	}
+}
+
+// A database is dropped when its test ends.
+func TestPostgresDropped(t *testing.T) {
+	var name string
+	t.Run("inner", func(t *testing.T) { name = Postgres(t).Database })
+	admin := Postgres(t)
+	conn, err := pgx.Connect(context.Background(), admin.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var n int
+	if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM pg_database WHERE datname = $1", name).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("database %s still exists after its test", name)
+	}
+}
+
+// Each test gets its own, empty DB index.
+func TestRedisIsolation(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	a := Redis(t)
+	t.Logf("first Redis(t): %s", time.Since(start))
+	b := Redis(t)
+	if a.DB == b.DB || a.Prefix == b.Prefix {
+		t.Fatalf("two tests share DB %d / prefix %q", a.DB, a.Prefix)
+	}
+	ctx := context.Background()
+	ca, cb := a.Client(t), b.Client(t)
+	if err := ca.Set(ctx, "k", "a", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := cb.Exists(ctx, "k").Result(); err != nil || n != 0 {
+		t.Fatalf("key of DB %d visible in DB %d: %d %v", a.DB, b.DB, n, err)
+	}
+}
+
+// A private server can be stopped (clients fail) and restarted (clients
+// recover on the same address).
+func TestNewRedisStopStart(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	r := NewRedis(t)
+	t.Logf("NewRedis: %s", time.Since(start))
+	c := r.Client(t)
+	ctx := context.Background()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r.Stop()
+	if err := c.Ping(ctx).Err(); err == nil {
+		t.Fatal("PING succeeded on a stopped server")
+	}
+	start = time.Now()
+	r.Start()
+	t.Logf("restart: %s", time.Since(start))
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after restart: %v", err)
+	}
+	if n, _ := c.Exists(ctx, "k").Result(); n != 0 {
+		t.Fatalf("key survived a restart without persistence")
+	}
+}
+
+// A password set with extra arguments is enforced and known to Client.
+func TestNewRedisPassword(t *testing.T) {
+	t.Parallel()
+	r := NewRedis(t, "--requirepass", "s3cret")
+	if err := r.Client(t).Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("PING with password: %v", err)
+	}
+	anon := &RedisServer{Addr: r.Addr}
+	if err := anon.Client(t).Ping(context.Background()).Err(); err == nil {
+		t.Fatal("PING without password succeeded")
+	}
+}

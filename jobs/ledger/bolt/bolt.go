@@ -1,0 +1,700 @@
+// Package bolt is the embedded ledger of `precog run`: runs and shards in one
+// bbolt file under the state directory. bbolt holds an exclusive file lock,
+// so one process at a time owns a state directory; every commit is fsynced
+// before it returns, so a kill -9 after Complete cannot lose the commit.
+//
+// Leases use wall time. A `precog run` killed while holding shards leaves
+// them leased by a worker that no longer exists; once the lease expires any
+// Claim takes them back. Local runs therefore use short leases renewed by
+// heartbeats, and a restarted process may also call ReleaseWorker with the
+// dead worker's name to reclaim its shards at once.
+package bolt
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	bbolt "go.etcd.io/bbolt"
+
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
+)
+
+// Top-level buckets.
+var (
+	bucketRuns    = []byte("runs")    // run id → Run JSON
+	bucketCreated = []byte("created") // created_at (8 bytes BE ns) + run id → run id
+	bucketOpen    = []byte("open")    // job \x00 paramsKey \x00 run id → nothing; non-terminal runs only
+	bucketShards  = []byte("shards")  // run id → nested bucket of that run's shards
+)
+
+// Nested buckets of one run under bucketShards.
+var (
+	subAll     = []byte("all")     // index (4 bytes BE) → Shard JSON
+	subPending = []byte("pending") // indexes of pending shards
+	subRunning = []byte("running") // indexes of running (leased) shards
+)
+
+// lockWait is how long Open waits for another process to release the file.
+const lockWait = time.Second
+
+// Ledger is a ledger.Ledger stored in one bbolt file. Safe for concurrent
+// use; bbolt serialises writers.
+type Ledger struct {
+	db      *bbolt.DB
+	pidFile string
+	now     func() time.Time
+}
+
+var _ ledger.Ledger = (*Ledger)(nil)
+
+// Open opens (creating if needed) the ledger file at path, e.g.
+// ".precog/ledger.db". A second process opening the same file gets an error
+// naming the state directory and, when known, the pid holding it.
+func Open(path string) (*Ledger, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("ledger: create state dir %s: %w", dir, err)
+	}
+	pidFile := path + ".pid"
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: lockWait})
+	if err != nil {
+		if errors.Is(err, bbolt.ErrTimeout) {
+			pid := "unknown"
+			if b, rerr := os.ReadFile(pidFile); rerr == nil && len(bytes.TrimSpace(b)) > 0 {
+				pid = string(bytes.TrimSpace(b))
+			}
+			return nil, fmt.Errorf("ledger: state dir %s is in use by another precog process (pid %s)", dir, pid)
+		}
+		return nil, fmt.Errorf("ledger: open %s: %w", path, err)
+	}
+	if err := db.Update(func(tx *bbolt.Tx) error {
+		for _, b := range [][]byte{bucketRuns, bucketCreated, bucketOpen, bucketShards} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("ledger: initialise %s: %w", path, err)
+	}
+	// Best effort: the pid only improves the "in use" error of a second process.
+	_ = os.WriteFile(pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644)
+	return &Ledger{db: db, pidFile: pidFile, now: func() time.Time { return time.Now().UTC() }}, nil
+}
+
+// Close releases the file lock.
+func (l *Ledger) Close() error {
+	_ = os.Remove(l.pidFile)
+	if err := l.db.Close(); err != nil {
+		return fmt.Errorf("ledger: close: %w", err)
+	}
+	return nil
+}
+
+func idx(i int) []byte {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], uint32(i))
+	return b[:]
+}
+
+func openKey(job, paramsKey, id string) []byte {
+	return []byte(job + "\x00" + paramsKey + "\x00" + id)
+}
+
+func createdKey(t time.Time, id string) []byte {
+	b := make([]byte, 8, 8+len(id))
+	binary.BigEndian.PutUint64(b, uint64(t.UnixNano()))
+	return append(b, id...)
+}
+
+func getRun(tx *bbolt.Tx, id string) (jobs.Run, error) {
+	var r jobs.Run
+	v := tx.Bucket(bucketRuns).Get([]byte(id))
+	if v == nil {
+		return r, fmt.Errorf("run %s: %w", id, ledger.ErrNotFound)
+	}
+	if err := json.Unmarshal(v, &r); err != nil {
+		return r, fmt.Errorf("run %s: decode: %w", id, err)
+	}
+	return r, nil
+}
+
+func putRun(tx *bbolt.Tx, r jobs.Run) error {
+	v, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("run %s: encode: %w", r.ID, err)
+	}
+	return tx.Bucket(bucketRuns).Put([]byte(r.ID), v)
+}
+
+// runShards returns the nested bucket of a run's shards.
+func runShards(tx *bbolt.Tx, id string) (*bbolt.Bucket, error) {
+	b := tx.Bucket(bucketShards).Bucket([]byte(id))
+	if b == nil {
+		return nil, fmt.Errorf("run %s: %w", id, ledger.ErrNotFound)
+	}
+	return b, nil
+}
+
+func getShard(rb *bbolt.Bucket, runID string, i int) (jobs.Shard, error) {
+	var s jobs.Shard
+	v := rb.Bucket(subAll).Get(idx(i))
+	if v == nil {
+		return s, fmt.Errorf("run %s shard %d: %w", runID, i, ledger.ErrNotFound)
+	}
+	if err := json.Unmarshal(v, &s); err != nil {
+		return s, fmt.Errorf("run %s shard %d: decode: %w", runID, i, err)
+	}
+	return s, nil
+}
+
+// putShard stores s and keeps the pending/running index sets in step with
+// its state.
+func putShard(rb *bbolt.Bucket, s jobs.Shard) error {
+	v, err := json.Marshal(s)
+	if err != nil {
+		return fmt.Errorf("run %s shard %d: encode: %w", s.RunID, s.Index, err)
+	}
+	k := idx(s.Index)
+	if err := rb.Bucket(subAll).Put(k, v); err != nil {
+		return err
+	}
+	pending, running := rb.Bucket(subPending), rb.Bucket(subRunning)
+	switch s.State {
+	case jobs.ShardPending:
+		if err := running.Delete(k); err != nil {
+			return err
+		}
+		return pending.Put(k, nil)
+	case jobs.ShardRunning:
+		if err := pending.Delete(k); err != nil {
+			return err
+		}
+		return running.Put(k, nil)
+	default:
+		if err := pending.Delete(k); err != nil {
+			return err
+		}
+		return running.Delete(k)
+	}
+}
+
+// CreateRun stores run in state pending with its shards, each pending with
+// no attempts. run.Shards is set to len(shards).
+func (l *Ledger) CreateRun(ctx context.Context, run jobs.Run, shards []jobs.Shard) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if run.ID == "" {
+		return errors.New("ledger: create run: empty run id")
+	}
+	now := l.now()
+	run.State = jobs.RunPending
+	run.Shards = len(shards)
+	run.Counts = jobs.Counts{}
+	if run.CreatedAt.IsZero() {
+		run.CreatedAt = now
+	}
+	run.UpdatedAt = now
+	err := l.db.Update(func(tx *bbolt.Tx) error {
+		if tx.Bucket(bucketRuns).Get([]byte(run.ID)) != nil {
+			return fmt.Errorf("run %s already exists", run.ID)
+		}
+		if err := putRun(tx, run); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketCreated).Put(createdKey(run.CreatedAt, run.ID), []byte(run.ID)); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketOpen).Put(openKey(run.Job, run.ParamsKey, run.ID), nil); err != nil {
+			return err
+		}
+		rb, err := tx.Bucket(bucketShards).CreateBucket([]byte(run.ID))
+		if err != nil {
+			return err
+		}
+		for _, name := range [][]byte{subAll, subPending, subRunning} {
+			if _, err := rb.CreateBucket(name); err != nil {
+				return err
+			}
+		}
+		for _, s := range shards {
+			if s.Index < 0 || s.Index > 1<<31 {
+				return fmt.Errorf("shard index %d out of range", s.Index)
+			}
+			if rb.Bucket(subAll).Get(idx(s.Index)) != nil {
+				return fmt.Errorf("shard index %d appears twice", s.Index)
+			}
+			s.RunID = run.ID
+			s.State = jobs.ShardPending
+			s.Attempts = 0
+			s.Worker = ""
+			s.LeaseUntil = time.Time{}
+			s.Counts = jobs.Counts{}
+			s.Error = ""
+			s.UpdatedAt = now
+			if err := putShard(rb, s); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("ledger: create run %s: %w", run.ID, err)
+	}
+	return nil
+}
+
+// OpenRun returns the newest non-terminal run of (job, paramsKey).
+func (l *Ledger) OpenRun(ctx context.Context, job, paramsKey string) (jobs.Run, error) {
+	if err := ctx.Err(); err != nil {
+		return jobs.Run{}, err
+	}
+	var best jobs.Run
+	found := false
+	err := l.db.View(func(tx *bbolt.Tx) error {
+		prefix := openKey(job, paramsKey, "")
+		c := tx.Bucket(bucketOpen).Cursor()
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			r, err := getRun(tx, string(k[len(prefix):]))
+			if err != nil {
+				return err
+			}
+			if r.State.Terminal() {
+				continue
+			}
+			if !found || r.CreatedAt.After(best.CreatedAt) || (r.CreatedAt.Equal(best.CreatedAt) && r.ID > best.ID) {
+				best, found = r, true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return jobs.Run{}, fmt.Errorf("ledger: open run of %s %q: %w", job, paramsKey, err)
+	}
+	if !found {
+		return jobs.Run{}, fmt.Errorf("ledger: open run of %s %q: %w", job, paramsKey, ledger.ErrNotFound)
+	}
+	return best, nil
+}
+
+// Run returns one run.
+func (l *Ledger) Run(ctx context.Context, id string) (jobs.Run, error) {
+	if err := ctx.Err(); err != nil {
+		return jobs.Run{}, err
+	}
+	var r jobs.Run
+	err := l.db.View(func(tx *bbolt.Tx) error {
+		var err error
+		r, err = getRun(tx, id)
+		return err
+	})
+	if err != nil {
+		return jobs.Run{}, fmt.Errorf("ledger: %w", err)
+	}
+	return r, nil
+}
+
+// Runs lists runs newest first, of one job or all ("").
+func (l *Ledger) Runs(ctx context.Context, job string, limit int) ([]jobs.Run, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var out []jobs.Run
+	err := l.db.View(func(tx *bbolt.Tx) error {
+		c := tx.Bucket(bucketCreated).Cursor()
+		for k, v := c.Last(); k != nil; k, v = c.Prev() {
+			r, err := getRun(tx, string(v))
+			if err != nil {
+				return err
+			}
+			if job != "" && r.Job != job {
+				continue
+			}
+			out = append(out, r)
+			if limit > 0 && len(out) >= limit {
+				break
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: list runs: %w", err)
+	}
+	return out, nil
+}
+
+// Shards returns a run's shards ordered by index.
+func (l *Ledger) Shards(ctx context.Context, runID string) ([]jobs.Shard, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var out []jobs.Shard
+	err := l.db.View(func(tx *bbolt.Tx) error {
+		rb, err := runShards(tx, runID)
+		if err != nil {
+			return err
+		}
+		return rb.Bucket(subAll).ForEach(func(k, v []byte) error {
+			var s jobs.Shard
+			if err := json.Unmarshal(v, &s); err != nil {
+				return fmt.Errorf("run %s shard %d: decode: %w", runID, binary.BigEndian.Uint32(k), err)
+			}
+			out = append(out, s)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: shards: %w", err)
+	}
+	return out, nil
+}
+
+// Claim leases the lowest-index claimable shard: a pending one, or a running
+// one whose lease has expired (its worker is presumed dead).
+func (l *Ledger) Claim(ctx context.Context, runID, worker string, lease time.Duration) (jobs.Shard, error) {
+	if err := ctx.Err(); err != nil {
+		return jobs.Shard{}, err
+	}
+	if worker == "" {
+		return jobs.Shard{}, errors.New("ledger: claim: empty worker name")
+	}
+	var out jobs.Shard
+	err := l.db.Update(func(tx *bbolt.Tx) error {
+		now := l.now()
+		r, err := getRun(tx, runID)
+		if err != nil {
+			return err
+		}
+		if r.State.Terminal() {
+			return fmt.Errorf("run %s is %s: %w", runID, r.State, ledger.ErrRunFinished)
+		}
+		rb, err := runShards(tx, runID)
+		if err != nil {
+			return err
+		}
+		cand := -1
+		if k, _ := rb.Bucket(subPending).Cursor().First(); k != nil {
+			cand = int(binary.BigEndian.Uint32(k))
+		}
+		// The running set holds at most one entry per live worker, so a
+		// scan for expired leases stays cheap.
+		c := rb.Bucket(subRunning).Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			i := int(binary.BigEndian.Uint32(k))
+			if cand >= 0 && i > cand {
+				break
+			}
+			s, err := getShard(rb, runID, i)
+			if err != nil {
+				return err
+			}
+			if !s.LeaseUntil.After(now) {
+				cand = i
+				break
+			}
+		}
+		if cand < 0 {
+			return fmt.Errorf("run %s: %w", runID, ledger.ErrNoShard)
+		}
+		s, err := getShard(rb, runID, cand)
+		if err != nil {
+			return err
+		}
+		s.State = jobs.ShardRunning
+		s.Attempts++
+		s.Worker = worker
+		s.LeaseUntil = now.Add(lease)
+		s.UpdatedAt = now
+		if err := putShard(rb, s); err != nil {
+			return err
+		}
+		if r.State == jobs.RunPending {
+			r.State = jobs.RunRunning
+			r.UpdatedAt = now
+			if err := putRun(tx, r); err != nil {
+				return err
+			}
+		}
+		out = s
+		return nil
+	})
+	if err != nil {
+		return jobs.Shard{}, fmt.Errorf("ledger: claim: %w", err)
+	}
+	return out, nil
+}
+
+// held loads shard i of runID inside tx and checks that worker holds an
+// unexpired lease on it.
+func (l *Ledger) held(tx *bbolt.Tx, runID string, i int, worker string) (*bbolt.Bucket, jobs.Shard, error) {
+	rb, err := runShards(tx, runID)
+	if err != nil {
+		return nil, jobs.Shard{}, err
+	}
+	s, err := getShard(rb, runID, i)
+	if err != nil {
+		return nil, s, err
+	}
+	if s.State != jobs.ShardRunning || s.Worker != worker || !s.LeaseUntil.After(l.now()) {
+		return nil, s, fmt.Errorf("run %s shard %d (state %s, worker %q): %w", runID, i, s.State, s.Worker, ledger.ErrLeaseLost)
+	}
+	return rb, s, nil
+}
+
+// Heartbeat extends worker's lease on the shard to now+lease. An expired
+// lease is lost even if nobody re-claimed it yet: the worker cannot know.
+func (l *Ledger) Heartbeat(ctx context.Context, runID string, shard int, worker string, lease time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := l.db.Update(func(tx *bbolt.Tx) error {
+		rb, s, err := l.held(tx, runID, shard, worker)
+		if err != nil {
+			return err
+		}
+		now := l.now()
+		s.LeaseUntil = now.Add(lease)
+		s.UpdatedAt = now
+		return putShard(rb, s)
+	})
+	if err != nil {
+		return fmt.Errorf("ledger: heartbeat: %w", err)
+	}
+	return nil
+}
+
+// Complete marks the shard committed and adds counts to the run's.
+func (l *Ledger) Complete(ctx context.Context, runID string, shard int, worker string, counts jobs.Counts) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := l.db.Update(func(tx *bbolt.Tx) error {
+		rb, s, err := l.held(tx, runID, shard, worker)
+		if err != nil {
+			return err
+		}
+		r, err := getRun(tx, runID)
+		if err != nil {
+			return err
+		}
+		now := l.now()
+		s.State = jobs.ShardCommitted
+		s.Counts = counts
+		s.LeaseUntil = time.Time{}
+		s.Error = ""
+		s.UpdatedAt = now
+		if err := putShard(rb, s); err != nil {
+			return err
+		}
+		r.Counts = r.Counts.Add(counts)
+		r.UpdatedAt = now
+		return putRun(tx, r)
+	})
+	if err != nil {
+		return fmt.Errorf("ledger: complete: %w", err)
+	}
+	return nil
+}
+
+// Fail records an attempt's error; the shard goes back to pending when retry
+// is set and fewer than maxAttempts attempts were made, else to failed.
+func (l *Ledger) Fail(ctx context.Context, runID string, shard int, worker string, msg string, retry bool, maxAttempts int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := l.db.Update(func(tx *bbolt.Tx) error {
+		rb, s, err := l.held(tx, runID, shard, worker)
+		if err != nil {
+			return err
+		}
+		s.Error = msg
+		s.Worker = ""
+		s.LeaseUntil = time.Time{}
+		s.UpdatedAt = l.now()
+		if retry && s.Attempts < maxAttempts {
+			s.State = jobs.ShardPending
+		} else {
+			s.State = jobs.ShardFailed
+		}
+		return putShard(rb, s)
+	})
+	if err != nil {
+		return fmt.Errorf("ledger: fail: %w", err)
+	}
+	return nil
+}
+
+// Release returns the shard to pending and takes back the attempt Claim
+// counted.
+func (l *Ledger) Release(ctx context.Context, runID string, shard int, worker string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := l.db.Update(func(tx *bbolt.Tx) error {
+		rb, s, err := l.held(tx, runID, shard, worker)
+		if err != nil {
+			return err
+		}
+		release(&s, l.now())
+		return putShard(rb, s)
+	})
+	if err != nil {
+		return fmt.Errorf("ledger: release: %w", err)
+	}
+	return nil
+}
+
+func release(s *jobs.Shard, now time.Time) {
+	s.State = jobs.ShardPending
+	if s.Attempts > 0 {
+		s.Attempts--
+	}
+	s.Worker = ""
+	s.LeaseUntil = time.Time{}
+	s.UpdatedAt = now
+}
+
+// ReleaseWorker returns every shard leased by worker, in any run, to pending
+// without counting the attempt, whether or not its lease has expired. A
+// restarted process calls it with the name its dead predecessor used.
+// It returns how many shards it released.
+func (l *Ledger) ReleaseWorker(ctx context.Context, worker string) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	n := 0
+	err := l.db.Update(func(tx *bbolt.Tx) error {
+		n = 0
+		now := l.now()
+		var open [][]byte
+		c := tx.Bucket(bucketOpen).Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			open = append(open, k)
+		}
+		for _, k := range open {
+			runID := string(k[bytes.LastIndexByte(k, 0)+1:])
+			rb, err := runShards(tx, runID)
+			if err != nil {
+				return err
+			}
+			var mine []jobs.Shard
+			rc := rb.Bucket(subRunning).Cursor()
+			for ik, _ := rc.First(); ik != nil; ik, _ = rc.Next() {
+				s, err := getShard(rb, runID, int(binary.BigEndian.Uint32(ik)))
+				if err != nil {
+					return err
+				}
+				if s.Worker == worker {
+					mine = append(mine, s)
+				}
+			}
+			for _, s := range mine {
+				release(&s, now)
+				if err := putShard(rb, s); err != nil {
+					return err
+				}
+				n++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("ledger: release worker %s: %w", worker, err)
+	}
+	return n, nil
+}
+
+// RetryFailed moves the run's failed shards back to pending with zero
+// attempts and no error, so a re-run retries only what failed. The run's
+// own state is left to the caller.
+func (l *Ledger) RetryFailed(ctx context.Context, runID string) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	n := 0
+	err := l.db.Update(func(tx *bbolt.Tx) error {
+		n = 0
+		rb, err := runShards(tx, runID)
+		if err != nil {
+			return err
+		}
+		var failed []jobs.Shard
+		if err := rb.Bucket(subAll).ForEach(func(k, v []byte) error {
+			var s jobs.Shard
+			if err := json.Unmarshal(v, &s); err != nil {
+				return fmt.Errorf("run %s shard %d: decode: %w", runID, binary.BigEndian.Uint32(k), err)
+			}
+			if s.State == jobs.ShardFailed {
+				failed = append(failed, s)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		now := l.now()
+		for _, s := range failed {
+			s.State = jobs.ShardPending
+			s.Attempts = 0
+			s.Error = ""
+			s.Worker = ""
+			s.LeaseUntil = time.Time{}
+			s.UpdatedAt = now
+			if err := putShard(rb, s); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("ledger: retry failed shards: %w", err)
+	}
+	return n, nil
+}
+
+// SetRunState moves a non-terminal run to state, recording msg as its error
+// message (empty clears it).
+func (l *Ledger) SetRunState(ctx context.Context, runID string, state jobs.RunState, msg string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	switch state {
+	case jobs.RunPending, jobs.RunRunning, jobs.RunPublishing, jobs.RunSucceeded, jobs.RunFailed, jobs.RunCancelled:
+	default:
+		return fmt.Errorf("ledger: set run %s state: unknown state %q", runID, state)
+	}
+	err := l.db.Update(func(tx *bbolt.Tx) error {
+		r, err := getRun(tx, runID)
+		if err != nil {
+			return err
+		}
+		if r.State.Terminal() {
+			return fmt.Errorf("run %s is %s: %w", runID, r.State, ledger.ErrRunFinished)
+		}
+		r.State = state
+		r.Error = msg
+		r.UpdatedAt = l.now()
+		if state.Terminal() {
+			if err := tx.Bucket(bucketOpen).Delete(openKey(r.Job, r.ParamsKey, r.ID)); err != nil {
+				return err
+			}
+		}
+		return putRun(tx, r)
+	})
+	if err != nil {
+		return fmt.Errorf("ledger: set run state %s: %w", strings.ToLower(string(state)), err)
+	}
+	return nil
+}

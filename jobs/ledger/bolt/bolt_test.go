@@ -1,0 +1,108 @@
+package bolt
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/ledger/ledgertest"
+)
+
+func TestConformance(t *testing.T) {
+	ledgertest.Exercise(t, func(t *testing.T) ledger.Ledger {
+		l, err := Open(filepath.Join(t.TempDir(), ".precog", "ledger.db"))
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		return l
+	})
+}
+
+func TestReopenKeepsData(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	l, err := Open(path)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	run := jobs.Run{ID: "r1", Job: "recs", Version: "v1", ParamsKey: "date=2024-11-01"}
+	if err := l.CreateRun(ctx, run, []jobs.Shard{{Index: 0}, {Index: 1}, {Index: 2}}); err != nil {
+		t.Fatalf("CreateRun: %v", err)
+	}
+	s, err := l.Claim(ctx, "r1", "w1", time.Minute)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	if err := l.Complete(ctx, "r1", s.Index, "w1", jobs.Counts{RowsIn: 10, RowsOut: 9, Rejected: 1}); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	if _, err := l.Claim(ctx, "r1", "w1", time.Minute); err != nil { // shard 1 left leased by a "dead" worker
+		t.Fatalf("Claim: %v", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+
+	l, err = Open(path)
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	defer l.Close()
+	got, err := l.OpenRun(ctx, "recs", "date=2024-11-01")
+	if err != nil || got.ID != "r1" || got.State != jobs.RunRunning || got.Counts.RowsOut != 9 {
+		t.Fatalf("OpenRun after reopen = %+v, %v; want r1 running with RowsOut 9", got, err)
+	}
+	ss, err := l.Shards(ctx, "r1")
+	if err != nil {
+		t.Fatalf("Shards: %v", err)
+	}
+	if ss[0].State != jobs.ShardCommitted || ss[1].State != jobs.ShardRunning || ss[2].State != jobs.ShardPending {
+		t.Fatalf("shard states after reopen = %s %s %s, want committed running pending", ss[0].State, ss[1].State, ss[2].State)
+	}
+	// The restarted process takes back the dead worker's shard at once.
+	n, err := l.ReleaseWorker(ctx, "w1")
+	if err != nil || n != 1 {
+		t.Fatalf("ReleaseWorker = %d, %v; want 1", n, err)
+	}
+	s, err = l.Claim(ctx, "r1", "w2", time.Minute)
+	if err != nil || s.Index != 1 || s.Attempts != 1 {
+		t.Fatalf("Claim after ReleaseWorker = %+v, %v; want shard 1 attempts 1", s, err)
+	}
+	if n, err := l.ReleaseWorker(ctx, "w1"); err != nil || n != 0 {
+		t.Fatalf("second ReleaseWorker = %d, %v; want 0", n, err)
+	}
+}
+
+func TestSecondProcessRefused(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), ".precog")
+	path := filepath.Join(dir, "ledger.db")
+	l, err := Open(path)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer l.Close()
+	// bbolt's flock is per open file description, so a second Open in this
+	// process contends exactly as a second process would.
+	start := time.Now()
+	_, err = Open(path)
+	if err == nil {
+		t.Fatalf("second Open of a held ledger succeeded")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("second Open took %v, want about 1s", d)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, dir) || !strings.Contains(msg, "in use by another precog process") || !strings.Contains(msg, "pid "+strconv.Itoa(os.Getpid())) {
+		t.Fatalf("error %q should name the state dir and pid %d", msg, os.Getpid())
+	}
+	if errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("unexpected sentinel in %v", err)
+	}
+}

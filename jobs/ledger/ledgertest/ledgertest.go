@@ -1,0 +1,591 @@
+// Package ledgertest is the conformance suite every ledger.Ledger passes,
+// so that `precog run` (embedded) and the cluster (Postgres) agree on run
+// and shard semantics: leases, retries, resume and concurrent claims.
+package ledgertest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
+)
+
+// shortLease is long enough for a few calls, short enough to expire in tests.
+const shortLease = 50 * time.Millisecond
+
+// longLease never expires within a test.
+const longLease = time.Minute
+
+// Exercise runs the suite. newLedger returns an empty ledger private to the
+// calling (sub)test; the suite closes it.
+func Exercise(t *testing.T, newLedger func(t *testing.T) ledger.Ledger) {
+	cases := []struct {
+		name string
+		fn   func(t *testing.T, l ledger.Ledger)
+	}{
+		{"CreateGetList", testCreateGetList},
+		{"CreateDuplicate", testCreateDuplicate},
+		{"OpenRun", testOpenRun},
+		{"ClaimOrder", testClaimOrder},
+		{"ClaimExpiredLease", testClaimExpiredLease},
+		{"ClaimFinishedRun", testClaimFinishedRun},
+		{"LeaseLost", testLeaseLost},
+		{"CompleteCounts", testCompleteCounts},
+		{"FailRetry", testFailRetry},
+		{"FailNoRetry", testFailNoRetry},
+		{"Release", testRelease},
+		{"RetryFailed", testRetryFailed},
+		{"SetRunState", testSetRunState},
+		{"NotFound", testNotFound},
+		{"ConcurrentClaims", testConcurrentClaims},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			l := newLedger(t)
+			t.Cleanup(func() {
+				if err := l.Close(); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+			})
+			c.fn(t, l)
+		})
+	}
+}
+
+var runSeq struct {
+	sync.Mutex
+	n int
+}
+
+// newRun builds a run with n planned shards and a unique id.
+func newRun(job, paramsKey string, n int) (jobs.Run, []jobs.Shard) {
+	runSeq.Lock()
+	runSeq.n++
+	seq := runSeq.n
+	runSeq.Unlock()
+	id := fmt.Sprintf("%s-%d-%d", job, time.Now().UnixNano(), seq)
+	r := jobs.Run{
+		ID:           id,
+		Job:          job,
+		Version:      fmt.Sprintf("v%d", seq),
+		Params:       map[string]string{"date": "2024-11-01"},
+		ParamsKey:    paramsKey,
+		SpecHash:     "spechash",
+		ModelVersion: "abcdef012345",
+		Spec:         []byte("name: " + job + "\n"),
+	}
+	shards := make([]jobs.Shard, n)
+	for i := range shards {
+		plan, _ := json.Marshal(map[string]any{"file": fmt.Sprintf("part-%d.parquet", i), "row_group": i})
+		shards[i] = jobs.Shard{RunID: id, Index: i, Plan: plan, EstRows: int64(1000 + i)}
+	}
+	return r, shards
+}
+
+func create(t *testing.T, l ledger.Ledger, job, paramsKey string, n int) jobs.Run {
+	t.Helper()
+	r, shards := newRun(job, paramsKey, n)
+	if err := l.CreateRun(context.Background(), r, shards); err != nil {
+		t.Fatalf("CreateRun(%s): %v", r.ID, err)
+	}
+	return r
+}
+
+func mustShard(t *testing.T, l ledger.Ledger, runID string, i int) jobs.Shard {
+	t.Helper()
+	ss, err := l.Shards(context.Background(), runID)
+	if err != nil {
+		t.Fatalf("Shards(%s): %v", runID, err)
+	}
+	for _, s := range ss {
+		if s.Index == i {
+			return s
+		}
+	}
+	t.Fatalf("run %s has no shard %d", runID, i)
+	return jobs.Shard{}
+}
+
+func mustRun(t *testing.T, l ledger.Ledger, id string) jobs.Run {
+	t.Helper()
+	r, err := l.Run(context.Background(), id)
+	if err != nil {
+		t.Fatalf("Run(%s): %v", id, err)
+	}
+	return r
+}
+
+func claim(t *testing.T, l ledger.Ledger, runID, worker string, lease time.Duration) jobs.Shard {
+	t.Helper()
+	s, err := l.Claim(context.Background(), runID, worker, lease)
+	if err != nil {
+		t.Fatalf("Claim(%s, %s): %v", runID, worker, err)
+	}
+	return s
+}
+
+func wantErr(t *testing.T, what string, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Fatalf("%s: got error %v, want %v", what, err, want)
+	}
+}
+
+func testCreateGetList(t *testing.T, l ledger.Ledger) {
+	ctx := context.Background()
+	r, shards := newRun("recs", "date=2024-11-01", 3)
+	if err := l.CreateRun(ctx, r, shards); err != nil {
+		t.Fatalf("CreateRun: %v", err)
+	}
+	got := mustRun(t, l, r.ID)
+	if got.ID != r.ID || got.Job != r.Job || got.Version != r.Version || got.ParamsKey != r.ParamsKey ||
+		got.SpecHash != r.SpecHash || got.ModelVersion != r.ModelVersion || string(got.Spec) != string(r.Spec) ||
+		got.Params["date"] != "2024-11-01" {
+		t.Fatalf("Run round trip: got %+v, want %+v", got, r)
+	}
+	if got.State != jobs.RunPending {
+		t.Errorf("new run state = %s, want pending", got.State)
+	}
+	if got.Shards != 3 {
+		t.Errorf("new run Shards = %d, want 3", got.Shards)
+	}
+	if got.CreatedAt.IsZero() {
+		t.Errorf("new run CreatedAt is zero")
+	}
+	ss, err := l.Shards(ctx, r.ID)
+	if err != nil {
+		t.Fatalf("Shards: %v", err)
+	}
+	if len(ss) != 3 {
+		t.Fatalf("Shards: got %d, want 3", len(ss))
+	}
+	for i, s := range ss {
+		if s.Index != i || s.RunID != r.ID || s.State != jobs.ShardPending || s.Attempts != 0 || s.EstRows != int64(1000+i) {
+			t.Errorf("shard %d = %+v, want pending index %d attempts 0 est %d", i, s, i, 1000+i)
+		}
+		var plan map[string]any
+		if err := json.Unmarshal(s.Plan, &plan); err != nil || plan["file"] != fmt.Sprintf("part-%d.parquet", i) {
+			t.Errorf("shard %d plan = %s (%v), want file part-%d.parquet", i, s.Plan, err, i)
+		}
+	}
+
+	// Newest first, per job and overall, with limits.
+	time.Sleep(2 * time.Millisecond)
+	r2 := create(t, l, "recs", "date=2024-11-02", 1)
+	time.Sleep(2 * time.Millisecond)
+	r3 := create(t, l, "ranker", "", 0)
+	all, err := l.Runs(ctx, "", 0)
+	if err != nil {
+		t.Fatalf("Runs: %v", err)
+	}
+	if ids := runIDs(all); fmt.Sprint(ids) != fmt.Sprint([]string{r3.ID, r2.ID, r.ID}) {
+		t.Errorf("Runs(all) = %v, want [%s %s %s]", ids, r3.ID, r2.ID, r.ID)
+	}
+	recs, err := l.Runs(ctx, "recs", 0)
+	if err != nil {
+		t.Fatalf("Runs(recs): %v", err)
+	}
+	if ids := runIDs(recs); fmt.Sprint(ids) != fmt.Sprint([]string{r2.ID, r.ID}) {
+		t.Errorf("Runs(recs) = %v, want [%s %s]", ids, r2.ID, r.ID)
+	}
+	one, err := l.Runs(ctx, "", 1)
+	if err != nil {
+		t.Fatalf("Runs(limit 1): %v", err)
+	}
+	if ids := runIDs(one); fmt.Sprint(ids) != fmt.Sprint([]string{r3.ID}) {
+		t.Errorf("Runs(limit 1) = %v, want [%s]", ids, r3.ID)
+	}
+	if ss, err := l.Shards(ctx, r3.ID); err != nil || len(ss) != 0 {
+		t.Errorf("Shards(run with none) = %v, %v; want empty", ss, err)
+	}
+}
+
+func runIDs(rs []jobs.Run) []string {
+	ids := make([]string, len(rs))
+	for i, r := range rs {
+		ids[i] = r.ID
+	}
+	return ids
+}
+
+func testCreateDuplicate(t *testing.T, l ledger.Ledger) {
+	r, shards := newRun("recs", "k", 2)
+	if err := l.CreateRun(context.Background(), r, shards); err != nil {
+		t.Fatalf("CreateRun: %v", err)
+	}
+	if err := l.CreateRun(context.Background(), r, shards); err == nil {
+		t.Fatalf("CreateRun with an existing id succeeded")
+	}
+}
+
+func testOpenRun(t *testing.T, l ledger.Ledger) {
+	ctx := context.Background()
+	_, err := l.OpenRun(ctx, "recs", "date=1")
+	wantErr(t, "OpenRun on empty ledger", err, ledger.ErrNotFound)
+
+	old := create(t, l, "recs", "date=1", 1)
+	time.Sleep(2 * time.Millisecond)
+	newer := create(t, l, "recs", "date=1", 1)
+	create(t, l, "recs", "date=2", 1)
+	create(t, l, "other", "date=1", 1)
+
+	got, err := l.OpenRun(ctx, "recs", "date=1")
+	if err != nil || got.ID != newer.ID {
+		t.Fatalf("OpenRun = %s, %v; want newest open run %s", got.ID, err, newer.ID)
+	}
+	if err := l.SetRunState(ctx, newer.ID, jobs.RunSucceeded, ""); err != nil {
+		t.Fatalf("SetRunState: %v", err)
+	}
+	got, err = l.OpenRun(ctx, "recs", "date=1")
+	if err != nil || got.ID != old.ID {
+		t.Fatalf("OpenRun after newest succeeded = %s, %v; want %s", got.ID, err, old.ID)
+	}
+	// Running and publishing runs are still open.
+	claim(t, l, old.ID, "w1", longLease)
+	if err := l.SetRunState(ctx, old.ID, jobs.RunPublishing, ""); err != nil {
+		t.Fatalf("SetRunState(publishing): %v", err)
+	}
+	if got, err = l.OpenRun(ctx, "recs", "date=1"); err != nil || got.ID != old.ID || got.State != jobs.RunPublishing {
+		t.Fatalf("OpenRun of a publishing run = %s (%s), %v; want %s publishing", got.ID, got.State, err, old.ID)
+	}
+	if err := l.SetRunState(ctx, old.ID, jobs.RunFailed, "boom"); err != nil {
+		t.Fatalf("SetRunState(failed): %v", err)
+	}
+	_, err = l.OpenRun(ctx, "recs", "date=1")
+	wantErr(t, "OpenRun with only terminal runs", err, ledger.ErrNotFound)
+	if got, err := l.OpenRun(ctx, "recs", "date=2"); err != nil || got.ParamsKey != "date=2" {
+		t.Fatalf("OpenRun(date=2) = %+v, %v", got, err)
+	}
+}
+
+func testClaimOrder(t *testing.T, l ledger.Ledger) {
+	ctx := context.Background()
+	r := create(t, l, "recs", "", 3)
+	for i := range 3 {
+		s := claim(t, l, r.ID, "w1", longLease)
+		if s.Index != i {
+			t.Fatalf("claim %d got shard %d, want index order", i, s.Index)
+		}
+		if s.State != jobs.ShardRunning || s.Attempts != 1 || s.Worker != "w1" || s.RunID != r.ID {
+			t.Fatalf("claimed shard = %+v, want running, attempts 1, worker w1", s)
+		}
+		if d := time.Until(s.LeaseUntil); d < longLease-10*time.Second || d > longLease+10*time.Second {
+			t.Fatalf("claimed shard lease until %v (in %v), want about %v from now", s.LeaseUntil, d, longLease)
+		}
+		if i == 0 {
+			if got := mustRun(t, l, r.ID); got.State != jobs.RunRunning {
+				t.Fatalf("run state after first claim = %s, want running", got.State)
+			}
+		}
+	}
+	_, err := l.Claim(ctx, r.ID, "w2", longLease)
+	wantErr(t, "Claim with every shard leased", err, ledger.ErrNoShard)
+	for i := range 3 {
+		if err := l.Complete(ctx, r.ID, i, "w1", jobs.Counts{RowsIn: 1, RowsOut: 1}); err != nil {
+			t.Fatalf("Complete(%d): %v", i, err)
+		}
+	}
+	_, err = l.Claim(ctx, r.ID, "w2", longLease)
+	wantErr(t, "Claim with every shard committed", err, ledger.ErrNoShard)
+}
+
+func testClaimExpiredLease(t *testing.T, l ledger.Ledger) {
+	ctx := context.Background()
+	r := create(t, l, "recs", "", 2)
+	s0 := claim(t, l, r.ID, "dead", shortLease)
+	claim(t, l, r.ID, "alive", longLease)
+	_, err := l.Claim(ctx, r.ID, "w2", longLease)
+	wantErr(t, "Claim before the lease expired", err, ledger.ErrNoShard)
+	time.Sleep(3 * shortLease)
+	s := claim(t, l, r.ID, "w2", longLease)
+	if s.Index != s0.Index || s.Worker != "w2" || s.Attempts != 2 || s.State != jobs.ShardRunning {
+		t.Fatalf("re-claim of expired lease = %+v, want shard %d worker w2 attempts 2", s, s0.Index)
+	}
+	_, err = l.Claim(ctx, r.ID, "w3", longLease)
+	wantErr(t, "Claim after re-claim", err, ledger.ErrNoShard)
+	// The dead worker's late calls are refused.
+	wantErr(t, "Heartbeat by the expired worker", l.Heartbeat(ctx, r.ID, s0.Index, "dead", longLease), ledger.ErrLeaseLost)
+	wantErr(t, "Complete by the expired worker", l.Complete(ctx, r.ID, s0.Index, "dead", jobs.Counts{RowsOut: 5}), ledger.ErrLeaseLost)
+	if err := l.Complete(ctx, r.ID, s0.Index, "w2", jobs.Counts{RowsOut: 7}); err != nil {
+		t.Fatalf("Complete by the new holder: %v", err)
+	}
+	if got := mustRun(t, l, r.ID); got.Counts.RowsOut != 7 {
+		t.Fatalf("run counts = %+v, want RowsOut 7 (the expired worker's Complete must not count)", got.Counts)
+	}
+}
+
+func testClaimFinishedRun(t *testing.T, l ledger.Ledger) {
+	ctx := context.Background()
+	for _, st := range []jobs.RunState{jobs.RunSucceeded, jobs.RunFailed, jobs.RunCancelled} {
+		r := create(t, l, "recs", string(st), 2)
+		if err := l.SetRunState(ctx, r.ID, st, ""); err != nil {
+			t.Fatalf("SetRunState(%s): %v", st, err)
+		}
+		_, err := l.Claim(ctx, r.ID, "w1", longLease)
+		wantErr(t, "Claim on a "+string(st)+" run", err, ledger.ErrRunFinished)
+	}
+	_, err := l.Claim(ctx, "no-such-run", "w1", longLease)
+	wantErr(t, "Claim on a missing run", err, ledger.ErrNotFound)
+}
+
+func testLeaseLost(t *testing.T, l ledger.Ledger) {
+	ctx := context.Background()
+	r := create(t, l, "recs", "", 2)
+	s := claim(t, l, r.ID, "w1", longLease)
+	wantErr(t, "Heartbeat by the wrong worker", l.Heartbeat(ctx, r.ID, s.Index, "w2", longLease), ledger.ErrLeaseLost)
+	wantErr(t, "Complete by the wrong worker", l.Complete(ctx, r.ID, s.Index, "w2", jobs.Counts{}), ledger.ErrLeaseLost)
+	wantErr(t, "Fail by the wrong worker", l.Fail(ctx, r.ID, s.Index, "w2", "x", true, 3), ledger.ErrLeaseLost)
+	wantErr(t, "Release by the wrong worker", l.Release(ctx, r.ID, s.Index, "w2"), ledger.ErrLeaseLost)
+	wantErr(t, "Heartbeat on a pending shard", l.Heartbeat(ctx, r.ID, 1, "w1", longLease), ledger.ErrLeaseLost)
+	wantErr(t, "Complete on a pending shard", l.Complete(ctx, r.ID, 1, "w1", jobs.Counts{}), ledger.ErrLeaseLost)
+
+	// A heartbeat keeps a short lease alive past its first expiry.
+	s1 := claim(t, l, r.ID, "w1", shortLease)
+	for range 4 {
+		time.Sleep(shortLease / 3)
+		if err := l.Heartbeat(ctx, r.ID, s1.Index, "w1", shortLease); err != nil {
+			t.Fatalf("Heartbeat within the lease: %v", err)
+		}
+	}
+	_, err := l.Claim(ctx, r.ID, "w2", longLease)
+	wantErr(t, "Claim of a heartbeating shard", err, ledger.ErrNoShard)
+	if got := mustShard(t, l, r.ID, s1.Index); !got.LeaseUntil.After(time.Now().Add(-time.Second)) || got.Attempts != 1 {
+		t.Fatalf("after heartbeats shard = %+v, want a fresh lease and attempts 1", got)
+	}
+	// Once the lease has expired the holder has lost it, re-claimed or not.
+	time.Sleep(3 * shortLease)
+	wantErr(t, "Heartbeat after expiry", l.Heartbeat(ctx, r.ID, s1.Index, "w1", shortLease), ledger.ErrLeaseLost)
+	wantErr(t, "Complete after expiry", l.Complete(ctx, r.ID, s1.Index, "w1", jobs.Counts{}), ledger.ErrLeaseLost)
+	if got := mustShard(t, l, r.ID, s1.Index); got.State == jobs.ShardCommitted {
+		t.Fatalf("Complete after expiry committed the shard")
+	}
+	if err := l.Heartbeat(ctx, "no-such-run", 0, "w1", longLease); err == nil {
+		t.Fatalf("Heartbeat on a missing run succeeded")
+	}
+}
+
+func testCompleteCounts(t *testing.T, l ledger.Ledger) {
+	ctx := context.Background()
+	r := create(t, l, "recs", "", 3)
+	want := jobs.Counts{}
+	for i := range 3 {
+		s := claim(t, l, r.ID, "w1", longLease)
+		c := jobs.Counts{RowsIn: int64(100 * (i + 1)), RowsOut: int64(90 * (i + 1)), Rejected: int64(10 * (i + 1))}
+		if err := l.Complete(ctx, r.ID, s.Index, "w1", c); err != nil {
+			t.Fatalf("Complete(%d): %v", s.Index, err)
+		}
+		want = want.Add(c)
+		got := mustShard(t, l, r.ID, s.Index)
+		if got.State != jobs.ShardCommitted || got.Counts != c {
+			t.Fatalf("completed shard = %+v, want committed with %+v", got, c)
+		}
+	}
+	if got := mustRun(t, l, r.ID); got.Counts != want {
+		t.Fatalf("run counts = %+v, want %+v", got.Counts, want)
+	}
+	// A committed shard is no longer held: completing it again is refused
+	// and counts are not added twice.
+	wantErr(t, "Complete of a committed shard", l.Complete(ctx, r.ID, 0, "w1", jobs.Counts{RowsOut: 1}), ledger.ErrLeaseLost)
+	if got := mustRun(t, l, r.ID); got.Counts != want {
+		t.Fatalf("run counts after a second Complete = %+v, want %+v", got.Counts, want)
+	}
+}
+
+func testFailRetry(t *testing.T, l ledger.Ledger) {
+	ctx := context.Background()
+	r := create(t, l, "recs", "", 1)
+	const maxAttempts = 3
+	for attempt := 1; attempt <= maxAttempts; attempt++ {
+		s := claim(t, l, r.ID, "w1", longLease)
+		if s.Attempts != attempt {
+			t.Fatalf("attempt %d: claimed shard has Attempts %d", attempt, s.Attempts)
+		}
+		msg := fmt.Sprintf("read failed %d", attempt)
+		if err := l.Fail(ctx, r.ID, s.Index, "w1", msg, true, maxAttempts); err != nil {
+			t.Fatalf("Fail: %v", err)
+		}
+		got := mustShard(t, l, r.ID, s.Index)
+		want := jobs.ShardPending
+		if attempt == maxAttempts {
+			want = jobs.ShardFailed
+		}
+		if got.State != want || got.Error != msg || got.Attempts != attempt {
+			t.Fatalf("after failed attempt %d: shard = %+v, want state %s error %q", attempt, got, want, msg)
+		}
+	}
+	_, err := l.Claim(ctx, r.ID, "w1", longLease)
+	wantErr(t, "Claim with the only shard failed", err, ledger.ErrNoShard)
+}
+
+func testFailNoRetry(t *testing.T, l ledger.Ledger) {
+	ctx := context.Background()
+	r := create(t, l, "recs", "", 1)
+	s := claim(t, l, r.ID, "w1", longLease)
+	if err := l.Fail(ctx, r.ID, s.Index, "w1", "model output shape mismatch", false, 3); err != nil {
+		t.Fatalf("Fail: %v", err)
+	}
+	if got := mustShard(t, l, r.ID, s.Index); got.State != jobs.ShardFailed || got.Error != "model output shape mismatch" {
+		t.Fatalf("after Fail(retry=false) shard = %+v, want failed", got)
+	}
+}
+
+func testRelease(t *testing.T, l ledger.Ledger) {
+	ctx := context.Background()
+	r := create(t, l, "recs", "", 2)
+	s := claim(t, l, r.ID, "w1", longLease)
+	if err := l.Release(ctx, r.ID, s.Index, "w1"); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	got := mustShard(t, l, r.ID, s.Index)
+	if got.State != jobs.ShardPending || got.Attempts != 0 {
+		t.Fatalf("released shard = %+v, want pending with attempts 0", got)
+	}
+	s2 := claim(t, l, r.ID, "w2", longLease)
+	if s2.Index != s.Index || s2.Attempts != 1 {
+		t.Fatalf("claim after release = %+v, want shard %d with attempts 1", s2, s.Index)
+	}
+	wantErr(t, "Release by the old worker", l.Release(ctx, r.ID, s.Index, "w1"), ledger.ErrLeaseLost)
+}
+
+func testRetryFailed(t *testing.T, l ledger.Ledger) {
+	ctx := context.Background()
+	r := create(t, l, "recs", "", 3)
+	for range 3 {
+		s := claim(t, l, r.ID, "w1", longLease)
+		if s.Index == 1 {
+			if err := l.Complete(ctx, r.ID, s.Index, "w1", jobs.Counts{RowsOut: 1}); err != nil {
+				t.Fatalf("Complete: %v", err)
+			}
+			continue
+		}
+		if err := l.Fail(ctx, r.ID, s.Index, "w1", "bad row group", false, 1); err != nil {
+			t.Fatalf("Fail: %v", err)
+		}
+	}
+	n, err := l.RetryFailed(ctx, r.ID)
+	if err != nil || n != 2 {
+		t.Fatalf("RetryFailed = %d, %v; want 2", n, err)
+	}
+	for _, i := range []int{0, 2} {
+		if got := mustShard(t, l, r.ID, i); got.State != jobs.ShardPending || got.Attempts != 0 {
+			t.Fatalf("shard %d after RetryFailed = %+v, want pending with attempts 0", i, got)
+		}
+	}
+	if got := mustShard(t, l, r.ID, 1); got.State != jobs.ShardCommitted {
+		t.Fatalf("committed shard changed by RetryFailed: %+v", got)
+	}
+	for _, want := range []int{0, 2} {
+		if s := claim(t, l, r.ID, "w2", longLease); s.Index != want || s.Attempts != 1 {
+			t.Fatalf("claim after RetryFailed = %+v, want shard %d attempts 1", s, want)
+		}
+	}
+	if n, err := l.RetryFailed(ctx, r.ID); err != nil || n != 0 {
+		t.Fatalf("RetryFailed with none failed = %d, %v; want 0", n, err)
+	}
+	_, err = l.RetryFailed(ctx, "no-such-run")
+	wantErr(t, "RetryFailed(missing run)", err, ledger.ErrNotFound)
+}
+
+func testSetRunState(t *testing.T, l ledger.Ledger) {
+	ctx := context.Background()
+	r := create(t, l, "recs", "", 1)
+	for _, st := range []jobs.RunState{jobs.RunRunning, jobs.RunPublishing} {
+		if err := l.SetRunState(ctx, r.ID, st, ""); err != nil {
+			t.Fatalf("SetRunState(%s): %v", st, err)
+		}
+		if got := mustRun(t, l, r.ID); got.State != st {
+			t.Fatalf("state = %s, want %s", got.State, st)
+		}
+	}
+	if err := l.SetRunState(ctx, r.ID, jobs.RunFailed, "sink unreachable"); err != nil {
+		t.Fatalf("SetRunState(failed): %v", err)
+	}
+	got := mustRun(t, l, r.ID)
+	if got.State != jobs.RunFailed || got.Error != "sink unreachable" {
+		t.Fatalf("failed run = %+v, want failed with its message", got)
+	}
+	for _, st := range []jobs.RunState{jobs.RunRunning, jobs.RunSucceeded, jobs.RunCancelled} {
+		wantErr(t, "SetRunState("+string(st)+") on a failed run", l.SetRunState(ctx, r.ID, st, ""), ledger.ErrRunFinished)
+	}
+	if got := mustRun(t, l, r.ID); got.State != jobs.RunFailed || got.Error != "sink unreachable" {
+		t.Fatalf("terminal run changed to %+v", got)
+	}
+	wantErr(t, "SetRunState on a missing run", l.SetRunState(ctx, "no-such-run", jobs.RunRunning, ""), ledger.ErrNotFound)
+}
+
+func testNotFound(t *testing.T, l ledger.Ledger) {
+	ctx := context.Background()
+	_, err := l.Run(ctx, "no-such-run")
+	wantErr(t, "Run(missing)", err, ledger.ErrNotFound)
+	_, err = l.Shards(ctx, "no-such-run")
+	wantErr(t, "Shards(missing)", err, ledger.ErrNotFound)
+	r := create(t, l, "recs", "", 1)
+	wantErr(t, "Complete of a missing shard", l.Complete(ctx, r.ID, 5, "w1", jobs.Counts{}), ledger.ErrNotFound)
+	if rs, err := l.Runs(ctx, "nobody", 0); err != nil || len(rs) != 0 {
+		t.Fatalf("Runs(unknown job) = %v, %v; want empty", rs, err)
+	}
+}
+
+// testConcurrentClaims: 8 workers drain 100 shards; every shard is claimed
+// and committed exactly once and no shard is held by two workers.
+func testConcurrentClaims(t *testing.T, l ledger.Ledger) {
+	ctx := context.Background()
+	const workers, shards = 8, 100
+	r := create(t, l, "recs", "", shards)
+	var (
+		mu      sync.Mutex
+		claimed = map[int]string{}
+		wg      sync.WaitGroup
+	)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := fmt.Sprintf("w%d", w)
+			for {
+				s, err := l.Claim(ctx, r.ID, name, longLease)
+				if errors.Is(err, ledger.ErrNoShard) {
+					return
+				}
+				if err != nil {
+					t.Errorf("%s: Claim: %v", name, err)
+					return
+				}
+				mu.Lock()
+				if prev, dup := claimed[s.Index]; dup {
+					t.Errorf("shard %d claimed by %s and %s", s.Index, prev, name)
+				}
+				claimed[s.Index] = name
+				mu.Unlock()
+				if err := l.Heartbeat(ctx, r.ID, s.Index, name, longLease); err != nil {
+					t.Errorf("%s: Heartbeat(%d): %v", name, s.Index, err)
+				}
+				if err := l.Complete(ctx, r.ID, s.Index, name, jobs.Counts{RowsIn: 2, RowsOut: 1}); err != nil {
+					t.Errorf("%s: Complete(%d): %v", name, s.Index, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(claimed) != shards {
+		t.Fatalf("claimed %d distinct shards, want %d", len(claimed), shards)
+	}
+	ss, err := l.Shards(ctx, r.ID)
+	if err != nil {
+		t.Fatalf("Shards: %v", err)
+	}
+	for _, s := range ss {
+		if s.State != jobs.ShardCommitted || s.Attempts != 1 {
+			t.Errorf("shard %d = %+v, want committed once by %s", s.Index, s, claimed[s.Index])
+		}
+	}
+	if got := mustRun(t, l, r.ID); got.Counts != (jobs.Counts{RowsIn: 2 * shards, RowsOut: shards}) {
+		t.Fatalf("run counts = %+v, want RowsIn %d RowsOut %d", got.Counts, 2*shards, shards)
+	}
+}

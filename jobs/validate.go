@@ -1,0 +1,356 @@
+package jobs
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	_ "time/tzdata" // time zones resolve in minimal containers too
+
+	"github.com/robfig/cron/v3"
+)
+
+// Defaults applied to fields the spec leaves out.
+const (
+	DefaultTimezone            = "UTC"
+	DefaultConcurrency         = "forbid"
+	DefaultRowsPerShard        = 250_000
+	DefaultBatchSize           = 1024
+	DefaultDevice              = "cpu"
+	DefaultSessions            = 1
+	DefaultRedisPublish        = "atomic"
+	DefaultRetain              = 2
+	DefaultPipelineBatch       = 512
+	DefaultPipelineDepth       = 4
+	DefaultRedisTimeout        = 5 * time.Second
+	DefaultPostgresSchema      = "public"
+	DefaultPostgresMode        = "replace"
+	DefaultCompression         = "zstd"
+	DefaultMaxAttempts         = 3
+	DefaultMaxRejectedFraction = 0.01
+	// MaxBatchSize bounds model.batch_size (rows per inference call).
+	MaxBatchSize = 1 << 20
+)
+
+// Reserved output field names: every stored record carries these.
+var reservedFields = []string{"model_version", "computed_at"}
+
+var (
+	jobNameRE    = regexp.MustCompile(`^[a-z0-9-]{1,63}$`)
+	fieldNameRE  = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+	tableNameRE  = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,50}$`)
+	schemaNameRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+	// A features table may be schema-qualified.
+	featuresTableRE = regexp.MustCompile(`^([a-z_][a-z0-9_]{0,62}\.)?[a-z_][a-z0-9_]{0,62}$`)
+	namespaceRE     = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
+	deviceRE        = regexp.MustCompile(`^(cpu|cuda:(0|[1-9][0-9]{0,2}))$`)
+)
+
+// applyDefaults fills what the spec leaves out. Numbers are defaulted only
+// when absent (or null), so an explicit 0 is still caught by validation.
+func (d *decoder) applyDefaults(s *Spec) {
+	absent := func(path string) bool { return !d.set[path] }
+	if s.Timezone == "" {
+		s.Timezone = DefaultTimezone
+	}
+	if s.Concurrency == "" {
+		s.Concurrency = DefaultConcurrency
+	}
+	if absent("source.rows_per_shard") {
+		s.Source.RowsPerShard = DefaultRowsPerShard
+	}
+	if absent("model.batch_size") {
+		s.Model.BatchSize = DefaultBatchSize
+	}
+	if s.Model.Device == "" {
+		s.Model.Device = DefaultDevice
+	}
+	if absent("model.sessions") {
+		s.Model.Sessions = DefaultSessions
+	}
+	if r := s.Sinks.Redis; r != nil {
+		if r.Publish == "" {
+			r.Publish = DefaultRedisPublish
+		}
+		if absent("sinks.redis.retain") {
+			r.Retain = DefaultRetain
+		}
+		if absent("sinks.redis.pipeline_batch") {
+			r.PipelineBatch = DefaultPipelineBatch
+		}
+		if absent("sinks.redis.pipeline_depth") {
+			r.PipelineDepth = DefaultPipelineDepth
+		}
+		if absent("sinks.redis.timeout") {
+			r.Timeout.Duration = DefaultRedisTimeout
+		}
+	}
+	if p := s.Sinks.Postgres; p != nil {
+		if p.Schema == "" {
+			p.Schema = DefaultPostgresSchema
+		}
+		if p.Mode == "" {
+			p.Mode = DefaultPostgresMode
+		}
+		if absent("sinks.postgres.retain") {
+			p.Retain = DefaultRetain
+		}
+	}
+	if p := s.Sinks.Parquet; p != nil && p.Compression == "" {
+		p.Compression = DefaultCompression
+	}
+	if absent("retry.max_attempts") {
+		s.Retry.MaxAttempts = DefaultMaxAttempts
+	}
+	if s.MaxRejectedFraction == nil {
+		f := DefaultMaxRejectedFraction
+		s.MaxRejectedFraction = &f
+	}
+}
+
+// validate checks the spec statically (no I/O), recording every problem.
+func (d *decoder) validate(s *Spec) {
+	switch {
+	case s.Name == "":
+		d.fail("name", "required (lowercase letters, digits and -, e.g. user-recs)")
+	case !jobNameRE.MatchString(s.Name):
+		d.fail("name", "%q must be 1 to 63 lowercase letters, digits and - (e.g. user-recs)", s.Name)
+	}
+	if s.Schedule != "" {
+		if strings.HasPrefix(s.Schedule, "TZ=") || strings.HasPrefix(s.Schedule, "CRON_TZ=") {
+			d.fail("schedule", "time zone prefixes are not supported here; use the timezone field")
+		} else if _, err := cron.ParseStandard(s.Schedule); err != nil {
+			d.fail("schedule", "%q is not a 5-field cron expression (minute hour day-of-month month day-of-week, e.g. \"0 */4 * * *\"): %v", s.Schedule, err)
+		}
+	}
+	if _, err := time.LoadLocation(s.Timezone); err != nil || s.Timezone == "Local" {
+		d.fail("timezone", "unknown time zone %q (use an IANA name such as UTC or Europe/Paris)", s.Timezone)
+	}
+	switch s.Concurrency {
+	case "forbid", "replace", "allow":
+	default:
+		d.fail("concurrency", "must be forbid, replace or allow (got %q)", s.Concurrency)
+	}
+	d.validateSource(&s.Source)
+	d.validateModel(s)
+	d.validateSinks(s)
+	if s.Retry.MaxAttempts < 1 {
+		d.fail("retry.max_attempts", "must be >= 1 (got %d)", s.Retry.MaxAttempts)
+	}
+	if f := *s.MaxRejectedFraction; !(f >= 0 && f <= 1) {
+		d.fail("max_rejected_fraction", "must be between 0 and 1 (got %v)", f)
+	}
+	if f := s.Serving.Features; f != nil {
+		if f.DSN == "" {
+			d.fail("serving.features.dsn", "required")
+		}
+		if !featuresTableRE.MatchString(f.Table) {
+			d.fail("serving.features.table", "%q is not a valid table name ([a-z_][a-z0-9_]*, optionally schema-qualified)", f.Table)
+		}
+	}
+	if ttl := s.Serving.WritebackTTL.Duration; ttl < 0 {
+		d.fail("serving.writeback_ttl", "must be >= 0 (got %v)", ttl)
+	} else if ttl > 0 && s.Sinks.Redis == nil {
+		d.fail("serving.writeback_ttl", "needs a redis sink to write live results back to")
+	}
+}
+
+func (d *decoder) validateSource(src *SourceSpec) {
+	switch {
+	case src.Parquet == nil && src.Postgres == nil:
+		d.fail("source", "needs exactly one of parquet, postgres (got none)")
+	case src.Parquet != nil && src.Postgres != nil:
+		d.fail("source", "needs exactly one of parquet, postgres (got both)")
+	}
+	if p := src.Parquet; p != nil && p.Path == "" {
+		d.fail("source.parquet.path", "required (a file, a directory or a glob)")
+	}
+	if p := src.Postgres; p != nil {
+		if p.DSN == "" {
+			d.fail("source.postgres.dsn", "required")
+		}
+		if strings.TrimSpace(p.Query) == "" {
+			d.fail("source.postgres.query", "required (a SELECT)")
+		}
+	}
+	if src.Key == "" {
+		d.fail("source.key", "required: the entity key column")
+	}
+	if src.RowsPerShard <= 0 {
+		d.fail("source.rows_per_shard", "must be > 0 (got %d)", src.RowsPerShard)
+	}
+}
+
+func (d *decoder) validateModel(s *Spec) {
+	m := &s.Model
+	if m.Path == "" {
+		d.fail("model.path", "required: the ONNX model file")
+	}
+	if len(m.Inputs) == 0 {
+		d.fail("model.inputs", "required: map each ONNX input to source columns, e.g. features: { columns: [f0, f1] }")
+	}
+	for _, name := range m.InputNames() {
+		in := m.Inputs[name]
+		p := childPath("model.inputs", name)
+		if name == "" {
+			d.fail(p, "input name must not be empty")
+		}
+		switch {
+		case len(in.Columns) > 0 && in.Column != "":
+			d.fail(p, "give either columns or column, not both")
+		case len(in.Columns) == 0 && in.Column == "":
+			d.fail(p, "needs columns: [..] (numeric columns stacked) or column: NAME (one list column)")
+		}
+		seen := map[string]int{}
+		for i, c := range in.Columns {
+			cp := p + ".columns[" + strconv.Itoa(i) + "]"
+			if c == "" {
+				d.fail(cp, "column name must not be empty")
+				continue
+			}
+			if j, dup := seen[c]; dup {
+				d.fail(cp, "column %q already listed at columns[%d]", c, j)
+				continue
+			}
+			seen[c] = i
+		}
+	}
+	if len(m.Outputs) == 0 {
+		d.fail("model.outputs", "required: map each ONNX output to a stored field name, e.g. score: score")
+	}
+	fields := map[string]string{}
+	for _, name := range m.OutputNames() {
+		field := m.Outputs[name]
+		p := childPath("model.outputs", name)
+		switch {
+		case name == "":
+			d.fail(p, "output name must not be empty")
+		case !fieldNameRE.MatchString(field):
+			d.fail(p, "field name %q must match [a-z_][a-z0-9_]{0,62}", field)
+		case field == s.Source.Key:
+			d.fail(p, "field name %q collides with the key column", field)
+		case contains(reservedFields, field):
+			d.fail(p, "field name %q is reserved (every record has model_version and computed_at)", field)
+		case hasKey(s.Params, field):
+			d.fail(p, "field name %q collides with the run param of the same name", field)
+		case fields[field] != "":
+			d.fail(p, "field name %q is already used by output %q", field, fields[field])
+		default:
+			fields[field] = name
+		}
+	}
+	if m.BatchSize < 1 {
+		d.fail("model.batch_size", "must be > 0 (got %d)", m.BatchSize)
+	} else if m.BatchSize > MaxBatchSize {
+		d.fail("model.batch_size", "must be <= %d (got %d)", MaxBatchSize, m.BatchSize)
+	}
+	if !deviceRE.MatchString(m.Device) {
+		d.fail("model.device", "must be cpu or cuda:N (got %q)", m.Device)
+	}
+	if m.Threads < 0 {
+		d.fail("model.threads", "must be >= 0, 0 = runtime default (got %d)", m.Threads)
+	}
+	if m.Sessions < 1 {
+		d.fail("model.sessions", "must be >= 1 (got %d)", m.Sessions)
+	}
+}
+
+func (d *decoder) validateSinks(s *Spec) {
+	k := &s.Sinks
+	if k.Redis == nil && k.Postgres == nil && k.Parquet == nil {
+		d.fail("sinks", "at least one of redis, postgres, parquet is required")
+	}
+	if r := k.Redis; r != nil {
+		switch {
+		case r.Addr == "" && len(r.Addrs) == 0:
+			d.fail("sinks.redis", "needs addr (one server) or addrs (a cluster)")
+		case r.Addr != "" && len(r.Addrs) > 0:
+			d.fail("sinks.redis", "give either addr or addrs, not both")
+		}
+		for i, a := range r.Addrs {
+			if a == "" {
+				d.fail("sinks.redis.addrs["+strconv.Itoa(i)+"]", "must not be empty")
+			}
+		}
+		if !namespaceRE.MatchString(r.Namespace) {
+			d.fail("sinks.redis.namespace", "%q must be 1 to 128 of [A-Za-z0-9_.-]", r.Namespace)
+		}
+		switch r.Publish {
+		case "atomic", "in_place":
+		default:
+			d.fail("sinks.redis.publish", "must be atomic or in_place (got %q)", r.Publish)
+		}
+		if r.TTL.Duration < 0 {
+			d.fail("sinks.redis.ttl", "must be >= 0, 0 = no expiry (got %v)", r.TTL.Duration)
+		}
+		if r.Retain < 1 {
+			d.fail("sinks.redis.retain", "must be >= 1 (got %d)", r.Retain)
+		}
+		if r.DB < 0 {
+			d.fail("sinks.redis.db", "must be >= 0 (got %d)", r.DB)
+		} else if r.DB != 0 && len(r.Addrs) > 0 {
+			d.fail("sinks.redis.db", "Redis Cluster (addrs) has only db 0 (got %d)", r.DB)
+		}
+		if r.PipelineBatch < 1 {
+			d.fail("sinks.redis.pipeline_batch", "must be >= 1 (got %d)", r.PipelineBatch)
+		}
+		if r.PipelineDepth < 1 {
+			d.fail("sinks.redis.pipeline_depth", "must be >= 1 (got %d)", r.PipelineDepth)
+		}
+		if r.Timeout.Duration <= 0 {
+			d.fail("sinks.redis.timeout", "must be > 0 (got %v)", r.Timeout.Duration)
+		}
+	}
+	if p := k.Postgres; p != nil {
+		if p.DSN == "" {
+			d.fail("sinks.postgres.dsn", "required")
+		}
+		if !tableNameRE.MatchString(p.Table) {
+			d.fail("sinks.postgres.table", "%q is not a valid table name: [a-z_][a-z0-9_]{0,50}", p.Table)
+		}
+		if !schemaNameRE.MatchString(p.Schema) {
+			d.fail("sinks.postgres.schema", "%q is not a valid schema name: [a-z_][a-z0-9_]{0,62}", p.Schema)
+		}
+		switch p.Mode {
+		case "replace", "upsert":
+		default:
+			d.fail("sinks.postgres.mode", "must be replace or upsert (got %q)", p.Mode)
+		}
+		if p.Retain < 1 {
+			d.fail("sinks.postgres.retain", "must be >= 1 (got %d)", p.Retain)
+		}
+		outFields := map[string]bool{}
+		for _, f := range s.Model.Outputs {
+			outFields[f] = true
+		}
+		for i, v := range p.Vector {
+			if !outFields[v] {
+				d.fail("sinks.postgres.vector["+strconv.Itoa(i)+"]", "%q is not an output field (have: %s)", v, strings.Join(sortedKeys(outFields), ", "))
+			}
+		}
+	}
+	if p := k.Parquet; p != nil {
+		if p.Path == "" {
+			d.fail("sinks.parquet.path", "required: the output directory")
+		}
+		switch p.Compression {
+		case "snappy", "zstd", "gzip", "none":
+		default:
+			d.fail("sinks.parquet.compression", "must be snappy, zstd, gzip or none (got %q)", p.Compression)
+		}
+	}
+}
+
+func hasKey(m map[string]string, k string) bool {
+	_, ok := m[k]
+	return ok
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,238 @@
+package lookup
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"unicode/utf8"
+)
+
+// badRequest is a client error answered with 400 and its message.
+type badRequest struct{ msg string }
+
+func (e *badRequest) Error() string { return e.msg }
+
+func badf(format string, args ...any) error { return &badRequest{msg: fmt.Sprintf(format, args...)} }
+
+// batchGetRequest is the body of POST /v1/predictions/{ns}:batchGet.
+type batchGetRequest struct {
+	Keys []string
+}
+
+// predictRequest is the body of POST /v1/predictions/{ns}:predict: a key and
+// one row of inputs, keyed either by model input name (Inputs) or by source
+// column name (Columns). Values are kept as the caller sent them (a number or
+// an array of numbers) until the namespace's layout checks them.
+type predictRequest struct {
+	Key     string
+	Inputs  map[string][]float64
+	Columns map[string][]float64
+	// ColumnScalar marks Columns entries the caller sent as a bare number.
+	ColumnScalar map[string]bool
+}
+
+// keyLimits bounds keys in every request.
+type keyLimits struct {
+	maxKeyLen int
+	maxKeys   int
+}
+
+func (l keyLimits) checkKey(field, k string) error {
+	if k == "" {
+		return badf("%s: key is empty", field)
+	}
+	if len(k) > l.maxKeyLen {
+		return badf("%s: key is %d bytes, limit %d", field, len(k), l.maxKeyLen)
+	}
+	if !utf8.ValidString(k) {
+		return badf("%s: key is not valid UTF-8", field)
+	}
+	return nil
+}
+
+// decodeKey reads a JSON string or integer key.
+func decodeKey(field string, raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return "", badf("%s: missing", field)
+	}
+	switch raw[0] {
+	case '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", badf("%s: %v", field, err)
+		}
+		return s, nil
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		if _, err := strconv.ParseInt(string(raw), 10, 64); err != nil {
+			return "", badf("%s: want a string or an integer, got %s", field, truncate(string(raw), 40))
+		}
+		return string(raw), nil
+	default:
+		return "", badf("%s: want a string or an integer, got %s", field, truncate(string(raw), 40))
+	}
+}
+
+// strictObject decodes a JSON object into its fields, rejecting trailing data
+// and duplicate or unknown fields (allowed lists the known ones).
+func strictObject(body []byte, what string, allowed ...string) (map[string]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var obj map[string]json.RawMessage
+	if err := dec.Decode(&obj); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, badf("malformed JSON: empty body, want a %s object", what)
+		}
+		return nil, badf("malformed JSON: %v", err)
+	}
+	if obj == nil {
+		return nil, badf("malformed JSON: want a %s object, got null", what)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, badf("malformed JSON: trailing data after the %s object", what)
+	}
+	for name := range obj {
+		known := false
+		for _, a := range allowed {
+			if name == a {
+				known = true
+				break
+			}
+		}
+		if !known {
+			return nil, badf("unknown field %q (want %s)", name, joinQuoted(allowed))
+		}
+	}
+	return obj, nil
+}
+
+// decodeBatchGet parses and checks a batchGet body.
+func decodeBatchGet(body []byte, lim keyLimits) (batchGetRequest, error) {
+	obj, err := strictObject(body, "batchGet", "keys")
+	if err != nil {
+		return batchGetRequest{}, err
+	}
+	raw, ok := obj["keys"]
+	if !ok {
+		return batchGetRequest{}, badf(`field "keys": missing`)
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil || items == nil {
+		return batchGetRequest{}, badf(`field "keys": want an array of strings`)
+	}
+	if len(items) == 0 {
+		return batchGetRequest{}, badf(`field "keys": empty`)
+	}
+	if len(items) > lim.maxKeys {
+		return batchGetRequest{}, badf(`field "keys": %d keys, limit %d per request`, len(items), lim.maxKeys)
+	}
+	req := batchGetRequest{Keys: make([]string, len(items))}
+	for i, it := range items {
+		field := fmt.Sprintf("keys[%d]", i)
+		k, err := decodeKey(field, it)
+		if err != nil {
+			return batchGetRequest{}, err
+		}
+		if err := lim.checkKey(field, k); err != nil {
+			return batchGetRequest{}, err
+		}
+		req.Keys[i] = k
+	}
+	return req, nil
+}
+
+// decodePredict parses a predict body. It checks JSON shape and types only;
+// the namespace's layout checks names and lengths (checkPredict).
+func decodePredict(body []byte, lim keyLimits) (predictRequest, error) {
+	obj, err := strictObject(body, "predict", "key", "inputs", "columns")
+	if err != nil {
+		return predictRequest{}, err
+	}
+	k, err := decodeKey(`field "key"`, obj["key"])
+	if err != nil {
+		return predictRequest{}, err
+	}
+	if err := lim.checkKey(`field "key"`, k); err != nil {
+		return predictRequest{}, err
+	}
+	req := predictRequest{Key: k}
+	rawIn, hasIn := obj["inputs"]
+	rawCol, hasCol := obj["columns"]
+	switch {
+	case hasIn && hasCol:
+		return predictRequest{}, badf(`give either "inputs" (by model input name) or "columns" (by source column name), not both`)
+	case hasIn:
+		req.Inputs, _, err = decodeNumbers("inputs", rawIn, false)
+	case hasCol:
+		req.Columns, req.ColumnScalar, err = decodeNumbers("columns", rawCol, true)
+	}
+	if err != nil {
+		return predictRequest{}, err
+	}
+	return req, nil
+}
+
+// decodeNumbers reads an object whose values are arrays of numbers (or, when
+// scalars is set, also bare numbers).
+func decodeNumbers(field string, raw json.RawMessage, scalars bool) (map[string][]float64, map[string]bool, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
+		return nil, nil, badf("field %q: want an object of number arrays", field)
+	}
+	out := make(map[string][]float64, len(m))
+	var isScalar map[string]bool
+	for name, v := range m {
+		v = bytes.TrimSpace(v)
+		if scalars && len(v) > 0 && v[0] != '[' {
+			var f float64
+			if err := json.Unmarshal(v, &f); err != nil {
+				return nil, nil, badf("%s.%s: want a number or an array of numbers, got %s", field, name, truncate(string(v), 40))
+			}
+			out[name] = []float64{f}
+			if isScalar == nil {
+				isScalar = map[string]bool{}
+			}
+			isScalar[name] = true
+			continue
+		}
+		var arr []json.RawMessage
+		if err := json.Unmarshal(v, &arr); err != nil || arr == nil {
+			return nil, nil, badf("%s.%s: want an array of numbers, got %s", field, name, truncate(string(v), 40))
+		}
+		fs := make([]float64, len(arr))
+		for i, e := range arr {
+			if err := json.Unmarshal(e, &fs[i]); err != nil {
+				return nil, nil, badf("%s.%s[%d]: want a number, got %s", field, name, i, truncate(string(e), 40))
+			}
+			if math.IsNaN(fs[i]) || math.IsInf(fs[i], 0) {
+				return nil, nil, badf("%s.%s[%d]: not a finite number", field, name, i)
+			}
+		}
+		out[name] = fs
+	}
+	return out, isScalar, nil
+}
+
+func joinQuoted(names []string) string {
+	s := append([]string(nil), names...)
+	sort.Strings(s)
+	var b bytes.Buffer
+	for i, n := range s {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Quote(n))
+	}
+	return b.String()
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

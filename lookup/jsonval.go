@@ -1,0 +1,146 @@
+package lookup
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+)
+
+// JSON numbers are written as the Redis sink writes them: the shortest text
+// that reads back to the same value at the column's width (float32 columns
+// with 32-bit precision), so a value from any source compares bit-for-bit.
+
+func appendFloat(dst []byte, f float64, bits int) ([]byte, error) {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return dst, fmt.Errorf("non-finite value %v", f)
+	}
+	return strconv.AppendFloat(dst, f, 'g', -1, bits), nil
+}
+
+// arrowJSON renders row i of a (an inference output column) as JSON.
+func arrowJSON(dst []byte, a arrow.Array, i int) ([]byte, error) {
+	if a.IsNull(i) {
+		return append(dst, "null"...), nil
+	}
+	switch c := a.(type) {
+	case *array.Float32:
+		return appendFloat(dst, float64(c.Value(i)), 32)
+	case *array.Float64:
+		return appendFloat(dst, c.Value(i), 64)
+	case *array.Int32:
+		return strconv.AppendInt(dst, int64(c.Value(i)), 10), nil
+	case *array.Int64:
+		return strconv.AppendInt(dst, c.Value(i), 10), nil
+	case *array.String:
+		b, _ := json.Marshal(c.Value(i))
+		return append(dst, b...), nil
+	case array.ListLike:
+		start, end := c.ValueOffsets(i)
+		vals := c.ListValues()
+		dst = append(dst, '[')
+		for j := start; j < end; j++ {
+			if j > start {
+				dst = append(dst, ',')
+			}
+			var err error
+			if dst, err = arrowJSON(dst, vals, int(j)); err != nil {
+				return dst, err
+			}
+		}
+		return append(dst, ']'), nil
+	}
+	return dst, fmt.Errorf("output type %s cannot be rendered as JSON", a.DataType())
+}
+
+// pgJSON renders a value pgx decoded from a result column as JSON.
+func pgJSON(dst []byte, v any) ([]byte, error) {
+	switch x := v.(type) {
+	case nil:
+		return append(dst, "null"...), nil
+	case float32:
+		return appendFloat(dst, float64(x), 32)
+	case float64:
+		return appendFloat(dst, x, 64)
+	case int16:
+		return strconv.AppendInt(dst, int64(x), 10), nil
+	case int32:
+		return strconv.AppendInt(dst, int64(x), 10), nil
+	case int64:
+		return strconv.AppendInt(dst, x, 10), nil
+	case bool:
+		return strconv.AppendBool(dst, x), nil
+	case time.Time:
+		return strconv.AppendQuote(dst, x.UTC().Format(time.RFC3339Nano)), nil
+	case []any:
+		dst = append(dst, '[')
+		for j, e := range x {
+			if j > 0 {
+				dst = append(dst, ',')
+			}
+			var err error
+			if dst, err = pgJSON(dst, e); err != nil {
+				return dst, err
+			}
+		}
+		return append(dst, ']'), nil
+	case []float32:
+		dst = append(dst, '[')
+		for j, e := range x {
+			if j > 0 {
+				dst = append(dst, ',')
+			}
+			var err error
+			if dst, err = appendFloat(dst, float64(e), 32); err != nil {
+				return dst, err
+			}
+		}
+		return append(dst, ']'), nil
+	default:
+		b, err := json.Marshal(x)
+		if err != nil {
+			return dst, fmt.Errorf("value of type %T: %w", v, err)
+		}
+		return append(dst, b...), nil
+	}
+}
+
+// pgFloats reads a feature value pgx decoded (a number or an array of
+// numbers) as float64s; ok is false for NULLs and non-numeric values.
+func pgFloats(v any) ([]float64, bool) {
+	switch x := v.(type) {
+	case float32:
+		return []float64{float64(x)}, true
+	case float64:
+		return []float64{x}, true
+	case int16:
+		return []float64{float64(x)}, true
+	case int32:
+		return []float64{float64(x)}, true
+	case int64:
+		return []float64{float64(x)}, true
+	case []any:
+		out := make([]float64, 0, len(x))
+		for _, e := range x {
+			f, ok := pgFloats(e)
+			if !ok || len(f) != 1 {
+				return nil, false
+			}
+			out = append(out, f[0])
+		}
+		return out, true
+	case []float32:
+		out := make([]float64, len(x))
+		for i, e := range x {
+			out[i] = float64(e)
+		}
+		return out, true
+	case []float64:
+		return x, true
+	}
+	return nil, false
+}

@@ -1,0 +1,455 @@
+package runner
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/ledger/bolt"
+	"github.com/precog-ml/precog/sinks"
+)
+
+// ErrInterrupted means the run was stopped (Ctrl-C, SIGTERM) before it
+// finished; the same command resumes it.
+var ErrInterrupted = errors.New("interrupted")
+
+// ErrTooManyRejects means more rows were rejected than max_rejected_fraction
+// allows; the run failed and nothing was published.
+var ErrTooManyRejects = errors.New("too many rejected rows")
+
+// LocalOptions configures a single-machine run.
+type LocalOptions struct {
+	// StateDir holds the embedded ledger and the rejects (".precog").
+	StateDir string
+	// Parallel is the shards processed at once (default 1: the pipeline
+	// inside a shard already overlaps read, inference and writes).
+	Parallel int
+	// Restart abandons an unfinished run whose spec or model changed,
+	// instead of refusing to resume it.
+	Restart bool
+	// Logger receives structured progress and lifecycle logs.
+	Logger *slog.Logger
+	// OnProgress, when set, is called about every ProgressEvery.
+	OnProgress    func(Progress)
+	ProgressEvery time.Duration
+	// Lease is how long a claimed shard stays leased without a heartbeat.
+	Lease time.Duration
+}
+
+// Progress is a snapshot of a running run.
+type Progress struct {
+	RunID       string
+	RowsDone    int64 // source rows read, including shards done before a resume
+	RowsTotal   int64 // planned rows (from metadata)
+	ShardsDone  int
+	ShardsTotal int
+	Rejected    int64
+	Elapsed     time.Duration
+	// Rate is rows per second over this process's lifetime (resumed shards excluded).
+	Rate float64
+	ETA  time.Duration
+}
+
+// Result summarises a finished run.
+type Result struct {
+	Run     jobs.Run
+	Resumed bool
+	// SkippedShards were committed by an earlier process and not recomputed.
+	SkippedShards int
+	// RowsThisProcess counts the source rows this process read.
+	RowsThisProcess int64
+	Duration        time.Duration
+	RejectsDir      string
+	Outputs         []string
+}
+
+// RunLocal runs the whole job on this machine with the embedded ledger under
+// StateDir. If an unfinished run of the same job and params exists it is
+// resumed: committed shards are not recomputed.
+func RunLocal(ctx context.Context, spec *jobs.Spec, opts LocalOptions) (Result, error) {
+	start := time.Now()
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if opts.StateDir == "" {
+		opts.StateDir = ".precog"
+	}
+	opts.Parallel = max(opts.Parallel, 1)
+	if opts.Lease <= 0 {
+		opts.Lease = 30 * time.Second
+	}
+	if opts.ProgressEvery <= 0 {
+		opts.ProgressEvery = 200 * time.Millisecond
+	}
+	if err := os.MkdirAll(opts.StateDir, 0o755); err != nil {
+		return Result{}, fmt.Errorf("state dir: %w", err)
+	}
+
+	job, err := OpenJob(ctx, spec)
+	if err != nil {
+		return Result{}, err
+	}
+	defer job.Close()
+
+	led, err := bolt.Open(filepath.Join(opts.StateDir, "ledger.db"))
+	if err != nil {
+		return Result{}, err
+	}
+	defer led.Close()
+
+	snks, err := OpenSinks(ctx, spec)
+	if err != nil {
+		return Result{}, err
+	}
+	defer func() {
+		for _, s := range snks {
+			s.Close()
+		}
+	}()
+
+	run, resumed, err := openOrCreateRun(ctx, led, job, snks, opts, log)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Run: run, Resumed: resumed, RejectsDir: filepath.Join(opts.StateDir, "rejects", run.ID)}
+	info := sinks.RunInfo{Job: spec.Name, RunID: run.ID, Version: run.Version, Params: spec.Params, Schema: job.Output, Key: spec.Source.Key}
+	for _, s := range snks {
+		if err := s.Prepare(ctx, info); err != nil {
+			return res, fmt.Errorf("sink %s: prepare: %w", s.Name(), err)
+		}
+	}
+
+	shards, err := led.Shards(ctx, run.ID)
+	if err != nil {
+		return res, err
+	}
+	var total, done int64
+	var shardsDone atomic.Int64
+	for _, s := range shards {
+		total += s.EstRows
+		if s.State == jobs.ShardCommitted {
+			done += s.EstRows
+			shardsDone.Add(1)
+			res.SkippedShards++
+		}
+	}
+	if resumed {
+		log.Info("resuming run", "run", run.ID, "committed_shards", res.SkippedShards, "shards", len(shards))
+	} else {
+		log.Info("starting run", "run", run.ID, "version", run.Version, "shards", len(shards), "rows", total)
+	}
+
+	if run.State != jobs.RunPublishing {
+		var rowsNow, rejected atomic.Int64
+		rejected.Store(run.Counts.Rejected)
+		stopProgress := startProgress(ctx, opts, func() Progress {
+			p := Progress{RunID: run.ID, RowsDone: done + rowsNow.Load(), RowsTotal: total,
+				ShardsDone: int(shardsDone.Load()), ShardsTotal: len(shards), Rejected: rejected.Load(),
+				Elapsed: time.Since(start)}
+			if secs := p.Elapsed.Seconds(); secs > 0 {
+				p.Rate = float64(rowsNow.Load()) / secs
+			}
+			if p.Rate > 0 && p.RowsTotal > p.RowsDone {
+				p.ETA = time.Duration(float64(p.RowsTotal-p.RowsDone) / p.Rate * float64(time.Second))
+			}
+			return p
+		})
+		maxRejected := spec.MaxRejected() * float64(total)
+		err := runShards(ctx, led, job, snks, info, run, opts, log, func(n int64) { rowsNow.Add(n) },
+			func(c jobs.Counts) error {
+				shardsDone.Add(1)
+				if r := rejected.Add(c.Rejected); float64(r) > maxRejected {
+					return fmt.Errorf("%w: %d rejected so far, more than max_rejected_fraction %g of %d planned rows (see %s)",
+						ErrTooManyRejects, r, spec.MaxRejected(), total, res.RejectsDir)
+				}
+				return nil
+			})
+		stopProgress()
+		res.RowsThisProcess = rowsNow.Load()
+		if err != nil {
+			if errors.Is(err, ErrTooManyRejects) {
+				abortRun(ctx, led, snks, info, err, log)
+			}
+			return res, err
+		}
+		if run, err = led.Run(ctx, run.ID); err != nil {
+			return res, err
+		}
+		res.Run = run
+		if float64(run.Counts.Rejected) > spec.MaxRejected()*float64(run.Counts.RowsIn) {
+			err := fmt.Errorf("%w: %d of %d rows rejected, more than max_rejected_fraction %g (see %s)",
+				ErrTooManyRejects, run.Counts.Rejected, run.Counts.RowsIn, spec.MaxRejected(), res.RejectsDir)
+			abortRun(ctx, led, snks, info, err, log)
+			return res, err
+		}
+		if err := led.SetRunState(ctx, run.ID, jobs.RunPublishing, ""); err != nil {
+			return res, err
+		}
+	}
+
+	// Publish: every shard is committed in every sink.
+	for _, s := range snks {
+		if err := s.Publish(ctx, info); err != nil {
+			return res, fmt.Errorf("sink %s: publish run %s (rerun the same command to retry the publish): %w", s.Name(), run.ID, err)
+		}
+		log.Info("published", "sink", s.Name(), "run", run.ID, "version", run.Version)
+	}
+	if err := led.SetRunState(ctx, run.ID, jobs.RunSucceeded, ""); err != nil {
+		return res, err
+	}
+	if res.Run, err = led.Run(ctx, run.ID); err != nil {
+		return res, err
+	}
+	res.Duration = time.Since(start)
+	res.Outputs = outputs(spec, run)
+	return res, nil
+}
+
+// openOrCreateRun finds the unfinished run of (job, params) to resume, or
+// plans and creates a new one.
+func openOrCreateRun(ctx context.Context, led ledger.Ledger, job *Job, snks []sinks.Sink, opts LocalOptions, log *slog.Logger) (jobs.Run, bool, error) {
+	spec := job.Spec
+	paramsKey := jobs.ParamsKey(spec.Params)
+	run, err := led.OpenRun(ctx, spec.Name, paramsKey)
+	switch {
+	case err == nil:
+		changed := ""
+		if run.SpecHash != spec.Hash() {
+			changed = "the job spec"
+		} else if run.ModelVersion != job.Model.Version() {
+			changed = fmt.Sprintf("the model (version %s, run has %s)", job.Model.Version(), run.ModelVersion)
+		}
+		if changed == "" {
+			// Only this process can hold the ledger: leases of a killed
+			// earlier process are stale, release them now.
+			shards, err := led.Shards(ctx, run.ID)
+			if err != nil {
+				return run, false, err
+			}
+			for _, s := range shards {
+				if s.State == jobs.ShardRunning {
+					if err := led.Release(ctx, run.ID, s.Index, s.Worker); err != nil && !errors.Is(err, ledger.ErrLeaseLost) {
+						return run, false, err
+					}
+				}
+			}
+			if n, err := led.RetryFailed(ctx, run.ID); err != nil {
+				return run, false, err
+			} else if n > 0 {
+				log.Info("retrying failed shards", "run", run.ID, "shards", n)
+			}
+			return run, true, nil
+		}
+		if !opts.Restart {
+			return run, false, fmt.Errorf("run %s of %s is unfinished but %s changed since it started; rerun with --restart to abandon it and start over", run.ID, spec.Name, changed)
+		}
+		info := sinks.RunInfo{Job: spec.Name, RunID: run.ID, Version: run.Version, Params: run.Params, Schema: job.Output, Key: spec.Source.Key}
+		abortRun(ctx, led, snks, info, fmt.Errorf("abandoned: %s changed (--restart)", changed), log)
+	case !errors.Is(err, ledger.ErrNotFound):
+		return run, false, err
+	}
+
+	plans, err := job.Source.Plan(ctx, spec.Source.RowsPerShard)
+	if err != nil {
+		return run, false, fmt.Errorf("plan: %w", err)
+	}
+	version := newVersion()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	run = jobs.Run{
+		ID: spec.Name + "-" + version, Job: spec.Name, Version: version, Params: spec.Params,
+		ParamsKey: paramsKey, SpecHash: spec.Hash(), ModelVersion: job.Model.Version(),
+		State: jobs.RunPending, Shards: len(plans), CreatedAt: now, UpdatedAt: now,
+	}
+	shards := make([]jobs.Shard, len(plans))
+	for i, p := range plans {
+		shards[i] = jobs.Shard{RunID: run.ID, Index: i, Plan: p.Plan, EstRows: p.Rows, State: jobs.ShardPending, UpdatedAt: now}
+	}
+	if err := led.CreateRun(ctx, run, shards); err != nil {
+		return run, false, err
+	}
+	return run, false, nil
+}
+
+// newVersion names a run's data in every sink: sortable UTC time plus a
+// random suffix, lower-case so it is a valid identifier fragment everywhere.
+func newVersion() string {
+	var b [2]byte
+	_, _ = rand.Read(b[:])
+	return time.Now().UTC().Format("20060102t150405") + "-" + hex.EncodeToString(b[:])
+}
+
+// runShards claims and executes shards with opts.Parallel workers until none
+// is left. A shard whose attempts are spent leaves the run resumable.
+func runShards(ctx context.Context, led ledger.Ledger, job *Job, snks []sinks.Sink, info sinks.RunInfo, run jobs.Run,
+	opts LocalOptions, log *slog.Logger, onRows func(int64), onDone func(jobs.Counts) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	host, _ := os.Hostname()
+	worker := fmt.Sprintf("%s-%d", host, os.Getpid())
+	maxAttempts := job.Spec.Retry.MaxAttempts
+
+	var wg sync.WaitGroup
+	var failedMu sync.Mutex
+	var failed []string
+	for range opts.Parallel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				sh, err := led.Claim(ctx, run.ID, worker, opts.Lease)
+				if errors.Is(err, ledger.ErrNoShard) {
+					return
+				}
+				if err != nil {
+					cancel(err)
+					return
+				}
+				counts, err := execWithLease(ctx, led, job, snks, info, run, sh, worker, opts, onRows)
+				switch {
+				case err == nil:
+					if err := led.Complete(ctx, run.ID, sh.Index, worker, counts); err != nil {
+						cancel(fmt.Errorf("shard %d: complete: %w", sh.Index, err))
+						return
+					}
+					log.Debug("shard committed", "shard", sh.Index, "rows_in", counts.RowsIn, "rows_out", counts.RowsOut, "rejected", counts.Rejected)
+					if err := onDone(counts); err != nil {
+						cancel(err)
+						return
+					}
+				case ctx.Err() != nil:
+					// Interrupted: give the shard back without spending an attempt.
+					_ = led.Release(context.WithoutCancel(ctx), run.ID, sh.Index, worker)
+					return
+				default:
+					log.Warn("shard failed", "shard", sh.Index, "attempt", sh.Attempts, "max_attempts", maxAttempts, "err", err)
+					if ferr := led.Fail(ctx, run.ID, sh.Index, worker, err.Error(), true, maxAttempts); ferr != nil {
+						cancel(fmt.Errorf("shard %d: record failure: %w", sh.Index, ferr))
+						return
+					}
+					if sh.Attempts >= maxAttempts {
+						failedMu.Lock()
+						failed = append(failed, fmt.Sprintf("shard %d: %v", sh.Index, err))
+						failedMu.Unlock()
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if cause := context.Cause(ctx); cause != nil {
+		if errors.Is(cause, context.Canceled) || errors.Is(cause, context.DeadlineExceeded) {
+			return fmt.Errorf("run %s %w: committed shards are kept; rerun the same command to resume", run.ID, ErrInterrupted)
+		}
+		return cause
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("run %s: %d shard(s) failed after %d attempts; rerun the same command to retry them:\n  %s",
+			run.ID, len(failed), maxAttempts, strings.Join(failed, "\n  "))
+	}
+	return nil
+}
+
+// execWithLease runs one shard attempt while heartbeating its lease; a lost
+// lease cancels the attempt before it can commit.
+func execWithLease(ctx context.Context, led ledger.Ledger, job *Job, snks []sinks.Sink, info sinks.RunInfo, run jobs.Run,
+	sh jobs.Shard, worker string, opts LocalOptions, onRows func(int64)) (jobs.Counts, error) {
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		t := time.NewTicker(opts.Lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-t.C:
+				if err := led.Heartbeat(sctx, run.ID, sh.Index, worker, opts.Lease); err != nil && sctx.Err() == nil {
+					cancel(fmt.Errorf("shard %d: heartbeat: %w", sh.Index, err))
+					return
+				}
+			}
+		}
+	}()
+	rejects := newRejectFile(filepath.Join(opts.StateDir, "rejects", run.ID), sh.Index)
+	counts, err := job.ExecShard(sctx, ShardTask{Run: info, Shard: sh, Sinks: snks, Rejects: rejects, ComputedAt: run.CreatedAt, OnRows: onRows})
+	if err == nil && sctx.Err() != nil {
+		err = context.Cause(sctx)
+	}
+	if err != nil {
+		rejects.abort()
+		return counts, fmt.Errorf("shard %d: %w", sh.Index, err)
+	}
+	if err := rejects.commit(); err != nil {
+		return counts, fmt.Errorf("shard %d: rejects: %w", sh.Index, err)
+	}
+	return counts, nil
+}
+
+// abortRun marks the run failed and removes what it wrote from every sink.
+func abortRun(ctx context.Context, led ledger.Ledger, snks []sinks.Sink, info sinks.RunInfo, cause error, log *slog.Logger) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if err := led.SetRunState(actx, info.RunID, jobs.RunFailed, cause.Error()); err != nil {
+		log.Warn("mark run failed", "run", info.RunID, "err", err)
+	}
+	for _, s := range snks {
+		if err := s.Abort(actx, info); err != nil {
+			log.Warn("abort sink", "sink", s.Name(), "run", info.RunID, "err", err)
+		}
+	}
+}
+
+func startProgress(ctx context.Context, opts LocalOptions, snapshot func() Progress) (stop func()) {
+	if opts.OnProgress == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(opts.ProgressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				opts.OnProgress(snapshot())
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				opts.OnProgress(snapshot())
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+func outputs(spec *jobs.Spec, run jobs.Run) []string {
+	var out []string
+	if p := spec.Sinks.Parquet; p != nil {
+		out = append(out, "parquet: "+p.Path)
+	}
+	if p := spec.Sinks.Postgres; p != nil {
+		out = append(out, fmt.Sprintf("postgres: %s.%s (%s)", p.Schema, p.Table, p.Mode))
+	}
+	if r := spec.Sinks.Redis; r != nil {
+		if r.Publish == "in_place" {
+			out = append(out, fmt.Sprintf("redis: %s:{key}", r.Namespace))
+		} else {
+			out = append(out, fmt.Sprintf("redis: %s:%s:{key} (current → %s)", r.Namespace, run.Version, run.Version))
+		}
+	}
+	return out
+}

@@ -1,0 +1,299 @@
+package model
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrBatcherClosed is returned by Batcher.Do once Close has begun.
+var ErrBatcherClosed = errors.New("batcher closed")
+
+// BatcherOption tunes a Batcher beyond its batch size and wait.
+type BatcherOption func(*batcherConfig)
+
+type batcherConfig struct {
+	queue       int
+	concurrency int
+}
+
+// WithQueue bounds the requests waiting to join a batch (default 4×maxBatch).
+// Do blocks (honouring its context) while the queue is full, so memory stays
+// bounded whatever the request rate; callers shed load in front of it.
+func WithQueue(n int) BatcherOption {
+	return func(c *batcherConfig) {
+		if n > 0 {
+			c.queue = n
+		}
+	}
+}
+
+// WithConcurrency sets how many batches may run at once (default 1). Match it
+// to the model's session pool so every session stays busy; while all runners
+// are busy the next batch keeps growing up to maxBatch.
+func WithConcurrency(n int) BatcherOption {
+	return func(c *batcherConfig) {
+		if n > 0 {
+			c.concurrency = n
+		}
+	}
+}
+
+// Batcher merges concurrent single-item requests into batched calls of run:
+// the first request of a batch waits at most maxWait for others to join, and a
+// batch never exceeds maxBatch items. It exists so that live inference on
+// many keys costs one session run instead of one per request.
+//
+// An error from run (or a panic in it, recovered) fails every request of
+// that batch; a run returning the wrong number of outputs does the same.
+// Batcher is safe for concurrent use.
+type Batcher[In, Out any] struct {
+	maxBatch int
+	maxWait  time.Duration
+	run      func(context.Context, []In) ([]Out, error)
+
+	queue   chan *batchCall[In, Out]
+	closing chan struct{} // closed when Close begins: Do stops enqueuing
+	done    chan struct{} // closed when the loop and every run have ended
+	sem     chan struct{} // one token per running batch
+
+	mu        sync.RWMutex // guards closed against in-flight enqueues
+	closed    bool
+	closeOnce sync.Once
+	runs      sync.WaitGroup
+}
+
+type batchCall[In, Out any] struct {
+	ctx  context.Context
+	in   In
+	out  Out
+	err  error
+	done chan struct{}
+}
+
+// NewBatcher starts a batcher; Close stops it. maxBatch < 1 is treated as 1
+// and a negative maxWait as 0 (run whatever is queued without waiting).
+func NewBatcher[In, Out any](maxBatch int, maxWait time.Duration, run func(ctx context.Context, in []In) ([]Out, error), opts ...BatcherOption) *Batcher[In, Out] {
+	if maxBatch < 1 {
+		maxBatch = 1
+	}
+	if maxWait < 0 {
+		maxWait = 0
+	}
+	cfg := batcherConfig{queue: 4 * maxBatch, concurrency: 1}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	b := &Batcher[In, Out]{
+		maxBatch: maxBatch,
+		maxWait:  maxWait,
+		run:      run,
+		queue:    make(chan *batchCall[In, Out], cfg.queue),
+		closing:  make(chan struct{}),
+		done:     make(chan struct{}),
+		sem:      make(chan struct{}, cfg.concurrency),
+	}
+	go b.loop()
+	return b
+}
+
+// Do submits one item and waits for its result. It returns ctx.Err() when ctx
+// ends first (the item is then dropped from its batch if the batch has not
+// started yet) and ErrBatcherClosed after Close.
+func (b *Batcher[In, Out]) Do(ctx context.Context, in In) (Out, error) {
+	var zero Out
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	c := &batchCall[In, Out]{ctx: ctx, in: in, done: make(chan struct{})}
+	b.mu.RLock()
+	if b.closed {
+		b.mu.RUnlock()
+		return zero, ErrBatcherClosed
+	}
+	select {
+	case b.queue <- c:
+		b.mu.RUnlock()
+	case <-ctx.Done():
+		b.mu.RUnlock()
+		return zero, ctx.Err()
+	case <-b.closing:
+		b.mu.RUnlock()
+		return zero, ErrBatcherClosed
+	}
+	select {
+	case <-c.done:
+		return c.out, c.err
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+}
+
+// Close stops accepting requests, runs every request already queued, waits
+// for running batches to finish, and returns. It is idempotent.
+func (b *Batcher[In, Out]) Close() error {
+	b.closeOnce.Do(func() {
+		close(b.closing)
+		b.mu.Lock() // waits for Do calls that are mid-enqueue to leave
+		b.closed = true
+		close(b.queue)
+		b.mu.Unlock()
+	})
+	<-b.done
+	return nil
+}
+
+func (b *Batcher[In, Out]) loop() {
+	defer func() {
+		b.runs.Wait()
+		close(b.done)
+	}()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		first, ok := <-b.queue
+		if !ok {
+			return
+		}
+		batch := make([]*batchCall[In, Out], 0, b.maxBatch)
+		batch = appendLive(batch, first)
+		open := true
+		// Phase 1: gather for at most maxWait, or until full.
+		if b.maxWait > 0 {
+			timer.Reset(b.maxWait)
+		gather:
+			for len(batch) < b.maxBatch {
+				select {
+				case c, more := <-b.queue:
+					if !more {
+						open = false
+						break gather
+					}
+					batch = appendLive(batch, c)
+				case <-timer.C:
+					break gather
+				}
+			}
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		} else {
+		drain:
+			for len(batch) < b.maxBatch {
+				select {
+				case c, more := <-b.queue:
+					if !more {
+						open = false
+						break drain
+					}
+					batch = appendLive(batch, c)
+				default:
+					break drain
+				}
+			}
+		}
+		// Phase 2: while every runner is busy, keep growing the batch.
+		acquired := false
+		for !acquired {
+			if len(batch) >= b.maxBatch || !open {
+				b.sem <- struct{}{}
+				acquired = true
+				break
+			}
+			select {
+			case b.sem <- struct{}{}:
+				acquired = true
+			case c, more := <-b.queue:
+				if !more {
+					open = false
+					continue
+				}
+				batch = appendLive(batch, c)
+			}
+		}
+		if len(batch) == 0 {
+			<-b.sem
+		} else {
+			b.runs.Add(1)
+			go b.execute(batch)
+		}
+		if !open {
+			return
+		}
+	}
+}
+
+// appendLive adds c unless its caller already gave up.
+func appendLive[In, Out any](batch []*batchCall[In, Out], c *batchCall[In, Out]) []*batchCall[In, Out] {
+	if c.ctx.Err() != nil {
+		c.err = c.ctx.Err()
+		close(c.done)
+		return batch
+	}
+	return append(batch, c)
+}
+
+func (b *Batcher[In, Out]) execute(batch []*batchCall[In, Out]) {
+	defer func() {
+		<-b.sem
+		b.runs.Done()
+	}()
+	ins := make([]In, len(batch))
+	for i, c := range batch {
+		ins[i] = c.in
+	}
+	// The batch runs while at least one caller still waits for it.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stop := watchCallers(cancel, batch)
+	defer stop()
+
+	outs, err := b.safeRun(ctx, ins)
+	if err == nil && len(outs) != len(ins) {
+		err = fmt.Errorf("batcher: run returned %d results for %d inputs", len(outs), len(ins))
+	}
+	for i, c := range batch {
+		if err != nil {
+			c.err = err
+		} else {
+			c.out = outs[i]
+		}
+		close(c.done)
+	}
+}
+
+func (b *Batcher[In, Out]) safeRun(ctx context.Context, ins []In) (outs []Out, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			outs, err = nil, fmt.Errorf("batcher: run panicked on a batch of %d: %v", len(ins), r)
+		}
+	}()
+	return b.run(ctx, ins)
+}
+
+// watchCallers cancels the batch context once every caller's context has
+// ended, so that abandoned work stops early. It returns a function that stops
+// the watcher; context.AfterFunc needs no goroutine while waiting.
+func watchCallers[In, Out any](cancel context.CancelFunc, batch []*batchCall[In, Out]) func() {
+	var gone atomic.Int64
+	n := int64(len(batch))
+	stops := make([]func() bool, len(batch))
+	for i, c := range batch {
+		stops[i] = context.AfterFunc(c.ctx, func() {
+			if gone.Add(1) == n {
+				cancel()
+			}
+		})
+	}
+	return func() {
+		for _, s := range stops {
+			s()
+		}
+	}
+}

@@ -1,0 +1,511 @@
+package model
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/precog-ml/precog/jobs"
+)
+
+// elemKind is a tensor element type precog can feed and store.
+type elemKind int
+
+const (
+	kindFloat32 elemKind = iota
+	kindFloat64
+	kindInt32
+	kindInt64
+)
+
+var kindNames = [...]string{"float32", "float64", "int32", "int64"}
+
+func (k elemKind) String() string { return kindNames[k] }
+
+func (k elemKind) isFloat() bool { return k == kindFloat32 || k == kindFloat64 }
+
+func (k elemKind) arrowType() arrow.DataType {
+	switch k {
+	case kindFloat32:
+		return arrow.PrimitiveTypes.Float32
+	case kindFloat64:
+		return arrow.PrimitiveTypes.Float64
+	case kindInt32:
+		return arrow.PrimitiveTypes.Int32
+	default:
+		return arrow.PrimitiveTypes.Int64
+	}
+}
+
+func kindOf(typeName string) (elemKind, bool) {
+	for i, n := range kindNames {
+		if n == typeName {
+			return elemKind(i), true
+		}
+	}
+	return 0, false
+}
+
+const supportedTypes = "float32, float64, int32, int64"
+
+// input is one model input bound to the spec's columns.
+type input struct {
+	name    string
+	kind    elemKind
+	rank    int      // 1: [N], 2: [N, width]
+	width   int      // static trailing dimension; -1 when dynamic
+	columns []string // numeric columns stacked into [N, len(columns)]
+	list    string   // or one list / fixed-size-list column -> [N, len]
+	shape   []int64  // as declared, for error text
+}
+
+// field is the spec path of this input's column mapping, for errors.
+func (in *input) field() string {
+	if in.list != "" {
+		return "model.inputs." + in.name + ".column"
+	}
+	return "model.inputs." + in.name + ".columns"
+}
+
+// output is one model output the spec stores.
+type output struct {
+	name  string
+	field string   // stored field name
+	kind  elemKind // element type
+	list  bool     // [N, k] with k != 1 -> list field; else scalar
+	width int      // static k of a list output; -1 dynamic
+}
+
+// Model is a loaded ONNX model with a pool of sessions, checked against a
+// job's model spec. It is safe for concurrent use.
+type Model struct {
+	spec    jobs.ModelSpec
+	file    string
+	version string
+	info    Info
+	inputs  []*input  // in model input order
+	outputs []*output // the spec's outputs, in model output order
+	fields  []arrow.Field
+	schema  *arrow.Schema
+
+	pool     chan *session
+	sessions []*session
+	closing  chan struct{}
+	closeMu  sync.Mutex
+	closed   bool
+	bufs     sync.Pool // *batchBufs
+	outNames []string
+}
+
+// session is one ONNX Runtime session and its reusable run options.
+type session struct {
+	s  *ort.DynamicAdvancedSession
+	ro *ort.RunOptions
+}
+
+// errorf prefixes a spec error with the spec file and the field path.
+func (m *Model) errorf(field, format string, args ...any) error {
+	msg := field + ": " + fmt.Sprintf(format, args...)
+	if m.file != "" {
+		msg = m.file + ": " + msg
+	}
+	return errors.New(msg)
+}
+
+// Load reads the model spec.Path, checks the spec's inputs and outputs
+// against it (before any data is read) and starts spec.Sessions sessions on
+// spec.Device. file is the job spec's path, used in error text only.
+func Load(spec jobs.ModelSpec, file string) (*Model, error) {
+	m := &Model{spec: spec, file: file}
+	data, err := os.ReadFile(spec.Path)
+	if err != nil {
+		return nil, m.errorf("model.path", "read model: %v", err)
+	}
+	if m.info, err = parseModel(data); err != nil {
+		return nil, m.errorf("model.path", "%s: not an ONNX model: %v", spec.Path, err)
+	}
+	if err := m.bindInputs(); err != nil {
+		return nil, err
+	}
+	if err := m.bindOutputs(); err != nil {
+		return nil, err
+	}
+	m.version = spec.Version
+	if m.version == "" {
+		sum := sha256.Sum256(data)
+		m.version = hex.EncodeToString(sum[:])[:12]
+	}
+	if err := m.startSessions(data); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func names(ts []TensorInfo) string {
+	s := make([]string, len(ts))
+	for i, t := range ts {
+		s[i] = t.Name
+	}
+	return strings.Join(s, ", ")
+}
+
+func findTensor(ts []TensorInfo, name string) (TensorInfo, bool) {
+	for _, t := range ts {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return TensorInfo{}, false
+}
+
+func (m *Model) bindInputs() error {
+	path := m.spec.Path
+	if len(m.spec.Inputs) == 0 {
+		return m.errorf("model.inputs", "required: map each model input to columns (inputs of %s: %s)", path, names(m.info.Inputs))
+	}
+	specNames := make([]string, 0, len(m.spec.Inputs))
+	for n := range m.spec.Inputs {
+		specNames = append(specNames, n)
+	}
+	sort.Strings(specNames)
+	for _, n := range specNames {
+		if _, ok := findTensor(m.info.Inputs, n); !ok {
+			return m.errorf("model.inputs."+n, "no input %q in %s (inputs: %s)", n, path, names(m.info.Inputs))
+		}
+	}
+	for _, t := range m.info.Inputs {
+		is, ok := m.spec.Inputs[t.Name]
+		if !ok {
+			return m.errorf("model.inputs", "input %q of %s is not mapped to columns (inputs: %s)", t.Name, path, names(m.info.Inputs))
+		}
+		f := "model.inputs." + t.Name
+		if (len(is.Columns) == 0) == (is.Column == "") {
+			return m.errorf(f, "set exactly one of columns (numeric columns) or column (one list column)")
+		}
+		if !t.Tensor {
+			return m.errorf(f, "input %q is %s, not a tensor; precog feeds tensors of %s", t.Name, t.Type, supportedTypes)
+		}
+		kind, ok := kindOf(t.Type)
+		if !ok {
+			return m.errorf(f, "input %q has element type %s; precog feeds %s", t.Name, t.Type, supportedTypes)
+		}
+		in := &input{name: t.Name, kind: kind, columns: is.Columns, list: is.Column, shape: t.Shape, rank: 2, width: -1}
+		switch {
+		case t.Shape == nil:
+			// Undeclared rank: feed [N, k].
+		case len(t.Shape) == 1:
+			in.rank, in.width = 1, 1
+			if in.list != "" || len(in.columns) != 1 {
+				return m.errorf(in.field(), "input %q has shape %s: it takes exactly one numeric column", t.Name, shapeString(t))
+			}
+		case len(t.Shape) == 2:
+			in.width = int(t.Shape[1])
+		default:
+			return m.errorf(f, "input %q has shape %s; precog feeds inputs of shape [N] or [N,k]", t.Name, shapeString(t))
+		}
+		if len(t.Shape) > 0 && t.Shape[0] >= 0 {
+			return m.errorf(f, "input %q has shape %s with a fixed batch dimension; precog needs a dynamic first dimension (export the model with a dynamic batch axis)", t.Name, shapeString(t))
+		}
+		if len(in.columns) > 0 && in.width >= 0 && len(in.columns) != in.width {
+			return m.errorf(in.field(), "%d columns but input %q has shape %s", len(in.columns), t.Name, shapeString(t))
+		}
+		m.inputs = append(m.inputs, in)
+	}
+	return nil
+}
+
+func (m *Model) bindOutputs() error {
+	path := m.spec.Path
+	if len(m.spec.Outputs) == 0 {
+		return m.errorf("model.outputs", "required: map model outputs to field names (outputs of %s: %s)", path, names(m.info.Outputs))
+	}
+	specNames := make([]string, 0, len(m.spec.Outputs))
+	for n := range m.spec.Outputs {
+		specNames = append(specNames, n)
+	}
+	sort.Strings(specNames)
+	for _, n := range specNames {
+		if _, ok := findTensor(m.info.Outputs, n); !ok {
+			return m.errorf("model.outputs."+n, "no output %q in %s (outputs: %s)", n, path, names(m.info.Outputs))
+		}
+	}
+	seen := map[string]string{}
+	for _, t := range m.info.Outputs {
+		fieldName, ok := m.spec.Outputs[t.Name]
+		if !ok {
+			continue // not stored, not run
+		}
+		f := "model.outputs." + t.Name
+		if fieldName == "" {
+			return m.errorf(f, "empty field name")
+		}
+		if prev, dup := seen[fieldName]; dup {
+			return m.errorf(f, "field %q is already the field of output %q", fieldName, prev)
+		}
+		seen[fieldName] = t.Name
+		if !t.Tensor {
+			return m.errorf(f, "output %q is %s, not a tensor; precog stores tensors of %s (leave it out of model.outputs to ignore it)", t.Name, t.Type, supportedTypes)
+		}
+		kind, ok := kindOf(t.Type)
+		if !ok {
+			return m.errorf(f, "output %q has element type %s; precog stores %s", t.Name, t.Type, supportedTypes)
+		}
+		o := &output{name: t.Name, field: fieldName, kind: kind, width: -1}
+		switch {
+		case len(t.Shape) == 1:
+		case len(t.Shape) == 2 && t.Shape[1] == 1:
+		case len(t.Shape) == 2:
+			o.list = true
+			o.width = int(t.Shape[1])
+		case t.Shape == nil:
+			return m.errorf(f, "output %q declares no shape; precog stores outputs of shape [N], [N,1] (scalar) or [N,k] (list)", t.Name)
+		default:
+			return m.errorf(f, "output %q has shape %s; precog stores outputs of shape [N], [N,1] (scalar) or [N,k] (list)", t.Name, shapeString(t))
+		}
+		m.outputs = append(m.outputs, o)
+		m.outNames = append(m.outNames, t.Name)
+		typ := kind.arrowType()
+		if o.list {
+			typ = arrow.ListOf(typ)
+		}
+		m.fields = append(m.fields, arrow.Field{Name: fieldName, Type: typ})
+	}
+	m.schema = arrow.NewSchema(m.fields, nil)
+	return nil
+}
+
+// parseDevice reads "cpu" (or "") and "cuda:N"; cuda is -1 for cpu.
+func parseDevice(dev string) (cuda int, err error) {
+	switch {
+	case dev == "" || dev == "cpu":
+		return -1, nil
+	case strings.HasPrefix(dev, "cuda:"):
+		n, err := strconv.Atoi(strings.TrimPrefix(dev, "cuda:"))
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("%q is not cpu or cuda:N (N a device number)", dev)
+		}
+		return n, nil
+	default:
+		return 0, fmt.Errorf("%q is not cpu or cuda:N", dev)
+	}
+}
+
+// sessionOptions builds the options every session of this model shares.
+func (m *Model) sessionOptions() (*ort.SessionOptions, error) {
+	cuda, err := parseDevice(m.spec.Device)
+	if err != nil {
+		return nil, m.errorf("model.device", "%v", err)
+	}
+	if m.spec.Threads < 0 {
+		return nil, m.errorf("model.threads", "%d is negative (0 = runtime default)", m.spec.Threads)
+	}
+	opts, err := ort.NewSessionOptions()
+	if err != nil {
+		return nil, fmt.Errorf("onnx runtime: session options: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			opts.Destroy()
+		}
+	}()
+	if m.spec.Threads > 0 {
+		if err := opts.SetIntraOpNumThreads(m.spec.Threads); err != nil {
+			return nil, m.errorf("model.threads", "%v", err)
+		}
+	}
+	if err := opts.SetInterOpNumThreads(1); err != nil {
+		return nil, fmt.Errorf("onnx runtime: inter-op threads: %w", err)
+	}
+	if err := opts.SetGraphOptimizationLevel(ort.GraphOptimizationLevelEnableAll); err != nil {
+		return nil, fmt.Errorf("onnx runtime: graph optimisation: %w", err)
+	}
+	if cuda >= 0 {
+		if err := appendCUDA(opts, cuda); err != nil {
+			return nil, m.errorf("model.device", "%v", err)
+		}
+	}
+	ok = true
+	return opts, nil
+}
+
+func appendCUDA(opts *ort.SessionOptions, device int) error {
+	noCUDA := func(cause error) error {
+		return fmt.Errorf("cuda:%d requested but this ONNX Runtime build has no CUDA execution provider (%s): %w", device, LibraryPath(), cause)
+	}
+	co, err := ort.NewCUDAProviderOptions()
+	if err != nil {
+		return noCUDA(err)
+	}
+	defer co.Destroy()
+	if err := co.Update(map[string]string{"device_id": strconv.Itoa(device)}); err != nil {
+		return fmt.Errorf("cuda:%d: provider options: %w", device, err)
+	}
+	if err := opts.AppendExecutionProviderCUDA(co); err != nil {
+		return noCUDA(err)
+	}
+	return nil
+}
+
+func (m *Model) startSessions(data []byte) error {
+	if err := Init(); err != nil {
+		return err
+	}
+	n := m.spec.Sessions
+	if n < 0 {
+		return m.errorf("model.sessions", "%d is negative", n)
+	}
+	if n == 0 {
+		n = 1
+	}
+	opts, err := m.sessionOptions()
+	if err != nil {
+		return err
+	}
+	defer opts.Destroy()
+	inNames := make([]string, len(m.inputs))
+	for i, in := range m.inputs {
+		inNames[i] = in.name
+	}
+	m.pool = make(chan *session, n)
+	m.closing = make(chan struct{})
+	for range n {
+		s, err := ort.NewDynamicAdvancedSessionWithONNXData(data, inNames, m.outNames, opts)
+		if err != nil {
+			m.destroySessions()
+			if cuda, _ := parseDevice(m.spec.Device); cuda >= 0 {
+				return m.errorf("model.device", "cuda:%d: create session for %s: %v", cuda, m.spec.Path, err)
+			}
+			return m.errorf("model.path", "%s: create ONNX Runtime session: %v", m.spec.Path, err)
+		}
+		ro, err := ort.NewRunOptions()
+		if err != nil {
+			s.Destroy()
+			m.destroySessions()
+			return fmt.Errorf("onnx runtime: run options: %w", err)
+		}
+		ss := &session{s: s, ro: ro}
+		m.sessions = append(m.sessions, ss)
+		m.pool <- ss
+	}
+	return nil
+}
+
+func (m *Model) destroySessions() {
+	for _, s := range m.sessions {
+		s.ro.Destroy()
+		s.s.Destroy()
+	}
+	m.sessions = nil
+}
+
+// errClosed is returned by Infer after Close.
+var errClosed = errors.New("model closed")
+
+// acquire takes a session from the pool, waiting for one to be free.
+func (m *Model) acquire(ctx context.Context) (*session, error) {
+	select {
+	case s := <-m.pool:
+		return s, nil
+	default:
+	}
+	select {
+	case s := <-m.pool:
+		return s, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-m.closing:
+		return nil, errClosed
+	}
+}
+
+func (m *Model) release(s *session) { m.pool <- s }
+
+// run runs the session; cancelling ctx terminates a run in progress.
+func (s *session) run(ctx context.Context, in, out []ort.Value) error {
+	if ctx.Done() == nil {
+		return s.s.RunWithOptions(in, out, s.ro)
+	}
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		s.ro.Terminate()
+		close(fired)
+	})
+	err := s.s.RunWithOptions(in, out, s.ro)
+	if !stop() {
+		<-fired
+		s.ro.UnsetTerminate()
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+	}
+	return err
+}
+
+// Version is the model version stored with every record: the spec's version,
+// else the first 12 hex digits of the model file's sha256.
+func (m *Model) Version() string { return m.version }
+
+// Info is the model's graph inputs and outputs.
+func (m *Model) Info() Info { return m.info }
+
+// Spec is the model spec the model was loaded with.
+func (m *Model) Spec() jobs.ModelSpec { return m.spec }
+
+// InputColumns lists the source columns the spec's inputs read, in model
+// input order without duplicates, for the source's projection.
+func (m *Model) InputColumns() []string {
+	var cols []string
+	seen := map[string]bool{}
+	add := func(c string) {
+		if !seen[c] {
+			seen[c] = true
+			cols = append(cols, c)
+		}
+	}
+	for _, in := range m.inputs {
+		if in.list != "" {
+			add(in.list)
+		}
+		for _, c := range in.columns {
+			add(c)
+		}
+	}
+	return cols
+}
+
+// OutputFields is one Arrow field per stored output, in the model's output
+// order, named by the spec's field name. Scalars ([N] or [N,1]) are
+// float32/float64/int32/int64 fields; [N,k] outputs are variable-size
+// list<…> fields (not fixed-size lists) so that every sink (Parquet,
+// Postgres arrays, JSON) handles them without a special case.
+func (m *Model) OutputFields() []arrow.Field {
+	return append([]arrow.Field(nil), m.fields...)
+}
+
+// Close waits for running inferences to finish and frees the sessions.
+// Infer calls after Close fail.
+func (m *Model) Close() error {
+	m.closeMu.Lock()
+	defer m.closeMu.Unlock()
+	if m.closed {
+		return nil
+	}
+	m.closed = true
+	close(m.closing)
+	for range m.sessions {
+		<-m.pool
+	}
+	m.destroySessions()
+	return nil
+}

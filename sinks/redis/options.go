@@ -1,0 +1,320 @@
+package redis
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/sinks"
+)
+
+// Defaults applied by New when the spec leaves a field zero.
+const (
+	DefaultPipelineBatch = 512
+	DefaultPipelineDepth = 4
+	DefaultRetain        = 2
+	DefaultTimeout       = 5 * time.Second
+)
+
+// Publish modes of RedisSinkSpec.Publish.
+const (
+	PublishAtomic  = "atomic"
+	PublishInPlace = "in_place"
+)
+
+// config is the defaulted, validated form of jobs.RedisSinkSpec.
+type config struct {
+	addrs     []string
+	namespace string
+	ttl       time.Duration
+	publish   string
+	retain    int
+	username  string
+	password  string
+	db        int
+	tls       bool
+	batch     int
+	depth     int
+	timeout   time.Duration
+}
+
+// newConfig applies defaults and validates the spec. Errors name the
+// spec field (sinks.redis.*) and never contain the password.
+func newConfig(spec jobs.RedisSinkSpec) (config, error) {
+	c := config{
+		namespace: spec.Namespace,
+		ttl:       spec.TTL.Duration,
+		publish:   spec.Publish,
+		retain:    spec.Retain,
+		username:  spec.Username,
+		password:  spec.Password,
+		db:        spec.DB,
+		tls:       spec.TLS,
+		batch:     spec.PipelineBatch,
+		depth:     spec.PipelineDepth,
+		timeout:   spec.Timeout.Duration,
+	}
+	switch {
+	case spec.Addr != "" && len(spec.Addrs) > 0:
+		return c, errors.New("sinks.redis: set addr or addrs, not both")
+	case strings.HasPrefix(spec.Addr, "redis://") || strings.HasPrefix(spec.Addr, "rediss://"):
+		opt, err := goredis.ParseURL(spec.Addr)
+		if err != nil {
+			return c, fmt.Errorf("sinks.redis.addr: %s", redact(err.Error(), spec.Addr, spec.Password, urlPassword(spec.Addr)))
+		}
+		c.addrs = []string{opt.Addr}
+		if c.username == "" {
+			c.username = opt.Username
+		}
+		if c.password == "" {
+			c.password = opt.Password
+		}
+		if c.db == 0 {
+			c.db = opt.DB
+		}
+		c.tls = c.tls || opt.TLSConfig != nil
+	case spec.Addr != "":
+		c.addrs = []string{spec.Addr}
+	case len(spec.Addrs) > 0:
+		c.addrs = append([]string(nil), spec.Addrs...)
+	default:
+		return c, errors.New("sinks.redis.addr: required (host:port, redis:// URL, or addrs for a cluster)")
+	}
+	for i, a := range c.addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return c, fmt.Errorf("sinks.redis.addrs[%d]: %q is not host:port: %v", i, a, err)
+		}
+	}
+	if err := validNamespace(c.namespace); err != nil {
+		return c, fmt.Errorf("sinks.redis.namespace: %w", err)
+	}
+	switch c.publish {
+	case "":
+		c.publish = PublishAtomic
+	case PublishAtomic, PublishInPlace:
+	default:
+		return c, fmt.Errorf("sinks.redis.publish: %q is not atomic or in_place", c.publish)
+	}
+	if c.ttl < 0 {
+		return c, fmt.Errorf("sinks.redis.ttl: %s is negative", c.ttl)
+	}
+	if c.ttl > 0 && c.ttl < time.Millisecond {
+		return c, fmt.Errorf("sinks.redis.ttl: %s is below Redis's 1ms resolution", c.ttl)
+	}
+	if c.retain == 0 {
+		c.retain = DefaultRetain
+	}
+	if c.retain < 1 {
+		return c, fmt.Errorf("sinks.redis.retain: %d must be at least 1", c.retain)
+	}
+	if c.batch == 0 {
+		c.batch = DefaultPipelineBatch
+	}
+	if c.batch < 1 || c.batch > 1<<20 {
+		return c, fmt.Errorf("sinks.redis.pipeline_batch: %d out of range 1..%d", c.batch, 1<<20)
+	}
+	if c.depth == 0 {
+		c.depth = DefaultPipelineDepth
+	}
+	if c.depth < 1 || c.depth > 1024 {
+		return c, fmt.Errorf("sinks.redis.pipeline_depth: %d out of range 1..1024", c.depth)
+	}
+	if c.timeout == 0 {
+		c.timeout = DefaultTimeout
+	}
+	if c.timeout < 0 {
+		return c, fmt.Errorf("sinks.redis.timeout: %s is negative", c.timeout)
+	}
+	if c.db < 0 {
+		return c, fmt.Errorf("sinks.redis.db: %d is negative", c.db)
+	}
+	if len(c.addrs) > 1 && c.db != 0 {
+		return c, fmt.Errorf("sinks.redis.db: Redis Cluster (addrs) has only DB 0, got %d", c.db)
+	}
+	return c, nil
+}
+
+// validNamespace rejects names that would make keys ambiguous or SCAN
+// patterns unsafe: empty, whitespace, control characters, ':' (the key
+// separator), glob metacharacters, or hash-tag braces.
+func validNamespace(ns string) error {
+	if ns == "" {
+		return errors.New("required")
+	}
+	if len(ns) > 128 {
+		return fmt.Errorf("%q longer than 128 bytes", ns)
+	}
+	for _, r := range ns {
+		if r <= ' ' || r == 0x7f || strings.ContainsRune(":*?[]\\{}", r) {
+			return fmt.Errorf("%q: character %q not allowed (no whitespace, ':', glob characters or braces)", ns, r)
+		}
+	}
+	return nil
+}
+
+// validVersion applies the namespace rules to a run version, which becomes
+// the middle part of every key and of SCAN patterns.
+func validVersion(v string) error {
+	if v == "" {
+		return errors.New("run version is empty")
+	}
+	if err := validNamespace(v); err != nil {
+		return fmt.Errorf("run version %w", err)
+	}
+	switch v {
+	case "current", "versions", "gc", "meta":
+		return fmt.Errorf("run version %q is reserved", v)
+	}
+	return nil
+}
+
+// clusterMode reports whether the config addresses a Redis Cluster.
+func (c config) clusterMode() bool { return len(c.addrs) > 1 }
+
+// where names the server(s) in errors and logs, without credentials.
+func (c config) where() string { return strings.Join(c.addrs, ",") }
+
+// newClient builds a UniversalClient: a cluster client for several
+// addresses, a plain client otherwise. Internal retries are off: the sink
+// retries whole pipelines itself with backoff, so that every retry is
+// visible and bounded.
+func (c config) newClient() goredis.UniversalClient {
+	var tlsConf *tls.Config
+	if c.tls {
+		host, _, _ := net.SplitHostPort(c.addrs[0])
+		tlsConf = &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12}
+	}
+	opt := &goredis.UniversalOptions{
+		Addrs:            c.addrs,
+		ClientName:       "precog-sink",
+		DB:               c.db,
+		Username:         c.username,
+		Password:         c.password,
+		MaxRetries:       -1,
+		DialTimeout:      c.timeout,
+		ReadTimeout:      c.timeout,
+		WriteTimeout:     c.timeout,
+		PoolSize:         c.depth * 4,
+		PipelinePoolSize: c.depth * 4,
+		TLSConfig:        tlsConf,
+		IsClusterMode:    c.clusterMode(),
+		DisableIdentity:  true,
+	}
+	return goredis.NewUniversalClient(opt)
+}
+
+// redact removes secrets from a message. The password may appear in a URL
+// or be echoed by a proxy; it must never reach a log or an error.
+func redact(msg string, secrets ...string) string {
+	for _, s := range secrets {
+		if s != "" {
+			msg = strings.ReplaceAll(msg, s, "[REDACTED]")
+		}
+	}
+	return msg
+}
+
+// urlPassword extracts the password of a redis:// URL, for redaction only.
+func urlPassword(u string) string {
+	at := strings.LastIndexByte(u, '@')
+	if at < 0 {
+		return ""
+	}
+	head := u[:at]
+	if i := strings.Index(head, "://"); i >= 0 {
+		head = head[i+3:]
+	}
+	if i := strings.IndexByte(head, ':'); i >= 0 {
+		return head[i+1:]
+	}
+	return ""
+}
+
+// sanitize wraps err with the sink's address and removes the password; a
+// connection failure is marked with sinks.ErrUnreachable.
+func (c config) sanitize(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := redact(err.Error(), c.password)
+	if isConnErr(err) {
+		return &sinkError{msg: fmt.Sprintf("redis %s unreachable: %s: %s", c.where(), op, msg), unreachable: true, cause: causeOf(err)}
+	}
+	return &sinkError{msg: fmt.Sprintf("redis %s: %s: %s", c.where(), op, msg), cause: causeOf(err)}
+}
+
+// causeOf keeps context errors reachable through errors.Is without exposing
+// the original error text (which could hold secrets).
+func causeOf(err error) error {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return context.Canceled
+	case errors.Is(err, context.DeadlineExceeded):
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// sinkError is a redacted error; Is reports sinks.ErrUnreachable for
+// connection failures and the context error that caused it, if any.
+type sinkError struct {
+	msg         string
+	unreachable bool
+	cause       error
+}
+
+func (e *sinkError) Error() string { return e.msg }
+
+// Is matches sinks.ErrUnreachable for connection failures.
+func (e *sinkError) Is(target error) bool {
+	return (e.unreachable && target == sinks.ErrUnreachable) || (e.cause != nil && target == e.cause)
+}
+
+// isConnErr reports errors of the network rather than of Redis itself.
+func isConnErr(err error) bool {
+	var ne net.Error
+	var oe *net.OpError
+	switch {
+	case errors.As(err, &oe), errors.As(err, &ne):
+		return true
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed),
+		errors.Is(err, goredis.ErrPoolTimeout):
+		return true
+	}
+	return false
+}
+
+// isTransient reports errors worth re-sending a pipeline for: connection
+// loss, timeouts, and Redis's own "try later" replies.
+func isTransient(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	if errors.Is(err, goredis.ErrClosed) {
+		return false
+	}
+	if isConnErr(err) {
+		return true
+	}
+	msg := err.Error()
+	for _, p := range []string{"LOADING", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "BUSY ", "MOVED", "ASK "} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return strings.Contains(msg, "i/o timeout") || strings.Contains(msg, "connection reset") || strings.Contains(msg, "broken pipe")
+}

@@ -1,0 +1,312 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/precog-ml/precog/sinks"
+)
+
+// Retry policy for a failed pipeline: exponential backoff with jitter from
+// retryBase up to retryMax between attempts, at most maxAttempts sends.
+const (
+	maxAttempts = 10
+	retryBase   = 25 * time.Millisecond
+	retryMax    = 2 * time.Second
+)
+
+// pipeBatch is one pipeline's worth of SETs: every key and value lives in
+// one reused arena, so building a batch allocates nothing once warm.
+type pipeBatch struct {
+	arena []byte
+	spans []span
+}
+
+// span locates one key and its value in the arena.
+type span struct{ k0, k1, v0, v1 int32 }
+
+func (b *pipeBatch) reset() {
+	b.arena = b.arena[:0]
+	b.spans = b.spans[:0]
+}
+
+// key and value view the arena without copying; they are valid until the
+// batch is reset, which happens only after its pipeline has returned.
+func (b *pipeBatch) key(i int) string {
+	s := b.spans[i]
+	return unsafe.String(&b.arena[s.k0], int(s.k1-s.k0))
+}
+
+func (b *pipeBatch) value(i int) []byte {
+	s := b.spans[i]
+	return b.arena[s.v0:s.v1:s.v1]
+}
+
+// shardWriter is one attempt at one shard: it encodes rows into batches
+// and keeps up to depth pipelines in flight while it encodes the next one.
+type shardWriter struct {
+	s     *Sink
+	index int
+	enc   *recordEncoder
+	// prefix is "{ns}:{version}:" (atomic) or "{ns}:" (in_place).
+	prefix string
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	sem    chan struct{}   // one token per pipeline in flight
+	free   chan *pipeBatch // recycled batches; depth+1 exist at most
+	cur    *pipeBatch
+	wg     sync.WaitGroup
+
+	errMu sync.Mutex
+	err   error // first pipeline failure
+	done  bool
+
+	rows    atomic.Int64 // records acknowledged by Redis
+	retries atomic.Int64
+}
+
+func newShardWriter(s *Sink, run sinks.RunInfo, index int, enc *recordEncoder) *shardWriter {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &shardWriter{
+		s:      s,
+		index:  index,
+		enc:    enc,
+		prefix: s.keyPrefix(run.Version),
+		ctx:    ctx,
+		cancel: cancel,
+		sem:    make(chan struct{}, s.cfg.depth),
+		free:   make(chan *pipeBatch, s.cfg.depth+1),
+	}
+	return w
+}
+
+// Write encodes the batch's rows and sends full pipelines. It blocks only
+// when depth pipelines are already in flight; the batch is not retained.
+func (w *shardWriter) Write(ctx context.Context, rec arrow.RecordBatch) error {
+	if err := w.failed(); err != nil {
+		return err
+	}
+	bb, err := w.enc.bind(rec)
+	if err != nil {
+		return fmt.Errorf("redis shard %d: %w", w.index, err)
+	}
+	n := int(rec.NumRows())
+	for row := 0; row < n; row++ {
+		if w.cur == nil {
+			w.cur = w.getBatch()
+		}
+		b := w.cur
+		mark := len(b.arena)
+		k0 := len(b.arena)
+		b.arena = append(b.arena, w.prefix...)
+		if b.arena, err = bb.key.appendKey(b.arena, row); err != nil {
+			b.arena = b.arena[:mark]
+			return fmt.Errorf("redis shard %d: row %d: %w", w.index, row, err)
+		}
+		k1 := len(b.arena)
+		if b.arena, err = bb.appendRecord(b.arena, row); err != nil {
+			key := string(b.arena[k0+len(w.prefix) : k1])
+			b.arena = b.arena[:mark]
+			return fmt.Errorf("redis shard %d: key %q (row %d): %w", w.index, key, row, err)
+		}
+		if len(b.arena) > 1<<31-1 {
+			return fmt.Errorf("redis shard %d: pipeline batch over 2 GiB; lower pipeline_batch", w.index)
+		}
+		b.spans = append(b.spans, span{int32(k0), int32(k1), int32(k1), int32(len(b.arena))})
+		if len(b.spans) >= w.s.cfg.batch {
+			if err := w.flush(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// getBatch returns a recycled batch or a new one; at most depth+1 exist
+// because flush takes a pipeline token before handing a batch off.
+func (w *shardWriter) getBatch() *pipeBatch {
+	select {
+	case b := <-w.free:
+		b.reset()
+		return b
+	default:
+		return &pipeBatch{spans: make([]span, 0, w.s.cfg.batch)}
+	}
+}
+
+// flush hands the current batch to a pipeline goroutine, waiting for a
+// free pipeline slot when depth are in flight.
+func (w *shardWriter) flush(ctx context.Context) error {
+	b := w.cur
+	if b == nil || len(b.spans) == 0 {
+		return nil
+	}
+	select {
+	case w.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-w.ctx.Done():
+		if err := w.failed(); err != nil {
+			return err
+		}
+		return fmt.Errorf("redis shard %d: writer closed", w.index)
+	}
+	w.cur = nil
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		err := w.s.sendBatch(w.ctx, b, &w.retries)
+		<-w.sem
+		if err != nil {
+			w.setErr(fmt.Errorf("redis shard %d: %w", w.index, err))
+			return
+		}
+		w.rows.Add(int64(len(b.spans)))
+		select {
+		case w.free <- b:
+		default:
+		}
+	}()
+	return w.failed()
+}
+
+func (w *shardWriter) setErr(err error) {
+	w.errMu.Lock()
+	if w.err == nil {
+		w.err = err
+		w.cancel() // stop the other pipelines: the shard fails as a whole
+	}
+	w.errMu.Unlock()
+}
+
+func (w *shardWriter) failed() error {
+	w.errMu.Lock()
+	defer w.errMu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	if w.done {
+		return fmt.Errorf("redis shard %d: writer already committed or aborted", w.index)
+	}
+	return nil
+}
+
+// Commit sends what is buffered and waits for every pipeline. Versioned
+// keys stay invisible until Publish, and a retried shard rewrites the same
+// keys, so waiting is all a commit needs.
+func (w *shardWriter) Commit(ctx context.Context) error {
+	if err := w.failed(); err != nil {
+		w.Abort(ctx)
+		return err
+	}
+	if err := w.flush(ctx); err != nil {
+		w.Abort(ctx)
+		return err
+	}
+	waited := make(chan struct{})
+	go func() { w.wg.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-ctx.Done():
+		w.cancel()
+		<-waited
+		w.finish()
+		return fmt.Errorf("redis shard %d: commit: %w", w.index, ctx.Err())
+	}
+	err := w.failed()
+	w.finish()
+	if err != nil {
+		return err
+	}
+	w.s.log.Debug("redis shard committed", "shard", w.index, "rows", w.rows.Load(), "retries", w.retries.Load())
+	return nil
+}
+
+// Abort stops the pipelines in flight. What they wrote stays under the
+// run's version, invisible, until a retry overwrites it or the run's Abort
+// deletes it.
+func (w *shardWriter) Abort(ctx context.Context) error {
+	w.cancel()
+	w.wg.Wait()
+	w.finish()
+	return nil
+}
+
+func (w *shardWriter) finish() {
+	w.cancel()
+	w.errMu.Lock()
+	w.done = true
+	w.errMu.Unlock()
+	w.cur = nil
+}
+
+// sendBatch sends one pipeline of SETs (with the TTL), re-sending the whole
+// pipeline on transient failures: SET is idempotent, so a re-send neither
+// loses nor duplicates a record.
+func (s *Sink) sendBatch(ctx context.Context, b *pipeBatch, retries *atomic.Int64) error {
+	var last error
+	for attempt := 1; ; attempt++ {
+		err := s.execSets(ctx, b)
+		if err == nil {
+			return nil
+		}
+		last = err
+		if !isTransient(err) || attempt >= maxAttempts {
+			break
+		}
+		retries.Add(1)
+		delay := backoff(attempt)
+		s.log.Warn("redis pipeline failed; retrying", "addr", s.cfg.where(), "attempt", attempt,
+			"keys", len(b.spans), "delay", delay, "err", redact(err.Error(), s.cfg.password))
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return s.cfg.sanitize("write pipeline", errors.Join(ctx.Err(), last))
+		}
+	}
+	return s.cfg.sanitize(fmt.Sprintf("write pipeline of %d keys (first %q)", len(b.spans), b.key(0)), last)
+}
+
+// execSets runs one pipeline and returns the first failure, either of the
+// exchange or of any single SET.
+func (s *Sink) execSets(ctx context.Context, b *pipeBatch) error {
+	pipe := s.client.Pipeline()
+	for i := range b.spans {
+		pipe.Set(ctx, b.key(i), b.value(i), s.cfg.ttl)
+	}
+	cmds, err := pipe.Exec(ctx)
+	if err != nil {
+		return err
+	}
+	for _, c := range cmds {
+		if err := c.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// backoff is the delay before re-send attempt+1: exponential with full
+// jitter in its upper half.
+func backoff(attempt int) time.Duration {
+	d := retryBase << min(attempt-1, 10)
+	if d > retryMax {
+		d = retryMax
+	}
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}
+
+// logger returns the default logger tagged with the sink's name.
+func logger() *slog.Logger { return slog.Default().With("sink", "redis") }

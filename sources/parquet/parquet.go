@@ -1,0 +1,427 @@
+// Package parquet is the Parquet implementation of sources.Source.
+//
+// A dataset is a file, a directory (every *.parquet file below it) or a glob.
+// Plans are made from file footers alone: a shard is a run of whole row groups
+// of one file, or a row range of one row group when that group is larger than
+// the shard size. Shards are read with arrow-go's pqarrow reader, which handles
+// every codec, dictionary encoding, data page v1/v2 and nested lists, and
+// streams pages so memory stays bounded by the batch size, not the file size.
+package parquet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	pq "github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/metadata"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/precog-ml/precog/sources"
+)
+
+// footerConcurrency bounds how many file footers are read at once when a
+// dataset has many files (Schema and Plan read every footer).
+const footerConcurrency = 16
+
+// streamBufferSize is the read buffer per column chunk. Pages are read
+// through it instead of loading whole column chunks, which keeps memory
+// bounded for large row groups.
+const streamBufferSize = 1 << 20
+
+// Source is a Parquet dataset: a fixed, sorted list of files resolved once by
+// New. It holds no open files, so it is safe for concurrent use.
+type Source struct {
+	path  string
+	files []string
+}
+
+var _ sources.Source = (*Source)(nil)
+
+// New resolves path to its files. path is a file, a directory (all *.parquet
+// files below it, recursively, skipping names that start with "_" or ".") or
+// a glob such as "data/users/dt=*/*.parquet" (directories matched by the glob
+// are walked like a directory). Files are sorted lexically so plans are
+// stable. It fails when nothing matches.
+func New(path string) (*Source, error) {
+	if path == "" {
+		return nil, errors.New("parquet source: empty path")
+	}
+	files, err := resolve(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("parquet source %q: no parquet files matched", path)
+	}
+	return &Source{path: path, files: files}, nil
+}
+
+// Files returns the resolved files in plan order.
+func (s *Source) Files() []string { return append([]string(nil), s.files...) }
+
+// Path returns the path or pattern the source was created with.
+func (s *Source) Path() string { return s.path }
+
+func hidden(name string) bool {
+	return strings.HasPrefix(name, "_") || strings.HasPrefix(name, ".")
+}
+
+func resolve(path string) ([]string, error) {
+	var candidates []string
+	if strings.ContainsAny(path, "*?[") {
+		matches, err := filepath.Glob(path)
+		if err != nil {
+			return nil, fmt.Errorf("parquet source %q: bad glob pattern: %w", path, err)
+		}
+		for _, m := range matches {
+			if hidden(filepath.Base(m)) {
+				continue
+			}
+			candidates = append(candidates, m)
+		}
+	} else {
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("parquet source %q: %w", path, err)
+		}
+		candidates = []string{path}
+	}
+
+	seen := make(map[string]bool)
+	var files []string
+	for _, c := range candidates {
+		st, err := os.Stat(c)
+		if err != nil {
+			return nil, fmt.Errorf("parquet source %q: %w", path, err)
+		}
+		if !st.IsDir() {
+			c = filepath.Clean(c)
+			if !seen[c] {
+				seen[c] = true
+				files = append(files, c)
+			}
+			continue
+		}
+		err = filepath.WalkDir(c, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if p != c && hidden(d.Name()) {
+				if d.IsDir() {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			if d.IsDir() || !strings.HasSuffix(strings.ToLower(d.Name()), ".parquet") {
+				return nil
+			}
+			p = filepath.Clean(p)
+			if !seen[p] {
+				seen[p] = true
+				files = append(files, p)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("parquet source %q: listing %s: %w", path, c, err)
+		}
+	}
+	sort.Strings(files)
+	return files, nil
+}
+
+// fingerprint identifies a file version cheaply; a resumed run compares it
+// to detect a file rewritten after planning.
+type fingerprint struct {
+	Size    int64 `json:"size"`
+	MTimeNS int64 `json:"mtime_ns"`
+}
+
+func statFingerprint(path string) (fingerprint, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fingerprint{}, err
+	}
+	if st.IsDir() {
+		return fingerprint{}, fmt.Errorf("%s is a directory", path)
+	}
+	return fingerprint{Size: st.Size(), MTimeNS: st.ModTime().UnixNano()}, nil
+}
+
+func readerProps() *pq.ReaderProperties {
+	props := pq.NewReaderProperties(memory.DefaultAllocator)
+	props.BufferedStreamEnabled = true
+	props.BufferSize = streamBufferSize
+	return props
+}
+
+// openedFile is an open Parquet file with its parsed footer.
+type openedFile struct {
+	f   *os.File
+	rdr *file.Reader
+}
+
+func (o *openedFile) Close() error {
+	return o.rdr.Close() // closes o.f too
+}
+
+// openFile opens path and parses its footer. Decoder panics on corrupt
+// footers become errors naming the file.
+func openFile(path string) (of *openedFile, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("corrupt parquet footer: %v", r)
+		}
+		if err != nil {
+			f.Close()
+		}
+	}()
+	rdr, err := file.NewParquetReader(f, file.WithReadProps(readerProps()))
+	if err != nil {
+		return nil, err
+	}
+	return &openedFile{f: f, rdr: rdr}, nil
+}
+
+// footer is what planning needs from one file.
+type footer struct {
+	fp        fingerprint
+	rowGroups []int64 // rows per row group
+	schema    *arrow.Schema
+}
+
+func readFooter(path string) (ft footer, err error) {
+	fp, err := statFingerprint(path)
+	if err != nil {
+		return footer{}, fmt.Errorf("parquet file %s: %w", path, err)
+	}
+	of, err := openFile(path)
+	if err != nil {
+		return footer{}, fmt.Errorf("parquet file %s: %w", path, err)
+	}
+	defer of.Close()
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("parquet file %s: corrupt metadata: %v", path, r)
+		}
+	}()
+	md := of.rdr.MetaData()
+	sc, err := arrowSchema(md)
+	if err != nil {
+		return footer{}, fmt.Errorf("parquet file %s: schema: %w", path, err)
+	}
+	ft = footer{fp: fp, schema: sc, rowGroups: make([]int64, md.NumRowGroups())}
+	for i := range ft.rowGroups {
+		n := md.RowGroup(i).NumRows()
+		if n < 0 {
+			return footer{}, fmt.Errorf("parquet file %s: row group %d: negative row count %d", path, i, n)
+		}
+		ft.rowGroups[i] = n
+	}
+	return ft, nil
+}
+
+func arrowSchema(md *metadata.FileMetaData) (*arrow.Schema, error) {
+	sc, err := pqarrow.FromParquet(md.Schema, &pqarrow.ArrowReadProperties{}, md.KeyValueMetadata())
+	if err != nil {
+		return nil, err
+	}
+	fields := make([]arrow.Field, sc.NumFields())
+	for i, f := range sc.Fields() {
+		f.Type = outputType(f.Type)
+		f.Metadata = arrow.Metadata{}
+		fields[i] = f
+	}
+	return arrow.NewSchema(fields, nil), nil
+}
+
+// outputType is the Arrow type a column is delivered as: binary columns
+// become strings (same memory layout, so the conversion is free), so that
+// downstream code sees one key type for byte-string keys.
+func outputType(t arrow.DataType) arrow.DataType {
+	switch t.ID() {
+	case arrow.BINARY:
+		return arrow.BinaryTypes.String
+	case arrow.LARGE_BINARY:
+		return arrow.BinaryTypes.LargeString
+	}
+	return t
+}
+
+// readFooters reads every file's footer with bounded concurrency.
+func (s *Source) readFooters(ctx context.Context) ([]footer, error) {
+	out := make([]footer, len(s.files))
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(footerConcurrency)
+	for i, p := range s.files {
+		g.Go(func() error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			ft, err := readFooter(p)
+			if err != nil {
+				return err
+			}
+			out[i] = ft
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Schema returns the Arrow schema of the first file, after checking that
+// every other file has the same columns with the same types (column order
+// and nullability may differ). Binary columns are reported as strings, as
+// Open delivers them.
+func (s *Source) Schema(ctx context.Context) (*arrow.Schema, error) {
+	fts, err := s.readFooters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkCompatible(s.files, fts); err != nil {
+		return nil, err
+	}
+	return fts[0].schema, nil
+}
+
+func checkCompatible(files []string, fts []footer) error {
+	first := fts[0].schema
+	for i := 1; i < len(fts); i++ {
+		sc := fts[i].schema
+		for _, f := range first.Fields() {
+			idx := sc.FieldIndices(f.Name)
+			if len(idx) == 0 {
+				return fmt.Errorf("parquet source: column %q of %s is missing from %s", f.Name, files[0], files[i])
+			}
+			g := sc.Field(idx[0])
+			if !arrow.TypeEqual(f.Type, g.Type) {
+				return fmt.Errorf("parquet source: column %q is %s in %s but %s in %s", f.Name, f.Type, files[0], g.Type, files[i])
+			}
+		}
+		for _, g := range sc.Fields() {
+			if !first.HasField(g.Name) {
+				return fmt.Errorf("parquet source: column %q of %s is missing from %s", g.Name, files[i], files[0])
+			}
+		}
+	}
+	return nil
+}
+
+// shardPlan is the JSON plan of one shard: Rows rows of File starting at row
+// Offset of row group FirstRowGroup and spanning NumRowGroups row groups.
+type shardPlan struct {
+	File          string `json:"file"`
+	Size          int64  `json:"size"`
+	MTimeNS       int64  `json:"mtime_ns"`
+	FirstRowGroup int    `json:"first_row_group"`
+	NumRowGroups  int    `json:"num_row_groups"`
+	Offset        int64  `json:"offset"`
+	Rows          int64  `json:"rows"`
+}
+
+// Plan splits the dataset into shards of at most rowsPerShard rows from the
+// file footers alone. Whole row groups of one file are packed together; a row
+// group larger than rowsPerShard is split into near-equal row ranges. A
+// dataset of zero-row files plans zero shards.
+func (s *Source) Plan(ctx context.Context, rowsPerShard int64) ([]sources.ShardPlan, error) {
+	if rowsPerShard <= 0 {
+		return nil, fmt.Errorf("parquet source %q: rows per shard must be positive, got %d", s.path, rowsPerShard)
+	}
+	fts, err := s.readFooters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkCompatible(s.files, fts); err != nil {
+		return nil, err
+	}
+	var out []sources.ShardPlan
+	for i, ft := range fts {
+		for _, sp := range planFile(s.files[i], ft, rowsPerShard) {
+			raw, err := json.Marshal(sp)
+			if err != nil {
+				return nil, fmt.Errorf("parquet source: encoding plan for %s: %w", sp.File, err)
+			}
+			out = append(out, sources.ShardPlan{Plan: raw, Rows: sp.Rows, Desc: sp.desc(ft.rowGroups)})
+		}
+	}
+	return out, nil
+}
+
+func planFile(path string, ft footer, rowsPerShard int64) []shardPlan {
+	var out []shardPlan
+	base := shardPlan{File: path, Size: ft.fp.Size, MTimeNS: ft.fp.MTimeNS}
+	cur := base
+	cur.FirstRowGroup = -1
+	flush := func() {
+		if cur.FirstRowGroup >= 0 && cur.Rows > 0 {
+			out = append(out, cur)
+		}
+		cur = base
+		cur.FirstRowGroup = -1
+	}
+	for rg, n := range ft.rowGroups {
+		switch {
+		case n == 0:
+			// Nothing to read; an open run of groups may continue past it.
+			if cur.FirstRowGroup >= 0 {
+				cur.NumRowGroups++
+			}
+		case n > rowsPerShard:
+			flush()
+			pieces := (n + rowsPerShard - 1) / rowsPerShard
+			var off int64
+			for p := int64(0); p < pieces; p++ {
+				size := n / pieces
+				if p < n%pieces {
+					size++
+				}
+				sp := base
+				sp.FirstRowGroup, sp.NumRowGroups, sp.Offset, sp.Rows = rg, 1, off, size
+				out = append(out, sp)
+				off += size
+			}
+		default:
+			if cur.FirstRowGroup >= 0 && cur.Rows+n > rowsPerShard {
+				flush()
+			}
+			if cur.FirstRowGroup < 0 {
+				cur.FirstRowGroup = rg
+			}
+			cur.NumRowGroups++
+			cur.Rows += n
+		}
+	}
+	flush()
+	return out
+}
+
+// desc is the human description: "path rows a..b (row groups i..j)".
+func (sp shardPlan) desc(rowGroups []int64) string {
+	var start int64
+	for i := 0; i < sp.FirstRowGroup && i < len(rowGroups); i++ {
+		start += rowGroups[i]
+	}
+	start += sp.Offset
+	last := sp.FirstRowGroup + sp.NumRowGroups - 1
+	if last == sp.FirstRowGroup {
+		return fmt.Sprintf("%s rows %d..%d (row group %d)", sp.File, start, start+sp.Rows, sp.FirstRowGroup)
+	}
+	return fmt.Sprintf("%s rows %d..%d (row groups %d..%d)", sp.File, start, start+sp.Rows, sp.FirstRowGroup, last)
+}
