@@ -25,6 +25,9 @@ const MaxSpecBytes = 1 << 20
 // "billion laughs" document fails fast instead of exhausting memory.
 const maxNodes = 100_000
 
+// maxProblems bounds the problems reported for one spec.
+const maxProblems = 50
+
 // SpecError is one problem in a job spec. Field is a path such as
 // model.inputs.features.columns[3]; Line is the 1-based line of the value in
 // File (0 when unknown). Parse and Load return every problem at once, as an
@@ -83,7 +86,8 @@ func Problems(err error) []*SpecError {
 
 // Load reads, expands (${ENV} from the process environment), defaults,
 // validates and renders ({{.param}}) the job spec at path. Relative paths in
-// the spec resolve against the spec file's directory.
+// the spec (model.path, source.parquet.path, sinks.parquet.path) become
+// absolute, resolved against the spec file's directory.
 func Load(path string, params map[string]string) (*Spec, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -109,7 +113,8 @@ func pathErrMsg(err error) string {
 }
 
 // Parse is Load on bytes: file names the spec in errors and anchors its
-// relative paths ("": paths stay relative to the working directory);
+// relative paths as Load does ("": they stay relative to the working
+// directory);
 // lookupEnv resolves ${VAR} (nil: every variable is unset).
 func Parse(data []byte, file string, params map[string]string, lookupEnv func(string) (string, bool)) (*Spec, error) {
 	if lookupEnv == nil {
@@ -136,6 +141,11 @@ func Parse(data []byte, file string, params map[string]string, lookupEnv func(st
 			s.Params[k] = v
 		}
 	}
+	if d.budget < 0 {
+		// Too large to be a spec: what was decoded is incomplete, so
+		// validating it would only add noise.
+		return nil, d.joined()
+	}
 	d.checkParams(params)
 	d.applyDefaults(&s)
 	d.validate(&s)
@@ -144,7 +154,12 @@ func Parse(data []byte, file string, params map[string]string, lookupEnv func(st
 		return nil, d.joined()
 	}
 	if file != "" {
+		// Absolute, so that the spec (and its Hash) does not depend on the
+		// directory precog was started from.
 		base := filepath.Dir(file)
+		if abs, err := filepath.Abs(base); err == nil {
+			base = abs
+		}
 		s.Model.Path = resolvePath(base, s.Model.Path)
 		if s.Source.Parquet != nil {
 			s.Source.Parquet.Path = resolvePath(base, s.Source.Parquet.Path)
@@ -299,9 +314,16 @@ func (d *decoder) joined() error {
 		}
 		return d.errs[i].Field < d.errs[j].Field
 	})
-	errs := make([]error, len(d.errs))
-	for i, e := range d.errs {
+	shown := d.errs
+	if len(shown) > maxProblems {
+		shown = shown[:maxProblems]
+	}
+	errs := make([]error, len(shown), len(shown)+1)
+	for i, e := range shown {
 		errs[i] = e
+	}
+	if n := len(d.errs) - len(shown); n > 0 {
+		errs = append(errs, &SpecError{File: d.file, Msg: fmt.Sprintf("... and %d more problems", n)})
 	}
 	if len(errs) == 1 {
 		return errs[0]

@@ -119,8 +119,12 @@ func (d *decoder) validate(s *Spec) {
 	if s.Schedule != "" {
 		if strings.HasPrefix(s.Schedule, "TZ=") || strings.HasPrefix(s.Schedule, "CRON_TZ=") {
 			d.fail("schedule", "time zone prefixes are not supported here; use the timezone field")
-		} else if _, err := cron.ParseStandard(s.Schedule); err != nil {
+		} else if strings.HasPrefix(s.Schedule, "@every") {
+			d.fail("schedule", "%q: @every is not supported; use a 5-field cron expression (e.g. \"0 */4 * * *\")", s.Schedule)
+		} else if sched, err := cron.ParseStandard(s.Schedule); err != nil {
 			d.fail("schedule", "%q is not a 5-field cron expression (minute hour day-of-month month day-of-week, e.g. \"0 */4 * * *\"): %v", s.Schedule, err)
+		} else if sched.Next(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)).IsZero() {
+			d.fail("schedule", "%q never fires (no such date)", s.Schedule)
 		}
 	}
 	if _, err := time.LoadLocation(s.Timezone); err != nil || s.Timezone == "Local" {
@@ -185,6 +189,8 @@ func (d *decoder) validateModel(s *Spec) {
 	m := &s.Model
 	if m.Path == "" {
 		d.fail("model.path", "required: the ONNX model file")
+	} else if strings.Contains(m.Path, "{{") {
+		d.fail("model.path", "templates are rendered only in source.parquet.path, source.postgres.query and sinks.parquet.path")
 	}
 	if len(m.Inputs) == 0 {
 		d.fail("model.inputs", "required: map each ONNX input to source columns, e.g. features: { columns: [f0, f1] }")
@@ -263,9 +269,9 @@ func (d *decoder) validateSinks(s *Spec) {
 	if r := k.Redis; r != nil {
 		switch {
 		case r.Addr == "" && len(r.Addrs) == 0:
-			d.fail("sinks.redis", "needs addr (one server) or addrs (a cluster)")
+			d.fail("sinks.redis.addr", "required: one server's host:port (or addrs: [...] for a cluster)")
 		case r.Addr != "" && len(r.Addrs) > 0:
-			d.fail("sinks.redis", "give either addr or addrs, not both")
+			d.fail("sinks.redis.addrs", "give either addr or addrs, not both")
 		}
 		for i, a := range r.Addrs {
 			if a == "" {

@@ -57,7 +57,7 @@ source:
 model:
   path: models/recs.onnx
   inputs:
-    features: { column: features }
+    features: { columns: [f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14, f15] }
   outputs:
     topk_items: items
     topk_scores: scores

@@ -102,6 +102,13 @@ Exit codes: 0 success, 1 run failed, 2 invalid input (nothing ran), 130 interrup
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
 	root.PersistentFlags().BoolVar(&g.logJSON, "log-json", false, "logs as JSON lines")
 	root.AddCommand(newRunCmd(g), newValidateCmd(g), newInspectCmd(g))
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return invalid(err) })
+	for _, c := range root.Commands() {
+		if c.Args != nil {
+			args := c.Args
+			c.Args = func(cmd *cobra.Command, a []string) error { return invalid(args(cmd, a)) }
+		}
+	}
 	return root
 }
 

@@ -224,7 +224,9 @@ func startPostgres() (*pgServer, error) {
 		cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-k", sock, "-p", strconv.Itoa(port),
 			"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
 			"-c", "full_page_writes=off", "-c", "shared_buffers=64MB", "-c", "max_connections=400",
-			"-c", "log_min_messages=warning")
+			"-c", "log_min_messages=warning",
+			// mmap segments live in the data dir, so a killed server leaks none.
+			"-c", "dynamic_shared_memory_type=mmap")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 		cmd.Env = append(os.Environ(), "LC_ALL=C")
 		logPath := filepath.Join(dir, fmt.Sprintf("postgres-%d.log", attempt))
@@ -316,11 +318,11 @@ func pgTemplate(bin, superuser string, cred *syscall.Credential, uid, gid int) (
 		}
 		return -1
 	}, string(out))
-	final := filepath.Join(os.TempDir(), fmt.Sprintf("%spgtemplate-%s-%d", tempPrefix, ver, os.Geteuid()))
+	final := filepath.Join(baseDir(), fmt.Sprintf("%spgtemplate-%s-%d", tempPrefix, ver, os.Geteuid()))
 	if _, err := os.Stat(filepath.Join(final, "data", "PG_VERSION")); err == nil {
 		return filepath.Join(final, "data"), nil
 	}
-	work, err := os.MkdirTemp(os.TempDir(), tempPrefix+"pginit-")
+	work, err := os.MkdirTemp(baseDir(), tempPrefix+"pginit-")
 	if err != nil {
 		return "", fmt.Errorf("testservers: temp dir: %w", err)
 	}

@@ -101,7 +101,6 @@ func (r *RedisServer) Start() {
 type redisShared struct {
 	addr string
 	free chan int
-	seq  int
 }
 
 var (

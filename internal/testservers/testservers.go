@@ -17,6 +17,9 @@
 //		...
 //	}
 //
+// Data lives under $PRECOG_TESTSERVERS_DIR, else /dev/shm when writable, else
+// the temp dir; an initdb template is kept there and copied per test binary.
+//
 // Servers are started lazily, on the first call that needs them, and stopped
 // by Main when the tests finish. A test binary that crashes does not leave
 // servers behind: each server is started with a parent-death signal, and
@@ -195,6 +198,19 @@ func waitTCP(p *serverProc, addr string, timeout time.Duration) error {
 	}
 }
 
+// baseDir is where servers keep their data: $PRECOG_TESTSERVERS_DIR, else
+// /dev/shm where it is a writable tmpfs (copying a Postgres data directory
+// there takes 0.1 s against over 1 s on a busy disk), else the temp dir.
+func baseDir() string {
+	if d := os.Getenv("PRECOG_TESTSERVERS_DIR"); d != "" {
+		return d
+	}
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() && syscall.Access("/dev/shm", 2) == nil {
+		return "/dev/shm"
+	}
+	return os.TempDir()
+}
+
 // tempPrefix names this package's temp directories; the owner pid file in
 // each lets a later start remove the directories of dead test binaries.
 const tempPrefix = "precog-testservers-"
@@ -205,7 +221,7 @@ var cleanStaleOnce sync.Once
 // removing directories left by test binaries that died.
 func makeTempDir(kind string) (string, error) {
 	cleanStaleOnce.Do(cleanStale)
-	dir, err := os.MkdirTemp(os.TempDir(), tempPrefix+kind+"-")
+	dir, err := os.MkdirTemp(baseDir(), tempPrefix+kind+"-")
 	if err != nil {
 		return "", fmt.Errorf("testservers: temp dir: %w", err)
 	}
@@ -217,7 +233,7 @@ func makeTempDir(kind string) (string, error) {
 
 // cleanStale removes temp directories whose owning process is gone.
 func cleanStale() {
-	matches, _ := filepath.Glob(filepath.Join(os.TempDir(), tempPrefix+"*"))
+	matches, _ := filepath.Glob(filepath.Join(baseDir(), tempPrefix+"*"))
 	for _, dir := range matches {
 		b, err := os.ReadFile(filepath.Join(dir, "owner.pid"))
 		if err != nil {

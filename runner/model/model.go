@@ -97,6 +97,8 @@ type Model struct {
 	outputs []*output // the spec's outputs, in model output order
 	fields  []arrow.Field
 	schema  *arrow.Schema
+	// fixedBatch is the model's static batch dimension; 0 when dynamic.
+	fixedBatch int
 
 	pool     chan *session
 	sessions []*session
@@ -214,7 +216,13 @@ func (m *Model) bindInputs() error {
 			return m.errorf(f, "input %q has shape %s; precog feeds inputs of shape [N] or [N,k]", t.Name, shapeString(t))
 		}
 		if len(t.Shape) > 0 && t.Shape[0] >= 0 {
-			return m.errorf(f, "input %q has shape %s with a fixed batch dimension; precog needs a dynamic first dimension (export the model with a dynamic batch axis)", t.Name, shapeString(t))
+			// A fixed batch dimension: batches are run in chunks of that
+			// many rows, the last one zero-padded.
+			b := int(t.Shape[0])
+			if b == 0 || (m.fixedBatch > 0 && b != m.fixedBatch) {
+				return m.errorf(f, "input %q has shape %s: its batch dimension differs from the other inputs' (%d)", t.Name, shapeString(t), m.fixedBatch)
+			}
+			m.fixedBatch = b
 		}
 		if len(in.columns) > 0 && in.width >= 0 && len(in.columns) != in.width {
 			return m.errorf(in.field(), "%d columns but input %q has shape %s", len(in.columns), t.Name, shapeString(t))
@@ -348,8 +356,9 @@ func appendCUDA(opts *ort.SessionOptions, device int) error {
 		return noCUDA(err)
 	}
 	defer co.Destroy()
+	// Update is where a build without the CUDA provider libraries fails.
 	if err := co.Update(map[string]string{"device_id": strconv.Itoa(device)}); err != nil {
-		return fmt.Errorf("cuda:%d: provider options: %w", device, err)
+		return noCUDA(err)
 	}
 	if err := opts.AppendExecutionProviderCUDA(co); err != nil {
 		return noCUDA(err)

@@ -103,6 +103,7 @@ type Sink struct {
 	cfg    config
 	client goredis.UniversalClient
 	log    *slog.Logger
+	retry  retryPolicy
 
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
@@ -128,6 +129,7 @@ func New(spec jobs.RedisSinkSpec) (*Sink, error) {
 		cfg:      cfg,
 		client:   cfg.newClient(),
 		log:      logger().With("addr", cfg.where(), "namespace", cfg.namespace),
+		retry:    defaultRetry,
 		bgCtx:    ctx,
 		bgCancel: cancel,
 	}, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -16,13 +17,16 @@ import (
 	"github.com/precog-ml/precog/sinks"
 )
 
-// Retry policy for a failed pipeline: exponential backoff with jitter from
-// retryBase up to retryMax between attempts, at most maxAttempts sends.
-const (
-	maxAttempts = 10
-	retryBase   = 25 * time.Millisecond
-	retryMax    = 2 * time.Second
-)
+// retryPolicy bounds the re-sends of a failed pipeline: exponential
+// backoff with jitter from base up to max between attempts, at most
+// attempts sends (about 8 s of waiting with the defaults, enough to ride
+// out a failover or a restart).
+type retryPolicy struct {
+	attempts  int
+	base, max time.Duration
+}
+
+var defaultRetry = retryPolicy{attempts: 10, base: 25 * time.Millisecond, max: 2 * time.Second}
 
 // pipeBatch is one pipeline's worth of SETs: every key and value lives in
 // one reused arena, so building a batch allocates nothing once warm.
@@ -90,50 +94,94 @@ func newShardWriter(s *Sink, run sinks.RunInfo, index int, enc *recordEncoder) *
 	return w
 }
 
-// Write encodes the batch's rows and sends full pipelines. It blocks only
-// when depth pipelines are already in flight; the batch is not retained.
+// Write encodes the batch's rows and sends full pipelines. Rows that fill
+// a whole pipeline are encoded concurrently, each pipeline by the goroutine
+// that then sends it (so encoding scales over cores, bounded by depth);
+// Write returns once every row is encoded and so does not retain the batch.
+// It blocks when depth pipelines are already in flight.
 func (w *shardWriter) Write(ctx context.Context, rec arrow.RecordBatch) error {
 	if err := w.failed(); err != nil {
 		return err
 	}
-	bb, err := w.enc.bind(rec)
+	bb, err := w.enc.bind(rec) // checks the schema; used for inline rows
 	if err != nil {
 		return fmt.Errorf("redis shard %d: %w", w.index, err)
 	}
-	n := int(rec.NumRows())
-	for row := 0; row < n; row++ {
+	var encoding sync.WaitGroup // goroutines still reading rec
+	defer encoding.Wait()
+	n, batch := int(rec.NumRows()), w.s.cfg.batch
+	for row := 0; row < n; {
+		if w.cur == nil && n-row >= batch {
+			if err := w.acquire(ctx); err != nil {
+				return err
+			}
+			b := w.getBatch()
+			lo, hi := row, row+batch
+			encoding.Add(1)
+			w.wg.Add(1)
+			go func() {
+				defer w.wg.Done()
+				own, err := w.enc.bind(rec) // writers hold per-goroutine caches
+				if err == nil {
+					err = w.encodeRows(b, own, lo, hi)
+				}
+				encoding.Done()
+				if err != nil {
+					<-w.sem
+					w.setErr(err)
+					return
+				}
+				w.send(b)
+			}()
+			row = hi
+			continue
+		}
 		if w.cur == nil {
 			w.cur = w.getBatch()
 		}
-		b := w.cur
-		mark := len(b.arena)
-		k0 := len(b.arena)
-		b.arena = append(b.arena, w.prefix...)
-		if b.arena, err = bb.key.appendKey(b.arena, row); err != nil {
-			b.arena = b.arena[:mark]
-			return fmt.Errorf("redis shard %d: row %d: %w", w.index, row, err)
+		hi := min(n, row+batch-len(w.cur.spans))
+		if err := w.encodeRows(w.cur, bb, row, hi); err != nil {
+			w.cur = nil
+			return err
 		}
-		k1 := len(b.arena)
-		if b.arena, err = bb.appendRecord(b.arena, row); err != nil {
-			key := string(b.arena[k0+len(w.prefix) : k1])
-			b.arena = b.arena[:mark]
-			return fmt.Errorf("redis shard %d: key %q (row %d): %w", w.index, key, row, err)
-		}
-		if len(b.arena) > 1<<31-1 {
-			return fmt.Errorf("redis shard %d: pipeline batch over 2 GiB; lower pipeline_batch", w.index)
-		}
-		b.spans = append(b.spans, span{int32(k0), int32(k1), int32(k1), int32(len(b.arena))})
-		if len(b.spans) >= w.s.cfg.batch {
+		row = hi
+		if len(w.cur.spans) >= batch {
 			if err := w.flush(ctx); err != nil {
 				return err
 			}
 		}
 	}
+	encoding.Wait()
+	return w.failed()
+}
+
+// encodeRows appends rows [lo, hi) of a bound batch to b as key/value
+// pairs.
+func (w *shardWriter) encodeRows(b *pipeBatch, bb *boundBatch, lo, hi int) error {
+	var err error
+	for row := lo; row < hi; row++ {
+		k0 := len(b.arena)
+		b.arena = append(b.arena, w.prefix...)
+		if b.arena, err = bb.key.appendKey(b.arena, row); err != nil {
+			b.arena = b.arena[:k0]
+			return fmt.Errorf("redis shard %d: row %d: %w", w.index, row, err)
+		}
+		k1 := len(b.arena)
+		if b.arena, err = bb.appendRecord(b.arena, row); err != nil {
+			key := string(b.arena[k0+len(w.prefix) : k1])
+			b.arena = b.arena[:k0]
+			return fmt.Errorf("redis shard %d: key %q (row %d): %w", w.index, key, row, err)
+		}
+		if len(b.arena) > math.MaxInt32 {
+			return fmt.Errorf("redis shard %d: pipeline batch over 2 GiB; lower pipeline_batch", w.index)
+		}
+		b.spans = append(b.spans, span{int32(k0), int32(k1), int32(k1), int32(len(b.arena))})
+	}
 	return nil
 }
 
 // getBatch returns a recycled batch or a new one; at most depth+1 exist
-// because flush takes a pipeline token before handing a batch off.
+// because a pipeline token is taken before a batch is handed off.
 func (w *shardWriter) getBatch() *pipeBatch {
 	select {
 	case b := <-w.free:
@@ -144,15 +192,11 @@ func (w *shardWriter) getBatch() *pipeBatch {
 	}
 }
 
-// flush hands the current batch to a pipeline goroutine, waiting for a
-// free pipeline slot when depth are in flight.
-func (w *shardWriter) flush(ctx context.Context) error {
-	b := w.cur
-	if b == nil || len(b.spans) == 0 {
-		return nil
-	}
+// acquire takes a pipeline token, waiting while depth are in flight.
+func (w *shardWriter) acquire(ctx context.Context) error {
 	select {
 	case w.sem <- struct{}{}:
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-w.ctx.Done():
@@ -161,21 +205,37 @@ func (w *shardWriter) flush(ctx context.Context) error {
 		}
 		return fmt.Errorf("redis shard %d: writer closed", w.index)
 	}
+}
+
+// send writes b (holding a token) and then recycles it.
+func (w *shardWriter) send(b *pipeBatch) {
+	err := w.s.sendBatch(w.ctx, b, &w.retries)
+	<-w.sem
+	if err != nil {
+		w.setErr(fmt.Errorf("redis shard %d: %w", w.index, err))
+		return
+	}
+	w.rows.Add(int64(len(b.spans)))
+	select {
+	case w.free <- b:
+	default:
+	}
+}
+
+// flush hands the current batch to a pipeline goroutine.
+func (w *shardWriter) flush(ctx context.Context) error {
+	b := w.cur
+	if b == nil || len(b.spans) == 0 {
+		return nil
+	}
+	if err := w.acquire(ctx); err != nil {
+		return err
+	}
 	w.cur = nil
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
-		err := w.s.sendBatch(w.ctx, b, &w.retries)
-		<-w.sem
-		if err != nil {
-			w.setErr(fmt.Errorf("redis shard %d: %w", w.index, err))
-			return
-		}
-		w.rows.Add(int64(len(b.spans)))
-		select {
-		case w.free <- b:
-		default:
-		}
+		w.send(b)
 	}()
 	return w.failed()
 }
@@ -261,12 +321,12 @@ func (s *Sink) sendBatch(ctx context.Context, b *pipeBatch, retries *atomic.Int6
 			return nil
 		}
 		last = err
-		if !isTransient(err) || attempt >= maxAttempts {
+		if !isTransient(err) || attempt >= s.retry.attempts {
 			break
 		}
 		retries.Add(1)
-		delay := backoff(attempt)
-		s.log.Warn("redis pipeline failed; retrying", "addr", s.cfg.where(), "attempt", attempt,
+		delay := s.retry.backoff(attempt)
+		s.log.Warn("redis pipeline failed; retrying", "attempt", attempt,
 			"keys", len(b.spans), "delay", delay, "err", redact(err.Error(), s.cfg.password))
 		t := time.NewTimer(delay)
 		select {
@@ -300,10 +360,10 @@ func (s *Sink) execSets(ctx context.Context, b *pipeBatch) error {
 
 // backoff is the delay before re-send attempt+1: exponential with full
 // jitter in its upper half.
-func backoff(attempt int) time.Duration {
-	d := retryBase << min(attempt-1, 10)
-	if d > retryMax {
-		d = retryMax
+func (p retryPolicy) backoff(attempt int) time.Duration {
+	d := p.base << min(attempt-1, 10)
+	if d > p.max {
+		d = p.max
 	}
 	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
 }

@@ -243,21 +243,27 @@ func arrowSchema(md *metadata.FileMetaData) (*arrow.Schema, error) {
 	fields := make([]arrow.Field, sc.NumFields())
 	for i, f := range sc.Fields() {
 		f.Type = outputType(f.Type)
-		f.Metadata = arrow.Metadata{}
 		fields[i] = f
 	}
 	return arrow.NewSchema(fields, nil), nil
 }
 
 // outputType is the Arrow type a column is delivered as: binary columns
-// become strings (same memory layout, so the conversion is free), so that
-// downstream code sees one key type for byte-string keys.
+// become strings (same memory layout, so the conversion is free), and string
+// dictionaries (restored from an Arrow schema stored in the file, e.g. a
+// pandas category column) are decoded, so that downstream code sees one key
+// type for byte-string keys.
 func outputType(t arrow.DataType) arrow.DataType {
 	switch t.ID() {
 	case arrow.BINARY:
 		return arrow.BinaryTypes.String
 	case arrow.LARGE_BINARY:
 		return arrow.BinaryTypes.LargeString
+	case arrow.DICTIONARY:
+		switch vt := outputType(t.(*arrow.DictionaryType).ValueType); vt.ID() {
+		case arrow.STRING, arrow.LARGE_STRING:
+			return vt
+		}
 	}
 	return t
 }

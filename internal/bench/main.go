@@ -1,0 +1,213 @@
+// Command bench is precog's end-to-end benchmark harness (`make bench`).
+//
+// Every number it reports is a ratio against the raw limit measured in the
+// same run on the same machine (raw ONNX Runtime on prebuilt tensors, a raw
+// Parquet scan, a raw go-redis pipelined SET loop, raw pgx CopyFrom, raw
+// go-redis GETs), because the machines it runs on are shared and noisy:
+// absolute rows/s move by tens of percent between runs, ratios much less.
+//
+//	go run ./internal/bench -out bench-results.md -readme README.md
+//
+// It generates its datasets on the fly under -work (removed afterwards),
+// starts its own redis-server and postgres (internal/testservers), runs
+// bin/precog as a child process (so that wall time and peak RSS are the
+// command's own) and, for the lookup API, drives the server from a separate
+// load generator process (internal/bench/loadgen).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/precog-ml/precog/internal/testgen"
+	"github.com/precog-ml/precog/internal/testservers"
+	"github.com/precog-ml/precog/runner/model"
+)
+
+// config is the harness's command line.
+type config struct {
+	out      string
+	readme   string
+	work     string
+	bin      string
+	rows     int64
+	bigRows  int64
+	big      bool
+	sinkRows int64
+	measure  time.Duration
+	sections string
+	keep     bool
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.out, "out", "bench-results.md", "markdown file the results are written to")
+	flag.StringVar(&c.readme, "readme", "", "README whose <!-- bench-table --> block is replaced by the results (empty: none)")
+	flag.StringVar(&c.work, "work", "", "scratch directory for datasets and outputs (default: a new temp dir, removed at the end)")
+	flag.StringVar(&c.bin, "precog", "bin/precog", "the precog binary under test (`make build`)")
+	flag.Int64Var(&c.rows, "rows", 1_000_000, "rows of the core datasets")
+	flag.Int64Var(&c.bigRows, "big-rows", 10_000_000, "rows of the large dataset of the peak-RSS comparison")
+	flag.BoolVar(&c.big, "big", true, "run the peak-RSS comparison on -big-rows rows (false: skip it)")
+	flag.Int64Var(&c.sinkRows, "sink-rows", 200_000, "rows written by the sink benchmarks")
+	flag.DurationVar(&c.measure, "measure", 3*time.Second, "how long each raw-limit loop runs")
+	flag.StringVar(&c.sections, "sections", "core,sinks,lookup", "comma-separated sections to run")
+	flag.BoolVar(&c.keep, "keep", false, "keep the scratch directory")
+	flag.Parse()
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, c)
+	stop()
+	testservers.StopAll()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, c config) error {
+	if c.rows < 100_000 {
+		return fmt.Errorf("-rows %d: need at least 100000 (the resume test needs 10 shards of 10000 rows or more)", c.rows)
+	}
+	bin, err := filepath.Abs(c.bin)
+	if err != nil {
+		return fmt.Errorf("-precog %s: %w", c.bin, err)
+	}
+	if _, err := os.Stat(bin); err != nil {
+		return fmt.Errorf("-precog %s: %w (run `make build`)", c.bin, err)
+	}
+	c.bin = bin
+	if c.work == "" {
+		c.work, err = os.MkdirTemp("", "precog-bench-")
+		if err != nil {
+			return fmt.Errorf("scratch dir: %w", err)
+		}
+		if !c.keep {
+			defer os.RemoveAll(c.work)
+		}
+	} else if err := os.MkdirAll(c.work, 0o755); err != nil {
+		return fmt.Errorf("-work %s: %w", c.work, err)
+	}
+	if err := model.Init(); err != nil {
+		return fmt.Errorf("onnx runtime (%s=%s): %w", model.EnvLibrary, os.Getenv(model.EnvLibrary), err)
+	}
+	// Children find the same library.
+	if os.Getenv(model.EnvLibrary) == "" {
+		if lib := model.LibraryPath(); lib != "" {
+			os.Setenv(model.EnvLibrary, lib)
+		}
+	}
+	models := filepath.Join(c.work, "models")
+	for _, name := range []string{"heavy", "ranker", "recs"} {
+		if _, err := testgen.Write(models, name); err != nil {
+			return fmt.Errorf("model %s: %w", name, err)
+		}
+	}
+	h := &harness{cfg: c, models: models, start: time.Now()}
+	want := map[string]bool{}
+	for _, s := range strings.Split(c.sections, ",") {
+		want[strings.TrimSpace(s)] = true
+	}
+	steps := []struct {
+		name string
+		fn   func(context.Context) (*section, error)
+	}{
+		{"core", h.core},
+		{"sinks", h.sinks},
+		{"lookup", h.lookup},
+	}
+	var secs []*section
+	for _, st := range steps {
+		if !want[st.name] {
+			continue
+		}
+		t0 := time.Now()
+		slog.Info("section start", "section", st.name)
+		s, err := st.fn(ctx)
+		if s == nil {
+			s = &section{Title: st.name}
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			// One broken section must not hide the others' numbers.
+			slog.Error("section failed", "section", st.name, "err", err)
+			s.Notes = append(s.Notes, fmt.Sprintf("**section failed**: %v", err))
+		}
+		slog.Info("section done", "section", st.name, "took", time.Since(t0).Round(time.Second))
+		secs = append(secs, s)
+	}
+	md := render(secs, h.machine(), time.Since(h.start))
+	if err := os.WriteFile(c.out, []byte(md), 0o644); err != nil {
+		return fmt.Errorf("-out %s: %w", c.out, err)
+	}
+	if c.readme != "" {
+		if err := replaceBlock(c.readme, md); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// harness holds what the sections share.
+type harness struct {
+	cfg    config
+	models string
+	start  time.Time
+}
+
+// machine describes where the numbers were taken.
+func (h *harness) machine() string {
+	cpu := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				cpu = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	nproc := runtime.NumCPU()
+	if out, err := exec.Command("nproc").Output(); err == nil {
+		fmt.Sscan(strings.TrimSpace(string(out)), &nproc)
+	}
+	return fmt.Sprintf("%s, nproc %d, %s/%s, %s, %s", cpu, nproc, runtime.GOOS, runtime.GOARCH, runtime.Version(),
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+}
+
+// replaceBlock puts md between the bench-table markers of the README.
+func replaceBlock(path, md string) error {
+	const open, close = "<!-- bench-table -->", "<!-- /bench-table -->"
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("-readme %s: %w", path, err)
+	}
+	s := string(b)
+	i := strings.Index(s, open)
+	j := strings.Index(s, close)
+	if i < 0 || j < i {
+		return fmt.Errorf("-readme %s: no %s … %s block", path, open, close)
+	}
+	// Headings one level down: the README's own section holds them.
+	body := strings.ReplaceAll(md, "\n## ", "\n#### ")
+	body = strings.TrimPrefix(body, "# precog benchmarks\n")
+	out := s[:i+len(open)] + "\n" + strings.TrimSpace(body) + "\n" + s[j:]
+	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+		return fmt.Errorf("-readme %s: %w", path, err)
+	}
+	return nil
+}
+
+var errSkipped = errors.New("skipped")

@@ -1,0 +1,290 @@
+// Package lookup is the HTTP API in front of the stores a batch job fills:
+// GET a precomputed prediction by key from Redis, fall back to the job's
+// Postgres view, and on a miss compute it live with the job's own model,
+// merging concurrent misses into batched inferences (contract 4 of DESIGN.md).
+package lookup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/precog-ml/precog/jobs"
+)
+
+// Server serves the lookup API. It is an http.Handler; ListenAndServe runs
+// it with graceful shutdown. Close releases its connections and models.
+type Server struct {
+	cfg     Config
+	ns      map[string]*namespace
+	names   []string
+	mux     *http.ServeMux
+	metrics *metrics
+	tokens  [][32]byte
+	slots   chan struct{}
+
+	redisConns []*redisConn
+	pgPools    []*pgxpool.Pool
+	watcher    *versionWatcher
+	stop       context.CancelFunc
+	closeOnce  sync.Once
+}
+
+// namespace is one job as the API serves it.
+type namespace struct {
+	name         string
+	spec         *jobs.Spec
+	redis        *redisStore
+	writebackTTL time.Duration
+	pg           *pgTable
+	features     *pgTable
+	layout       *layout
+	live         *live
+	model        LiveModel
+}
+
+// New loads the job specs and models, connects (lazily) to the stores and
+// returns a server ready to serve. It fails on an invalid spec (naming the
+// file and field), on a model that does not load, on two jobs claiming one
+// namespace, and when no tokens are given without InsecureNoAuth.
+func New(cfg Config) (*Server, error) {
+	cfg.defaults()
+	if len(cfg.Tokens) == 0 && !cfg.InsecureNoAuth {
+		return nil, errors.New("lookup: no API tokens (set PRECOG_API_TOKENS or --tokens-file, or pass --insecure-no-auth to serve without authentication)")
+	}
+	specs := append([]*jobs.Spec(nil), cfg.Specs...)
+	if cfg.JobsDir != "" {
+		loaded, err := loadSpecs(cfg.JobsDir)
+		if err != nil {
+			return nil, err
+		}
+		specs = append(specs, loaded...)
+	}
+	if len(specs) == 0 {
+		return nil, fmt.Errorf("lookup: no job specs to serve (jobs dir %q)", cfg.JobsDir)
+	}
+	s := &Server{
+		cfg:     cfg,
+		ns:      map[string]*namespace{},
+		metrics: newMetrics(),
+		slots:   make(chan struct{}, cfg.MaxInFlight),
+	}
+	for _, t := range cfg.Tokens {
+		s.tokens = append(s.tokens, hashToken(t))
+	}
+	if err := s.buildNamespaces(specs); err != nil {
+		s.Close()
+		return nil, err
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	s.startWatcher(ctx)
+	s.routes()
+	return s, nil
+}
+
+// loadSpecs reads every *.yaml / *.yml in dir.
+func loadSpecs(dir string) ([]*jobs.Spec, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("lookup: jobs dir: %w", err)
+	}
+	var specs []*jobs.Spec
+	for _, e := range entries {
+		ext := filepath.Ext(e.Name())
+		if e.IsDir() || (ext != ".yaml" && ext != ".yml") {
+			continue
+		}
+		spec, err := jobs.Load(filepath.Join(dir, e.Name()), nil)
+		if err != nil {
+			return nil, fmt.Errorf("lookup: %w", err)
+		}
+		specs = append(specs, spec)
+	}
+	return specs, nil
+}
+
+func specName(spec *jobs.Spec) string {
+	if spec.File != "" {
+		return spec.File
+	}
+	return "job " + spec.Name
+}
+
+func (s *Server) buildNamespaces(specs []*jobs.Spec) error {
+	redisConns := map[string]*redisConn{}
+	pgPools := map[string]*pgxpool.Pool{}
+	pool := func(dsn, where string) (*pgxpool.Pool, error) {
+		if p, ok := pgPools[dsn]; ok {
+			return p, nil
+		}
+		pc, err := pgxpool.ParseConfig(dsn)
+		if err != nil {
+			return nil, fmt.Errorf("%s: bad dsn: %w", where, err)
+		}
+		pc.MaxConns = s.cfg.PostgresMaxConns
+		pc.ConnConfig.ConnectTimeout = max(s.cfg.StoreTimeout, time.Second)
+		p, err := pgxpool.NewWithConfig(context.Background(), pc)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
+		pgPools[dsn] = p
+		s.pgPools = append(s.pgPools, p)
+		return p, nil
+	}
+	for _, spec := range specs {
+		file := specName(spec)
+		n := &namespace{spec: spec, name: spec.Name}
+		if r := spec.Sinks.Redis; r != nil {
+			n.name = r.Namespace
+			ck := redisConnKey(r)
+			conn, ok := redisConns[ck]
+			if !ok {
+				conn = newRedisConn(r, s.cfg.StoreTimeout, s.cfg.RedisPoolSize)
+				redisConns[ck] = conn
+				s.redisConns = append(s.redisConns, conn)
+			}
+			n.redis = &redisStore{ns: r.Namespace, inPlace: r.Publish == "in_place", conn: conn}
+			n.writebackTTL = spec.Serving.WritebackTTL.Duration
+		}
+		if prev, dup := s.ns[n.name]; dup {
+			return fmt.Errorf("lookup: %s and %s both serve namespace %q", specName(prev.spec), file, n.name)
+		}
+		if p := spec.Sinks.Postgres; p != nil {
+			pl, err := pool(p.DSN, file+": sinks.postgres.dsn")
+			if err != nil {
+				return fmt.Errorf("lookup: %w", err)
+			}
+			n.pg = newPGTable(pl, p.Schema, p.Table, spec.Source.Key)
+		}
+		if spec.Serving.Live == nil || *spec.Serving.Live {
+			if err := s.loadLive(n, file); err != nil {
+				return err
+			}
+			if f := spec.Serving.Features; f != nil {
+				pl, err := pool(f.DSN, file+": serving.features.dsn")
+				if err != nil {
+					return fmt.Errorf("lookup: %w", err)
+				}
+				n.features = newPGTable(pl, "", f.Table, spec.Source.Key)
+			}
+		}
+		s.ns[n.name] = n
+		s.names = append(s.names, n.name)
+	}
+	sort.Strings(s.names)
+	return nil
+}
+
+func (s *Server) loadLive(n *namespace, file string) error {
+	load := s.cfg.LoadModel
+	if load == nil {
+		load = loadRunnerModel
+	}
+	m, err := load(n.spec)
+	if err != nil {
+		return fmt.Errorf("lookup: %s: model.path: %w", file, err)
+	}
+	n.model = m
+	l, err := newLayout(n.spec, m.Info())
+	if err != nil {
+		return fmt.Errorf("lookup: %s: %w", file, err)
+	}
+	n.layout = l
+	conc := max(n.spec.Model.Sessions, 1)
+	ns := n.name
+	n.live = newLive(ns, l, m, s.cfg.LiveBatchSize, s.cfg.LiveBatchWait, conc, s.cfg.RequestTimeout,
+		func(size int) { s.metrics.liveBatch.WithLabelValues(ns).Observe(float64(size)) })
+	return nil
+}
+
+func (s *Server) startWatcher(ctx context.Context) {
+	w := &versionWatcher{log: s.cfg.Logger, poll: s.cfg.VersionPoll, byConn: map[*redisConn][]*redisStore{}}
+	for _, name := range s.names {
+		n := s.ns[name]
+		if n.redis == nil {
+			continue
+		}
+		w.byConn[n.redis.conn] = append(w.byConn[n.redis.conn], n.redis)
+		rctx, cancel := context.WithTimeout(ctx, 4*s.cfg.StoreTimeout)
+		if err := n.redis.refresh(rctx); err != nil {
+			s.cfg.Logger.Warn("cannot read the published version at start; will retry", "namespace", name, "err", err)
+		}
+		cancel()
+	}
+	s.watcher = w
+	w.start(ctx, s.cfg.StoreTimeout)
+}
+
+// Namespaces lists the served namespaces, sorted.
+func (s *Server) Namespaces() []string { return append([]string(nil), s.names...) }
+
+// ServeHTTP serves the API, health, readiness and metrics endpoints.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// ListenAndServe serves on cfg.Addr until ctx ends, then stops accepting,
+// drains in-flight requests (up to DrainTimeout) and closes the server.
+func (s *Server) ListenAndServe(ctx context.Context) error {
+	srv := &http.Server{
+		Addr:              s.cfg.Addr,
+		Handler:           s,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       s.cfg.RequestTimeout + 5*time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	s.cfg.Logger.Info("lookup API listening", "addr", s.cfg.Addr, "namespaces", strings.Join(s.names, ","))
+	select {
+	case err := <-errc:
+		s.Close()
+		return fmt.Errorf("lookup: listen %s: %w", s.cfg.Addr, err)
+	case <-ctx.Done():
+	}
+	s.cfg.Logger.Info("lookup API draining", "timeout", s.cfg.DrainTimeout)
+	dctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
+	defer cancel()
+	err := srv.Shutdown(dctx)
+	s.Close()
+	if err != nil {
+		return fmt.Errorf("lookup: drain: %w", err)
+	}
+	return nil
+}
+
+// Close stops background work, the live batchers, the models and the store
+// connections. Requests still running afterwards fail.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		if s.stop != nil {
+			s.stop()
+		}
+		if s.watcher != nil {
+			s.watcher.wait()
+		}
+		for _, n := range s.ns {
+			if n.live != nil {
+				_ = n.live.close()
+			}
+			if n.model != nil {
+				_ = n.model.Close()
+			}
+		}
+		for _, c := range s.redisConns {
+			_ = c.client.Close()
+		}
+		for _, p := range s.pgPools {
+			p.Close()
+		}
+	})
+	return nil
+}

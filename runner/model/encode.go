@@ -1,0 +1,469 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"unsafe"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+)
+
+// Reject is one source row left out of a batch because a feature cannot be
+// fed to the model.
+type Reject struct {
+	// Row is the row's index in the source batch.
+	Row int
+	// Column is the source column holding the bad value.
+	Column string
+	// Reason is self-contained: "column f3: null", "column features[7]: NaN",
+	// "column features: length 15, want 16".
+	Reason string
+}
+
+// Batch is one source batch converted to input tensors. Rejected rows are
+// left out of the tensors; Rows maps tensor rows back to source rows.
+// Release returns its buffers for reuse; the Batch must not be used after.
+type Batch struct {
+	// Rows are the source row indices of the kept rows, in order.
+	Rows []int
+	// Rejects are the rejected rows, in row order, one per row.
+	Rejects []Reject
+
+	m    *Model
+	bufs *batchBufs
+	// widths[i] is the trailing dimension of input i in this batch.
+	widths []int
+}
+
+// batchBufs are the reusable buffers of one Batch.
+type batchBufs struct {
+	data    []any // per input: []float32, []float64, []int32 or []int64
+	widths  []int
+	rows    []int
+	bad     []bool
+	rejects []Reject
+	starts  []int
+}
+
+// Release returns the batch's buffers to the model for reuse.
+func (b *Batch) Release() {
+	if b == nil || b.bufs == nil {
+		return
+	}
+	clear(b.bufs.rejects) // drop reason strings
+	b.m.bufs.Put(b.bufs)
+	b.bufs, b.Rows, b.Rejects = nil, nil, nil
+}
+
+// number is an Arrow numeric value type precog reads.
+type number interface {
+	~int8 | ~int16 | ~int32 | ~int64 | ~uint8 | ~uint16 | ~uint32 | ~uint64 | ~float32 | ~float64
+}
+
+// elem is a tensor element type precog feeds.
+type elem interface {
+	float32 | float64 | int32 | int64
+}
+
+// colRef is one resolved source column of an input.
+type colRef struct {
+	name string
+	arr  arrow.Array
+}
+
+// Encode converts one source batch into the model's input tensors. A row
+// with a null or non-finite feature, an integer out of the input type's
+// range, or a list of the wrong length is rejected, not an error; errors are
+// for batches that cannot match the spec at all (a missing column, a string
+// column).
+func (m *Model) Encode(rec arrow.RecordBatch) (*Batch, error) {
+	n := int(rec.NumRows())
+	bufs, _ := m.bufs.Get().(*batchBufs)
+	if bufs == nil {
+		bufs = &batchBufs{data: make([]any, len(m.inputs)), widths: make([]int, len(m.inputs))}
+	}
+	b := &Batch{m: m, bufs: bufs, widths: bufs.widths}
+	ok := false
+	defer func() {
+		if !ok {
+			b.Release()
+		}
+	}()
+	bufs.bad = grow(bufs.bad, n)
+	clear(bufs.bad)
+	bufs.rejects = bufs.rejects[:0]
+	bad := bufs.bad
+	reject := func(row int, col, reason string) {
+		if !bad[row] {
+			bad[row] = true
+			bufs.rejects = append(bufs.rejects, Reject{Row: row, Column: col, Reason: reason})
+		}
+	}
+
+	schema := rec.Schema()
+	cols := make([][]colRef, len(m.inputs))
+	for i, in := range m.inputs {
+		if in.list != "" {
+			idx := schema.FieldIndices(in.list)
+			if len(idx) == 0 {
+				return nil, fmt.Errorf("%s: column %q not in batch (have: %s)", in.field(), in.list, compressNames(fieldNames(schema)))
+			}
+			arr := rec.Column(idx[0])
+			w, err := m.listWidth(in, schema.Field(idx[0]))
+			if err != nil {
+				return nil, err
+			}
+			if w < 0 {
+				w = firstListLen(arr.(array.ListLike))
+			}
+			b.widths[i] = w
+			checkList(arr.(array.ListLike), in, w, reject)
+			cols[i] = []colRef{{in.list, arr}}
+			continue
+		}
+		b.widths[i] = len(in.columns)
+		cols[i] = make([]colRef, len(in.columns))
+		for j, c := range in.columns {
+			idx := schema.FieldIndices(c)
+			if len(idx) == 0 {
+				return nil, fmt.Errorf("%s[%d]: column %q not in batch (have: %s)", in.field(), j, c, compressNames(fieldNames(schema)))
+			}
+			f := schema.Field(idx[0])
+			if err := m.checkScalarType(in, fmt.Sprintf("%s[%d]", in.field(), j), f); err != nil {
+				return nil, err
+			}
+			arr := rec.Column(idx[0])
+			cols[i][j] = colRef{c, arr}
+			name := c
+			scan(arr, in.kind)(0, n, func(row int, why string) bool {
+				reject(row, name, "column "+name+": "+why)
+				return true
+			})
+		}
+	}
+
+	rows := bufs.rows[:0]
+	for r := range n {
+		if !bad[r] {
+			rows = append(rows, r)
+		}
+	}
+	bufs.rows = rows
+	rejects := bufs.rejects
+	if !slices.IsSortedFunc(rejects, cmpReject) {
+		slices.SortFunc(rejects, cmpReject)
+	}
+	b.Rows, b.Rejects = rows, rejects
+
+	kept := len(rows)
+	padded := m.paddedRows(kept)
+	for i, in := range m.inputs {
+		w := b.widths[i]
+		switch in.kind {
+		case kindFloat32:
+			bufs.data[i] = fillInput[float32](bufs, i, in, cols[i], rows, padded, w)
+		case kindFloat64:
+			bufs.data[i] = fillInput[float64](bufs, i, in, cols[i], rows, padded, w)
+		case kindInt32:
+			bufs.data[i] = fillInput[int32](bufs, i, in, cols[i], rows, padded, w)
+		case kindInt64:
+			bufs.data[i] = fillInput[int64](bufs, i, in, cols[i], rows, padded, w)
+		}
+	}
+	ok = true
+	return b, nil
+}
+
+func cmpReject(a, b Reject) int { return a.Row - b.Row }
+
+// paddedRows is the tensor row count for kept rows: kept itself, or the next
+// multiple of a fixed batch dimension.
+func (m *Model) paddedRows(kept int) int {
+	if m.fixedBatch <= 0 || kept == 0 {
+		return kept
+	}
+	return (kept + m.fixedBatch - 1) / m.fixedBatch * m.fixedBatch
+}
+
+// grow returns s resized to n, reusing its array when large enough.
+func grow[T any](s []T, n int) []T {
+	if cap(s) >= n {
+		return s[:n]
+	}
+	return make([]T, n, n+n/4)
+}
+
+// fillInput writes input i's tensor data for the kept rows into its reused
+// buffer and zeroes the padding rows.
+func fillInput[D elem](bufs *batchBufs, i int, in *input, cols []colRef, rows []int, padded, w int) []D {
+	dst, _ := bufs.data[i].([]D)
+	dst = grow(dst, padded*w)
+	if in.list != "" {
+		ll := cols[0].arr.(array.ListLike)
+		starts := grow(bufs.starts, len(rows))
+		for k, r := range rows {
+			s, _ := ll.ValueOffsets(r)
+			starts[k] = int(s)
+		}
+		bufs.starts = starts
+		fillList(dst, w, ll.ListValues(), starts)
+	} else {
+		for j, c := range cols {
+			fillColumn(dst, w, j, c.arr, rows)
+		}
+	}
+	clear(dst[len(rows)*w:])
+	return dst
+}
+
+// fillColumn writes column j of a [rows, k] tensor.
+func fillColumn[D elem](dst []D, k, j int, arr arrow.Array, rows []int) {
+	switch a := arr.(type) {
+	case *array.Float32:
+		gather(dst, k, j, a.Float32Values(), rows)
+	case *array.Float64:
+		gather(dst, k, j, a.Float64Values(), rows)
+	case *array.Int8:
+		gather(dst, k, j, a.Int8Values(), rows)
+	case *array.Int16:
+		gather(dst, k, j, a.Int16Values(), rows)
+	case *array.Int32:
+		gather(dst, k, j, a.Int32Values(), rows)
+	case *array.Int64:
+		gather(dst, k, j, a.Int64Values(), rows)
+	case *array.Uint8:
+		gather(dst, k, j, a.Uint8Values(), rows)
+	case *array.Uint16:
+		gather(dst, k, j, a.Uint16Values(), rows)
+	case *array.Uint32:
+		gather(dst, k, j, a.Uint32Values(), rows)
+	case *array.Uint64:
+		gather(dst, k, j, a.Uint64Values(), rows)
+	}
+}
+
+func gather[S number, D elem](dst []D, k, j int, src []S, rows []int) {
+	if len(rows) == len(src) { // nothing rejected: rows is the identity
+		for r, v := range src {
+			dst[r*k+j] = D(v)
+		}
+		return
+	}
+	for i, r := range rows {
+		dst[i*k+j] = D(src[r])
+	}
+}
+
+// fillList copies w child values starting at each of starts into [rows, w].
+func fillList[D elem](dst []D, w int, child arrow.Array, starts []int) {
+	switch a := child.(type) {
+	case *array.Float32:
+		gatherRuns(dst, w, a.Float32Values(), starts)
+	case *array.Float64:
+		gatherRuns(dst, w, a.Float64Values(), starts)
+	case *array.Int8:
+		gatherRuns(dst, w, a.Int8Values(), starts)
+	case *array.Int16:
+		gatherRuns(dst, w, a.Int16Values(), starts)
+	case *array.Int32:
+		gatherRuns(dst, w, a.Int32Values(), starts)
+	case *array.Int64:
+		gatherRuns(dst, w, a.Int64Values(), starts)
+	case *array.Uint8:
+		gatherRuns(dst, w, a.Uint8Values(), starts)
+	case *array.Uint16:
+		gatherRuns(dst, w, a.Uint16Values(), starts)
+	case *array.Uint32:
+		gatherRuns(dst, w, a.Uint32Values(), starts)
+	case *array.Uint64:
+		gatherRuns(dst, w, a.Uint64Values(), starts)
+	}
+}
+
+func gatherRuns[S number, D elem](dst []D, w int, src []S, starts []int) {
+	for i, s := range starts {
+		d := dst[i*w : (i+1)*w]
+		for x, v := range src[s : s+w] {
+			d[x] = D(v)
+		}
+	}
+}
+
+// scanner calls fn for each index in [lo, hi) whose value cannot be fed,
+// with the reason ("null", "NaN", "+Inf", "3000000000 out of range for
+// int32"); fn returns false to stop.
+type scanner func(lo, hi int, fn func(i int, why string) bool)
+
+// scan returns the scanner of a numeric array for an input of kind k. The
+// array's type must have passed checkScalarType.
+func scan(arr arrow.Array, k elemKind) scanner {
+	switch a := arr.(type) {
+	case *array.Float32:
+		lim := float32(math.MaxFloat32)
+		return floatScanner(arr, a.Float32Values(), lim)
+	case *array.Float64:
+		lim := math.MaxFloat64
+		if k == kindFloat32 {
+			lim = math.MaxFloat32
+		}
+		return floatScanner(arr, a.Float64Values(), lim)
+	case *array.Int8:
+		return intScanner(arr, a.Int8Values(), k)
+	case *array.Int16:
+		return intScanner(arr, a.Int16Values(), k)
+	case *array.Int32:
+		return intScanner(arr, a.Int32Values(), k)
+	case *array.Int64:
+		return intScanner(arr, a.Int64Values(), k)
+	case *array.Uint8:
+		return uintScanner(arr, a.Uint8Values(), k)
+	case *array.Uint16:
+		return uintScanner(arr, a.Uint16Values(), k)
+	case *array.Uint32:
+		return uintScanner(arr, a.Uint32Values(), k)
+	case *array.Uint64:
+		return uintScanner(arr, a.Uint64Values(), k)
+	}
+	return func(lo, hi int, fn func(int, string) bool) {
+		for i := lo; i < hi; i++ {
+			if !fn(i, "unsupported type "+arr.DataType().String()) {
+				return
+			}
+		}
+	}
+}
+
+func floatWhy(f float64, lim float64) string {
+	switch {
+	case math.IsNaN(f):
+		return "NaN"
+	case math.IsInf(f, 1):
+		return "+Inf"
+	case math.IsInf(f, -1):
+		return "-Inf"
+	}
+	if lim == math.MaxFloat32 {
+		return fmt.Sprintf("%g out of range for float32", f)
+	}
+	return fmt.Sprintf("%g out of range", f)
+}
+
+func floatScanner[S float32 | float64](arr arrow.Array, src []S, lim S) scanner {
+	nulls := arr.NullN() > 0
+	return func(lo, hi int, fn func(int, string) bool) {
+		for i := lo; i < hi; i++ {
+			if nulls && arr.IsNull(i) {
+				if !fn(i, "null") {
+					return
+				}
+				continue
+			}
+			// The negated range test also catches NaN.
+			if v := src[i]; !(v >= -lim && v <= lim) {
+				if !fn(i, floatWhy(float64(v), float64(lim))) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// intLimit is the largest value an integer input of kind k holds; 0 for
+// float inputs, which take any integer (rounding large ones).
+func intLimit(k elemKind) int64 {
+	switch k {
+	case kindInt32:
+		return math.MaxInt32
+	case kindInt64:
+		return math.MaxInt64
+	}
+	return 0
+}
+
+func intScanner[S ~int8 | ~int16 | ~int32 | ~int64](arr arrow.Array, src []S, k elemKind) scanner {
+	nulls := arr.NullN() > 0
+	var z S
+	// Only int64 values can overflow an int32 input.
+	check := k == kindInt32 && unsafe.Sizeof(z) == 8
+	return func(a, b int, fn func(int, string) bool) {
+		for i := a; i < b; i++ {
+			if nulls && arr.IsNull(i) {
+				if !fn(i, "null") {
+					return
+				}
+				continue
+			}
+			if check {
+				if v := int64(src[i]); v < math.MinInt32 || v > math.MaxInt32 {
+					if !fn(i, fmt.Sprintf("%d out of range for %s", v, k)) {
+						return
+					}
+				}
+			}
+		}
+	}
+}
+
+func uintScanner[S ~uint8 | ~uint16 | ~uint32 | ~uint64](arr arrow.Array, src []S, k elemKind) scanner {
+	nulls := arr.NullN() > 0
+	var z S
+	size := unsafe.Sizeof(z)
+	check := (k == kindInt32 && size >= 4) || (k == kindInt64 && size == 8)
+	limit := uint64(intLimit(k))
+	return func(a, b int, fn func(int, string) bool) {
+		for i := a; i < b; i++ {
+			if nulls && arr.IsNull(i) {
+				if !fn(i, "null") {
+					return
+				}
+				continue
+			}
+			if check {
+				if v := uint64(src[i]); v > limit {
+					if !fn(i, fmt.Sprintf("%d out of range for %s", v, k)) {
+						return
+					}
+				}
+			}
+		}
+	}
+}
+
+// firstListLen is the length of the first non-null list, the width of a
+// list input whose model dimension is dynamic; 0 when every row is null.
+func firstListLen(ll array.ListLike) int {
+	for r := range ll.Len() {
+		if ll.IsValid(r) {
+			s, e := ll.ValueOffsets(r)
+			return int(e - s)
+		}
+	}
+	return 0
+}
+
+// checkList rejects null lists, lists whose length is not w, and lists
+// holding a value that cannot be fed.
+func checkList(ll array.ListLike, in *input, w int, reject func(row int, col, reason string)) {
+	name := in.list
+	child := ll.ListValues()
+	sc := scan(child, in.kind)
+	nulls := ll.NullN() > 0
+	for r := range ll.Len() {
+		if nulls && ll.IsNull(r) {
+			reject(r, name, "column "+name+": null")
+			continue
+		}
+		s, e := ll.ValueOffsets(r)
+		if n := int(e - s); n != w || w == 0 {
+			reject(r, name, fmt.Sprintf("column %s: length %d, want %d", name, n, w))
+			continue
+		}
+		start := int(s)
+		sc(start, start+w, func(i int, why string) bool {
+			reject(r, name, fmt.Sprintf("column %s[%d]: %s", name, i-start, why))
+			return false
+		})
+	}
+}

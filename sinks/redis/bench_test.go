@@ -1,0 +1,214 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/precog-ml/precog/internal/testservers"
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/sinks"
+)
+
+// Benchmarks of the sink against its raw limit: BenchmarkSink writes
+// Arrow batches through a shard writer; BenchmarkRawPipelinedSet sends the
+// very same key and value bytes (pre-encoded, outside the timer) with a
+// plain go-redis pipelined SET loop at the same batch, depth and TTL. The
+// ratio of their rows/s is the sink's overhead.
+//
+//	go test ./sinks/redis -run '^$' -bench 'Sink|Raw' -benchtime 5x
+
+const (
+	benchRows  = 200_000 // rows per iteration (one shard)
+	benchBatch = 1024    // rows per Arrow batch handed to Write
+)
+
+var benchPayloads = []struct {
+	name   string
+	nItems int // list elements per row in items and item_scores
+}{
+	{"score", 0},   // ~120-byte records: round-trip bound
+	{"recs50", 50}, // top-50 items and scores, ~1 KB records
+}
+
+func benchSpec(rs *testservers.RedisServer) jobs.RedisSinkSpec {
+	return jobs.RedisSinkSpec{Addr: rs.Addr, DB: rs.DB, Namespace: rs.Prefix, TTL: jobs.Duration{Duration: time.Hour}}
+}
+
+func BenchmarkSink(b *testing.B) {
+	for _, p := range benchPayloads {
+		b.Run(p.name, func(b *testing.B) {
+			rs := testservers.Redis(b)
+			s, err := New(benchSpec(rs))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			ctx := context.Background()
+			run := testRun("bench")
+			batches := make([]arrow.RecordBatch, 0, benchRows/benchBatch+1)
+			for lo := 0; lo < benchRows; lo += benchBatch {
+				batches = append(batches, testBatch(run, lo, min(lo+benchBatch, benchRows), p.nItems))
+			}
+			defer func() {
+				for _, r := range batches {
+					r.Release()
+				}
+			}()
+			b.ResetTimer()
+			for b.Loop() {
+				w, err := s.Shard(ctx, run, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, r := range batches {
+					if err := w.Write(ctx, r); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := w.Commit(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)*benchRows/b.Elapsed().Seconds(), "rows/s")
+		})
+	}
+}
+
+func BenchmarkRawPipelinedSet(b *testing.B) {
+	for _, p := range benchPayloads {
+		b.Run(p.name, func(b *testing.B) {
+			rs := testservers.Redis(b)
+			spec := benchSpec(rs)
+			cfg, err := newConfig(spec)
+			if err != nil {
+				b.Fatal(err)
+			}
+			keys, vals := encodeAll(b, testRun("bench"), rs.Prefix, p.nItems)
+			client := goredis.NewClient(&goredis.Options{Addr: rs.Addr, DB: rs.DB, PoolSize: cfg.depth * 4})
+			defer client.Close()
+			ctx := context.Background()
+			b.ResetTimer()
+			for b.Loop() {
+				rawPipelinedSet(ctx, b, client, keys, vals, cfg.batch, cfg.depth, cfg.ttl)
+			}
+			b.ReportMetric(float64(b.N)*benchRows/b.Elapsed().Seconds(), "rows/s")
+		})
+	}
+}
+
+// rawPipelinedSet is the reference loop: batches of SETs, depth pipelines
+// in flight.
+func rawPipelinedSet(ctx context.Context, b *testing.B, c *goredis.Client, keys []string, vals [][]byte, batch, depth int, ttl time.Duration) {
+	sem := make(chan struct{}, depth)
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(keys); lo += batch {
+		hi := min(lo+batch, len(keys))
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			pipe := c.Pipeline()
+			for i := lo; i < hi; i++ {
+				pipe.Set(ctx, keys[i], vals[i], ttl)
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// encodeAll produces the exact keys and values the sink writes for the
+// benchmark rows.
+func encodeAll(b *testing.B, run sinks.RunInfo, ns string, nItems int) ([]string, [][]byte) {
+	enc, err := newRecordEncoder(run.Schema, run.Key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys := make([]string, 0, benchRows)
+	vals := make([][]byte, 0, benchRows)
+	bytes := 0
+	for lo := 0; lo < benchRows; lo += benchBatch {
+		rec := testBatch(run, lo, min(lo+benchBatch, benchRows), nItems)
+		bb, err := enc.bind(rec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := 0; i < int(rec.NumRows()); i++ {
+			v, err := bb.appendRecord(nil, i)
+			if err != nil {
+				b.Fatal(err)
+			}
+			keys = append(keys, RecordKey(ns, run.Version, fmt.Sprint(lo+i)))
+			vals = append(vals, v)
+			bytes += len(v)
+		}
+		rec.Release()
+	}
+	b.Logf("%d records, %.0f bytes per value", len(vals), float64(bytes)/float64(len(vals)))
+	return keys, vals
+}
+
+// BenchmarkSinkVsRaw alternates one sink shard and one raw loop per
+// iteration, so that both see the same machine load, and reports both
+// rates and their ratio (the number that matters on a shared host).
+func BenchmarkSinkVsRaw(b *testing.B) {
+	for _, p := range benchPayloads {
+		b.Run(p.name, func(b *testing.B) {
+			rs := testservers.Redis(b)
+			s, err := New(benchSpec(rs))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			ctx := context.Background()
+			run := testRun("bench")
+			var batches []arrow.RecordBatch
+			for lo := 0; lo < benchRows; lo += benchBatch {
+				batches = append(batches, testBatch(run, lo, min(lo+benchBatch, benchRows), p.nItems))
+			}
+			defer func() {
+				for _, r := range batches {
+					r.Release()
+				}
+			}()
+			keys, vals := encodeAll(b, run, rs.Prefix, p.nItems)
+			client := goredis.NewClient(&goredis.Options{Addr: rs.Addr, DB: rs.DB, PoolSize: s.cfg.depth * 4})
+			defer client.Close()
+			var sinkT, rawT time.Duration
+			b.ResetTimer()
+			for b.Loop() {
+				t0 := time.Now()
+				w, err := s.Shard(ctx, run, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, r := range batches {
+					if err := w.Write(ctx, r); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := w.Commit(ctx); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				rawPipelinedSet(ctx, b, client, keys, vals, s.cfg.batch, s.cfg.depth, s.cfg.ttl)
+				sinkT += t1.Sub(t0)
+				rawT += time.Since(t1)
+			}
+			sinkRate := float64(b.N) * benchRows / sinkT.Seconds()
+			rawRate := float64(b.N) * benchRows / rawT.Seconds()
+			b.ReportMetric(sinkRate, "sink_rows/s")
+			b.ReportMetric(rawRate, "raw_rows/s")
+			b.ReportMetric(sinkRate/rawRate, "ratio")
+		})
+	}
+}

@@ -1,0 +1,428 @@
+// Package sinktest is the conformance suite of the sinks protocol
+// (sinks.Sink): the Parquet, Redis and Postgres sinks all pass it, so that a
+// retried shard, a re-run or a crash looks the same to readers of any sink.
+//
+// A sink's test supplies a Harness: how to make a fresh isolated sink and
+// how a reader sees the currently published data. Data helpers (NewRun,
+// Batch, Want, Canon, RowsFromRecord) build and compare records.
+package sinktest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/precog-ml/precog/sinks"
+)
+
+// Snapshot is what a reader sees at one moment.
+type Snapshot struct {
+	// Version is the published run version readers resolve ("" when none).
+	Version string
+	// Rows are the published records by key (KeyOf), values in Canon form.
+	Rows map[string]Row
+	// Records counts records as read, duplicates included, so that a
+	// duplicated key is visible even though Rows holds it once.
+	Records int
+}
+
+// Harness adapts one sink implementation to the suite.
+type Harness struct {
+	// New returns a fresh sink writing into a namespace, schema or
+	// directory no other test uses. Every run of one test goes through the
+	// same sink, so runs replace each other. The suite closes it.
+	New func(t *testing.T) sinks.Sink
+	// Read returns what a reader of s sees now for runs like run (same job,
+	// params and schema): the current published version and all its records.
+	// It must return one consistent snapshot, or an error; the suite calls
+	// it from several goroutines while runs are written and published.
+	Read func(ctx context.Context, s sinks.Sink, run sinks.RunInfo) (Snapshot, error)
+}
+
+// Exercise runs the suite against h.
+func Exercise(t *testing.T, h Harness) {
+	cases := []struct {
+		name string
+		fn   func(t *testing.T, h Harness, s sinks.Sink)
+	}{
+		{"PublishIntKeys", func(t *testing.T, h Harness, s sinks.Sink) { testPublish(t, h, s, false) }},
+		{"PublishStringKeys", func(t *testing.T, h Harness, s sinks.Sink) { testPublish(t, h, s, true) }},
+		{"RetriedShards", testRetriedShards},
+		{"ConcurrentShards", testConcurrentShards},
+		{"ReaderSeesOneVersion", testReaderSeesOneVersion},
+		{"AbortKeepsPublished", testAbortKeepsPublished},
+		{"AbortUnpublished", testAbortUnpublished},
+		{"PublishIdempotent", testPublishIdempotent},
+		{"EmptyRun", testEmptyRun},
+		{"Rollback", testRollback},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := h.New(t)
+			t.Cleanup(func() {
+				if err := s.Close(); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+			})
+			c.fn(t, h, s)
+		})
+	}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// writeShard writes rows [from, to) of run as shard index in batches of
+// at most 64 rows and commits.
+func writeShard(t *testing.T, s sinks.Sink, run sinks.RunInfo, index, from, to int) {
+	t.Helper()
+	if err := tryWriteShard(ctxT(t), s, run, index, from, to, 0, true); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func tryWriteShard(ctx context.Context, s sinks.Sink, run sinks.RunInfo, index, from, to, extra int, commit bool) error {
+	w, err := s.Shard(ctx, run, index)
+	if err != nil {
+		return fmt.Errorf("%s: Shard(%s, %d): %w", s.Name(), run.Version, index, err)
+	}
+	for lo := from; lo < to; lo += 64 {
+		hi := min(lo+64, to)
+		b := batch(run, lo, hi, extra)
+		err := w.Write(ctx, b)
+		b.Release()
+		if err != nil {
+			return fmt.Errorf("%s: shard %d Write rows [%d,%d): %w", s.Name(), index, lo, hi, err)
+		}
+	}
+	if !commit {
+		return nil
+	}
+	if err := w.Commit(ctx); err != nil {
+		return fmt.Errorf("%s: shard %d Commit: %w", s.Name(), index, err)
+	}
+	return nil
+}
+
+func prepare(t *testing.T, s sinks.Sink, run sinks.RunInfo) {
+	t.Helper()
+	if err := s.Prepare(ctxT(t), run); err != nil {
+		t.Fatalf("%s: Prepare(%s): %v", s.Name(), run.Version, err)
+	}
+}
+
+func publish(t *testing.T, s sinks.Sink, run sinks.RunInfo) {
+	t.Helper()
+	if err := s.Publish(ctxT(t), run); err != nil {
+		t.Fatalf("%s: Publish(%s): %v", s.Name(), run.Version, err)
+	}
+}
+
+// runOf writes and publishes run with the given shard boundaries.
+func runOf(t *testing.T, s sinks.Sink, run sinks.RunInfo, bounds ...int) {
+	t.Helper()
+	prepare(t, s, run)
+	for i := 0; i+1 < len(bounds); i++ {
+		writeShard(t, s, run, i, bounds[i], bounds[i+1])
+	}
+	publish(t, s, run)
+}
+
+func read(t *testing.T, h Harness, s sinks.Sink, run sinks.RunInfo) Snapshot {
+	t.Helper()
+	snap, err := h.Read(ctxT(t), s, run)
+	if err != nil {
+		t.Fatalf("%s: Read: %v", s.Name(), err)
+	}
+	return snap
+}
+
+// expect checks that readers see exactly want as version.
+func expect(t *testing.T, h Harness, s sinks.Sink, run sinks.RunInfo, version string, want map[string]Row) {
+	t.Helper()
+	snap := read(t, h, s, run)
+	if err := check(snap, version, want); err != nil {
+		t.Fatalf("%s: %v", s.Name(), err)
+	}
+}
+
+func check(snap Snapshot, version string, want map[string]Row) error {
+	if snap.Version != version {
+		return fmt.Errorf("reader sees version %q, want %q", snap.Version, version)
+	}
+	if snap.Records != len(snap.Rows) {
+		return fmt.Errorf("reader sees %d records for %d keys: duplicates", snap.Records, len(snap.Rows))
+	}
+	if d := diffRows(snap.Rows, want); d != "" {
+		return fmt.Errorf("version %q: %s", version, d)
+	}
+	return nil
+}
+
+func params() map[string]string { return map[string]string{"date": "2024-11-01"} }
+
+func testPublish(t *testing.T, h Harness, s sinks.Sink, stringKey bool) {
+	run := NewRun("v1", stringKey, params())
+	prepare(t, s, run)
+	prepare(t, s, run) // idempotent
+	writeShard(t, s, run, 0, 0, 100)
+	writeShard(t, s, run, 1, 100, 250)
+	writeShard(t, s, run, 2, 250, 260)
+	expect(t, h, s, run, "", nil) // nothing visible before Publish
+	publish(t, s, run)
+	expect(t, h, s, run, "v1", Want(run, 0, 260))
+}
+
+// testRetriedShards: an aborted attempt, an abandoned attempt and a shard
+// committed twice leave exactly the committed data.
+func testRetriedShards(t *testing.T, h Harness, s sinks.Sink) {
+	ctx := ctxT(t)
+	run := NewRun("v1", false, params())
+	prepare(t, s, run)
+
+	// Shard 0: attempt 1 writes half (with different values) and aborts.
+	w, err := s.Shard(ctx, run, 0)
+	if err != nil {
+		t.Fatalf("Shard: %v", err)
+	}
+	b := batch(run, 0, 50, 7)
+	if err := w.Write(ctx, b); err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	b.Release()
+	if err := w.Abort(ctx); err != nil {
+		t.Fatalf("attempt Abort: %v", err)
+	}
+	writeShard(t, s, run, 0, 0, 100)
+
+	// Shard 1: attempt 1 writes half and is abandoned (its worker died).
+	if err := tryWriteShard(ctx, s, run, 1, 100, 150, 9, false); err != nil {
+		t.Fatal(err)
+	}
+	writeShard(t, s, run, 1, 100, 200)
+
+	// Shard 2: committed twice (the lease was lost after the commit; another
+	// worker redid it).
+	writeShard(t, s, run, 2, 200, 300)
+	writeShard(t, s, run, 2, 200, 300)
+
+	// Shard 3: two committed attempts, the second one wins.
+	if err := tryWriteShard(ctx, s, run, 3, 300, 350, 3, true); err != nil {
+		t.Fatal(err)
+	}
+	writeShard(t, s, run, 3, 300, 350)
+
+	publish(t, s, run)
+	expect(t, h, s, run, "v1", Want(run, 0, 350))
+}
+
+func testConcurrentShards(t *testing.T, h Harness, s sinks.Sink) {
+	ctx := ctxT(t)
+	run := NewRun("v1", true, params())
+	prepare(t, s, run)
+	const shards, per = 8, 200
+	var wg sync.WaitGroup
+	errs := make(chan error, shards)
+	for i := range shards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- tryWriteShard(ctx, s, run, i, i*per, (i+1)*per, 0, true)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish(t, s, run)
+	expect(t, h, s, run, "v1", Want(run, 0, shards*per))
+}
+
+// testReaderSeesOneVersion: readers polling while a second run is written
+// and published see the first run complete, then the second complete, never
+// a mix, a partial version or a step back.
+func testReaderSeesOneVersion(t *testing.T, h Harness, s sinks.Sink) {
+	ctx := ctxT(t)
+	run1 := NewRun("v1", false, params())
+	runOf(t, s, run1, 0, 150, 300)
+	want1 := Want(run1, 0, 300)
+	expect(t, h, s, run1, "v1", want1)
+
+	run2 := NewRun("v2", false, params())
+	want2 := Want(run2, 100, 500) // a different key set: old keys must vanish
+	var (
+		published atomic.Bool // set once Publish(run2) returned
+		stop      atomic.Bool
+		reads     atomic.Int64
+		sawV2     atomic.Int64
+		wg        sync.WaitGroup
+	)
+	const readers = 3
+	for r := range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			seenNew := false
+			for !stop.Load() {
+				after := published.Load()
+				snap, err := h.Read(ctx, s, run1)
+				if err != nil {
+					t.Errorf("reader %d: Read: %v", r, err)
+					return
+				}
+				reads.Add(1)
+				switch snap.Version {
+				case "v1":
+					if seenNew {
+						t.Errorf("reader %d: saw v1 again after v2", r)
+						return
+					}
+					if after {
+						t.Errorf("reader %d: saw v1 after Publish(v2) returned", r)
+						return
+					}
+					if err := check(snap, "v1", want1); err != nil {
+						t.Errorf("reader %d: %v", r, err)
+						return
+					}
+				case "v2":
+					seenNew = true
+					sawV2.Add(1)
+					if err := check(snap, "v2", want2); err != nil {
+						t.Errorf("reader %d: %v", r, err)
+						return
+					}
+				default:
+					t.Errorf("reader %d: saw version %q (want v1 or v2): published data disappeared", r, snap.Version)
+					return
+				}
+			}
+		}()
+	}
+	prepare(t, s, run2)
+	writeShard(t, s, run2, 0, 100, 300)
+	time.Sleep(20 * time.Millisecond)
+	writeShard(t, s, run2, 1, 300, 450)
+	writeShard(t, s, run2, 2, 450, 500)
+	time.Sleep(20 * time.Millisecond)
+	if err := s.Publish(ctx, run2); err != nil {
+		stop.Store(true)
+		wg.Wait()
+		t.Fatalf("Publish(v2): %v", err)
+	}
+	published.Store(true)
+	deadline := time.Now().Add(10 * time.Second)
+	for sawV2.Load() < readers && time.Now().Before(deadline) && !t.Failed() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop.Store(true)
+	wg.Wait()
+	if reads.Load() < readers*2 {
+		t.Errorf("only %d reads happened; the test proves little", reads.Load())
+	}
+	expect(t, h, s, run2, "v2", want2)
+}
+
+func testAbortKeepsPublished(t *testing.T, h Harness, s sinks.Sink) {
+	ctx := ctxT(t)
+	run1 := NewRun("v1", false, params())
+	runOf(t, s, run1, 0, 100, 200)
+
+	run2 := NewRun("v2", false, params())
+	prepare(t, s, run2)
+	writeShard(t, s, run2, 0, 0, 300)
+	if err := tryWriteShard(ctx, s, run2, 1, 300, 350, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Abort(ctx, run2); err != nil {
+		t.Fatalf("Abort: %v", err)
+	}
+	if err := s.Abort(ctx, run2); err != nil {
+		t.Fatalf("second Abort: %v", err)
+	}
+	expect(t, h, s, run1, "v1", Want(run1, 0, 200))
+
+	// The sink still works after an abort: a third run publishes.
+	run3 := NewRun("v3", false, params())
+	runOf(t, s, run3, 0, 10)
+	expect(t, h, s, run3, "v3", Want(run3, 0, 10))
+}
+
+func testAbortUnpublished(t *testing.T, h Harness, s sinks.Sink) {
+	ctx := ctxT(t)
+	run := NewRun("v1", false, params())
+	prepare(t, s, run)
+	writeShard(t, s, run, 0, 0, 100)
+	if err := s.Abort(ctx, run); err != nil {
+		t.Fatalf("Abort: %v", err)
+	}
+	expect(t, h, s, run, "", nil)
+	// Aborting a run that never wrote anything is fine too.
+	if err := s.Abort(ctx, NewRun("v9", false, params())); err != nil {
+		t.Fatalf("Abort of an unknown run: %v", err)
+	}
+}
+
+func testPublishIdempotent(t *testing.T, h Harness, s sinks.Sink) {
+	run := NewRun("v1", false, params())
+	runOf(t, s, run, 0, 100, 120)
+	publish(t, s, run)
+	expect(t, h, s, run, "v1", Want(run, 0, 120))
+
+	// A retried publish of a newer run after the first attempt succeeded
+	// (the process died before recording it) must not undo anything.
+	run2 := NewRun("v2", false, params())
+	runOf(t, s, run2, 0, 30)
+	publish(t, s, run2)
+	publish(t, s, run2)
+	expect(t, h, s, run2, "v2", Want(run2, 0, 30))
+}
+
+func testEmptyRun(t *testing.T, h Harness, s sinks.Sink) {
+	run1 := NewRun("v1", false, params())
+	runOf(t, s, run1, 0, 50)
+	// An empty run publishes an empty version: the old rows are gone.
+	run2 := NewRun("v2", false, params())
+	runOf(t, s, run2)
+	expect(t, h, s, run2, "v2", map[string]Row{})
+	// A run whose shards hold no rows, likewise.
+	run3 := NewRun("v3", false, params())
+	runOf(t, s, run3, 0, 0, 0)
+	expect(t, h, s, run3, "v3", map[string]Row{})
+}
+
+func testRollback(t *testing.T, h Harness, s sinks.Sink) {
+	rb, ok := s.(sinks.Rollbacker)
+	if !ok {
+		t.Skipf("%s does not implement sinks.Rollbacker", s.Name())
+	}
+	ctx := ctxT(t)
+	run1 := NewRun("v1", false, params())
+	runOf(t, s, run1, 0, 40)
+	run2 := NewRun("v2", false, params())
+	runOf(t, s, run2, 0, 60)
+	vs, err := rb.Versions(ctx, run2)
+	if err != nil {
+		t.Fatalf("Versions: %v", err)
+	}
+	if len(vs) < 2 || vs[0] != "v2" || vs[1] != "v1" {
+		t.Fatalf("Versions = %v, want [v2 v1 …]", vs)
+	}
+	if err := rb.Rollback(ctx, run2, "v1"); err != nil {
+		t.Fatalf("Rollback(v1): %v", err)
+	}
+	expect(t, h, s, run1, "v1", Want(run1, 0, 40))
+	if err := rb.Rollback(ctx, run2, "no-such-version"); err == nil {
+		t.Fatalf("Rollback to an unknown version succeeded")
+	}
+	expect(t, h, s, run1, "v1", Want(run1, 0, 40))
+}
