@@ -3,6 +3,7 @@ package lookup
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,6 +25,7 @@ import (
 	"github.com/precog-ml/precog/internal/testgen"
 	"github.com/precog-ml/precog/internal/testservers"
 	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/lookup/client"
 	"github.com/precog-ml/precog/runner/model"
 )
 
@@ -599,4 +601,34 @@ func FuzzDecodePredict(f *testing.F) {
 		rec := l.record(memory.DefaultAllocator, []row{r})
 		rec.Release()
 	})
+}
+
+func TestClientAgainstServer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	c := client.New(e.http.URL, token)
+	f := features(5)
+	in := make([]float64, len(f))
+	for i, v := range f {
+		in[i] = float64(v)
+	}
+	p, err := c.Predict(context.Background(), e.ns, "fresh", map[string][]float64{"features": in})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var score float32
+	if err := p.Value("score", &score); err != nil || p.Source != "live" || math.Abs(float64(score-e.refScore(f))) > 1e-5 {
+		t.Fatalf("Predict = %+v (score %v, %v)", p, score, err)
+	}
+	_, err = c.Predict(context.Background(), e.ns, "fresh", map[string][]float64{"features": in[:3]})
+	var apiErr *client.Error
+	if !errors.As(err, &apiErr) || apiErr.Status != 400 || !strings.Contains(apiErr.Message, "want 16 numbers, got 3") {
+		t.Fatalf("short input: %v", err)
+	}
+	if _, err := c.Get(context.Background(), e.ns, "nobody"); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("Get miss: %v", err)
+	}
+	if _, err := c.Get(context.Background(), "nope", "k"); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("unknown namespace: %v", err)
+	}
 }

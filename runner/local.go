@@ -45,6 +45,10 @@ type LocalOptions struct {
 	ProgressEvery time.Duration
 	// Lease is how long a claimed shard stays leased without a heartbeat.
 	Lease time.Duration
+	// SkipSucceeded returns at once, with Result.AlreadyDone, when the newest
+	// run of the same job and params succeeded with the same spec and model
+	// (what makes `precog backfill` resumable across dates).
+	SkipSucceeded bool
 }
 
 // Progress is a snapshot of a running run.
@@ -72,6 +76,8 @@ type Result struct {
 	Duration        time.Duration
 	RejectsDir      string
 	Outputs         []string
+	// AlreadyDone is set when SkipSucceeded found the same work succeeded.
+	AlreadyDone bool
 }
 
 // RunLocal runs the whole job on this machine with the embedded ledger under
@@ -119,6 +125,13 @@ func RunLocal(ctx context.Context, spec *jobs.Spec, opts LocalOptions) (Result, 
 		}
 	}()
 
+	if opts.SkipSucceeded {
+		if prev, ok, err := succeededRun(ctx, led, job); err != nil {
+			return Result{}, err
+		} else if ok {
+			return Result{Run: prev, AlreadyDone: true, Outputs: outputs(spec, prev)}, nil
+		}
+	}
 	run, resumed, err := openOrCreateRun(ctx, led, job, snks, opts, log)
 	if err != nil {
 		return Result{}, err
@@ -215,6 +228,24 @@ func RunLocal(ctx context.Context, spec *jobs.Spec, opts LocalOptions) (Result, 
 	res.Duration = time.Since(start)
 	res.Outputs = outputs(spec, run)
 	return res, nil
+}
+
+// succeededRun reports whether the newest run of the job with the same
+// params succeeded with the same spec and model.
+func succeededRun(ctx context.Context, led ledger.Ledger, job *Job) (jobs.Run, bool, error) {
+	runs, err := led.Runs(ctx, job.Spec.Name, 0)
+	if err != nil {
+		return jobs.Run{}, false, err
+	}
+	key := jobs.ParamsKey(job.Spec.Params)
+	for _, r := range runs { // newest first
+		if r.ParamsKey != key {
+			continue
+		}
+		ok := r.State == jobs.RunSucceeded && r.SpecHash == job.Spec.Hash() && r.ModelVersion == job.Model.Version()
+		return r, ok, nil
+	}
+	return jobs.Run{}, false, nil
 }
 
 // openOrCreateRun finds the unfinished run of (job, params) to resume, or

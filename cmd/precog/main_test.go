@@ -357,3 +357,26 @@ func TestRejectedRows(t *testing.T) {
 		t.Errorf("a failed run published output: %v", err)
 	}
 }
+
+func TestBackfill(t *testing.T) {
+	dir := workdir(t)
+	spec := writeSpec(t, dir, "job.yaml", rankerSpec)
+	r := precog(t, dir, "backfill", spec, "--from", "2026-11-01", "--to", "2026-11-02")
+	if r.code != 0 || strings.Count(r.stdout, "succeeded") != 2 {
+		t.Fatalf("backfill: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	for di, d := range usersData.Dates {
+		got := readScores(t, filepath.Join(dir, "out", "scores", "date="+d))
+		if want := expectedScores(t, usersData, di); len(got) != len(want) {
+			t.Errorf("date %s: %d rows, want %d", d, len(got), len(want))
+		}
+	}
+	again := precog(t, dir, "backfill", spec, "--from", "2026-11-01", "--to", "2026-11-02")
+	if again.code != 0 || strings.Count(again.stdout, "already done") != 2 {
+		t.Fatalf("second backfill should skip both dates: exit %d\n%s", again.code, again.stdout)
+	}
+	bad := precog(t, dir, "backfill", spec, "--from", "2026-11-03", "--to", "2026-11-01")
+	if bad.code != 2 || !strings.Contains(bad.stderr, "before --from") {
+		t.Errorf("reversed range: exit %d %s", bad.code, bad.stderr)
+	}
+}

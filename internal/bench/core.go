@@ -13,7 +13,7 @@ import (
 func (h *harness) core(ctx context.Context) (*section, error) {
 	s := &section{Title: fmt.Sprintf("Core: `precog run` to the Parquet sink (%d rows, batch %d, %d shards of %d rows)",
 		h.cfg.rows, batchSize, h.cfg.rows/rowsPerFile, rowsPerFile)}
-	data, err := genData(filepath.Join(h.cfg.work, "data-small"), h.cfg.rows)
+	data, err := h.smallData()
 	if err != nil {
 		return s, err
 	}

@@ -17,7 +17,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -166,6 +165,21 @@ type harness struct {
 	cfg    config
 	models string
 	start  time.Time
+	srv    servers
+	small  string // the -rows dataset, generated once
+}
+
+// smallData returns the -rows dataset, generating it on first use.
+func (h *harness) smallData() (string, error) {
+	if h.small != "" {
+		return h.small, nil
+	}
+	d, err := genData(filepath.Join(h.cfg.work, "data-small"), h.cfg.rows)
+	if err != nil {
+		return "", err
+	}
+	h.small = d
+	return d, nil
 }
 
 // machine describes where the numbers were taken.
@@ -209,5 +223,3 @@ func replaceBlock(path, md string) error {
 	}
 	return nil
 }
-
-var errSkipped = errors.New("skipped")

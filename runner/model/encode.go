@@ -130,9 +130,8 @@ func (m *Model) Encode(rec arrow.RecordBatch) (*Batch, error) {
 			if len(idx) == 0 {
 				return nil, fmt.Errorf("%s[%d]: column %q not in batch (have: %s)", in.field(), j, c, compressNames(fieldNames(schema)))
 			}
-			f := schema.Field(idx[0])
-			if err := m.checkScalarType(in, fmt.Sprintf("%s[%d]", in.field(), j), f); err != nil {
-				return nil, err
+			if f := schema.Field(idx[0]); !isNumeric(f.Type) || (isFloat(f.Type) && !in.kind.isFloat()) {
+				return nil, m.checkScalarType(in, fmt.Sprintf("%s[%d]", in.field(), j), f)
 			}
 			arr := rec.Column(idx[0])
 			cols[i][j] = colRef{c, arr}

@@ -493,6 +493,31 @@ func (m *Model) InputColumns() []string {
 	return cols
 }
 
+// InputInfo describes how one model input is fed, for callers that build
+// rows themselves (the lookup API's live inference).
+type InputInfo struct {
+	Name string // ONNX input name
+	Type string // float32, float64, int32 or int64
+	// Columns (stacked) or Column (one list column), as in the spec.
+	Columns []string
+	Column  string
+	// Width is the values per row; -1 when the model leaves it dynamic.
+	Width int
+}
+
+// Inputs describes the model's inputs in model order.
+func (m *Model) Inputs() []InputInfo {
+	out := make([]InputInfo, len(m.inputs))
+	for i, in := range m.inputs {
+		w := in.width
+		if in.list == "" {
+			w = len(in.columns)
+		}
+		out[i] = InputInfo{Name: in.name, Type: in.kind.String(), Columns: append([]string(nil), in.columns...), Column: in.list, Width: w}
+	}
+	return out
+}
+
 // OutputFields is one Arrow field per stored output, in the model's output
 // order, named by the spec's field name. Scalars ([N] or [N,1]) are
 // float32/float64/int32/int64 fields; [N,k] outputs are variable-size

@@ -664,6 +664,9 @@ func TestModelInfo(t *testing.T) {
 	if got := fmt.Sprint(m.InputColumns()); got != fmt.Sprint(columnNames(16)) {
 		t.Errorf("InputColumns %s", got)
 	}
+	if got := fmt.Sprintf("%+v", m.Inputs()); got != fmt.Sprintf("%+v", []InputInfo{{Name: "features", Type: "float32", Columns: columnNames(16), Width: 16}}) {
+		t.Errorf("Inputs %s", got)
+	}
 	spec.Version = "v7"
 	spec.Outputs = map[string]string{"topk_items": "items"}
 	m2 := loadModel(t, spec)
@@ -840,5 +843,22 @@ func TestInitBadLibrary(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("child output\n%s\nwant it to contain\n%s", out, want)
 		}
+	}
+}
+
+func TestFindLibrary(t *testing.T) {
+	t.Setenv(EnvLibrary, "/opt/ort/libonnxruntime.so.1")
+	if got := findLibrary(); got != "/opt/ort/libonnxruntime.so.1" {
+		t.Errorf("with %s set: %s", EnvLibrary, got)
+	}
+	// Unset: found by searching upward from the working directory
+	// (runner/model) to the module root's .cache.
+	t.Setenv(EnvLibrary, "")
+	root, err := testgen.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := findLibrary(), filepath.Join(root, testgen.DefaultORTLib); got != want {
+		t.Errorf("search found %s, want %s", got, want)
 	}
 }

@@ -45,7 +45,7 @@ var (
 // else libonnxruntime.so.1 for the system loader.
 func Init() error {
 	initOnce.Do(func() {
-		initPath = LibraryPath()
+		initPath = findLibrary()
 		initErr = load(initPath)
 	})
 	return initErr
@@ -57,6 +57,11 @@ func LibraryPath() string {
 	if initPath != "" {
 		return initPath
 	}
+	return findLibrary()
+}
+
+// findLibrary applies Init's search order.
+func findLibrary() string {
 	if p := os.Getenv(EnvLibrary); p != "" {
 		return p
 	}

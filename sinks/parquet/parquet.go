@@ -221,11 +221,20 @@ func (s *Sink) Shard(ctx context.Context, run sinks.RunInfo, index int) (sinks.S
 		return nil, fmt.Errorf("parquet: shard %d: %w", index, err)
 	}
 	bw := bufio.NewWriterSize(f, 1<<20)
-	props := parquet.NewWriterProperties(
+	// Dictionaries pay only for repetitive strings (model_version, params);
+	// on keys and model outputs they cost 4x the write throughput.
+	opts := []parquet.WriterProperty{
 		parquet.WithCompression(s.codec),
 		parquet.WithMaxRowGroupLength(s.RowGroupRows),
 		parquet.WithCreatedBy("precog"),
-	)
+		parquet.WithDictionaryDefault(false),
+	}
+	for _, f := range run.Schema.Fields() {
+		if f.Type.ID() == arrow.STRING && f.Name != run.Key {
+			opts = append(opts, parquet.WithDictionaryFor(f.Name, true))
+		}
+	}
+	props := parquet.NewWriterProperties(opts...)
 	fw, err := pqarrow.NewFileWriter(run.Schema, plainWriter{bw}, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
 	if err != nil {
 		f.Close()
@@ -241,6 +250,10 @@ func (s *Sink) Shard(ctx context.Context, run sinks.RunInfo, index int) (sinks.S
 	}
 	return &shardWriter{sink: s, run: run, index: index, f: f, bw: bw, fw: fw, tmp: tmp, final: final, dir: d.staging}, nil
 }
+
+// exchangeDirs swaps two directories atomically; a variable so tests can
+// simulate filesystems without RENAME_EXCHANGE and crashes mid-publish.
+var exchangeDirs = exchange
 
 // plainWriter hides the file's Close from pqarrow, which would otherwise
 // close it before Commit can flush and fsync.
@@ -259,7 +272,9 @@ type shardWriter struct {
 	final string
 	dir   string
 	rows  int64
-	done  bool
+	// rgBytes is the Arrow size of the rows in the buffered row group.
+	rgBytes int64
+	done    bool
 }
 
 // Write appends batch to the current row group, starting a new one when the
@@ -282,12 +297,42 @@ func (w *shardWriter) Write(ctx context.Context, batch arrow.RecordBatch) error 
 		return fmt.Errorf("parquet: shard %d: write rows %d..%d to %s: %w", w.index, w.rows, w.rows+batch.NumRows(), w.tmp, err)
 	}
 	w.rows += batch.NumRows()
-	if w.fw.RowGroupTotalBytesWritten() >= w.sink.RowGroupBytes {
+	// The buffered row group holds encoded pages; the Arrow size of what
+	// went into it bounds them (encoding and compression only shrink data).
+	if n, _ := w.fw.RowGroupNumRows(); int64(n) < batch.NumRows() {
+		w.rgBytes = 0 // the row bound started a new group inside this batch
+	}
+	w.rgBytes += recordBytes(batch)
+	if max(w.rgBytes, w.fw.RowGroupTotalBytesWritten()) >= w.sink.RowGroupBytes {
 		if err := w.fw.NewBufferedRowGroupChecked(); err != nil {
 			return fmt.Errorf("parquet: shard %d: new row group in %s: %w", w.index, w.tmp, err)
 		}
+		w.rgBytes = 0
 	}
 	return nil
+}
+
+// recordBytes is the size of the buffers batch references (an upper bound
+// for sliced arrays).
+func recordBytes(batch arrow.RecordBatch) int64 {
+	var n int64
+	for _, c := range batch.Columns() {
+		n += dataBytes(c.Data())
+	}
+	return n
+}
+
+func dataBytes(d arrow.ArrayData) int64 {
+	var n int64
+	for _, b := range d.Buffers() {
+		if b != nil {
+			n += int64(b.Len())
+		}
+	}
+	for _, c := range d.Children() {
+		n += dataBytes(c)
+	}
+	return n
 }
 
 func sameFields(got, want *arrow.Schema) error {
@@ -389,7 +434,7 @@ func (s *Sink) Publish(ctx context.Context, run sinks.RunInfo) error {
 	_, statErr := os.Stat(d.target)
 	switch {
 	case statErr == nil:
-		err := exchange(d.staging, d.target)
+		err := exchangeDirs(d.staging, d.target)
 		if err == nil {
 			// staging now holds the previous run.
 			if err := syncDir(d.parent); err != nil {

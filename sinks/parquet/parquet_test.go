@@ -2,6 +2,7 @@ package parquet
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,9 +11,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
@@ -80,7 +79,7 @@ func readDirOnce(dir, key string) (sinktest.Snapshot, error) {
 		return snap, fmt.Errorf("%s: %w", dir, err)
 	}
 	var succ Success
-	if err := jsonUnmarshal(b, &succ); err != nil {
+	if err := json.Unmarshal(b, &succ); err != nil {
 		return snap, fmt.Errorf("%s/_SUCCESS: %w", dir, err)
 	}
 	snap.Version = succ.Version

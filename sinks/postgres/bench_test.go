@@ -129,7 +129,7 @@ func BenchmarkCopy(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, `CREATE TABLE raw (user_id bigint, score real, items bigint[], item_scores real[],
+		if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS raw (user_id bigint, score real, items bigint[], item_scores real[],
 			model_version text, computed_at timestamptz, date text, _shard integer NOT NULL)`); err != nil {
 			b.Fatal(err)
 		}

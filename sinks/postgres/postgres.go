@@ -132,6 +132,11 @@ func New(ctx context.Context, spec jobs.PostgresSinkSpec) (*Sink, error) {
 		// The parse error may quote the DSN with its password; do not wrap it.
 		return nil, errors.New("sinks.postgres.dsn: not a valid connection string")
 	}
+	// Every in-flight shard holds a connection; leave room for several
+	// concurrent shards plus Publish unless the DSN says otherwise.
+	if !strings.Contains(spec.DSN, "pool_max_conns") {
+		cfg.MaxConns = max(cfg.MaxConns, 16)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("sinks.postgres: %w", err)

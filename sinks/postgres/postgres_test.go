@@ -406,3 +406,52 @@ func TestUnreachable(t *testing.T) {
 		t.Fatalf("bad DSN: %v", err)
 	}
 }
+
+// A connection killed mid-shard fails the attempt; the retry stores the
+// shard exactly once.
+func TestKilledConnectionRetry(t *testing.T) {
+	t.Parallel()
+	pg := testservers.Postgres(t)
+	s := newSink(t, pg, ModeReplace, "preds")
+	defer s.Close()
+	ctx := context.Background()
+	run := sinktest.NewRun("v1", false, nil)
+	if err := s.Prepare(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	writeRows(t, s, run, 0, 0, 100, true)
+	w, err := s.Shard(ctx, run, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := sinktest.Batch(run, 100, 150)
+	if err := w.Write(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	b.Release()
+	pid := w.(*shardWriter).conn.Conn().PgConn().PID()
+	pg.Exec(t, "SELECT pg_terminate_backend($1)", pid)
+	b = sinktest.Batch(run, 150, 200)
+	err = w.Write(ctx, b)
+	b.Release()
+	if err == nil {
+		err = w.Commit(ctx)
+	} else {
+		_ = w.Abort(ctx)
+	}
+	if err == nil {
+		t.Fatal("attempt on a killed connection committed")
+	}
+	writeRows(t, s, run, 1, 100, 200, true)
+	writeRows(t, s, run, 0, 0, 100, true) // and a committed shard redone
+	if err := s.Publish(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := readSnapshot(ctx, s, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Records != 200 || diff(snap.Rows, sinktest.Want(run, 0, 200)) != "" {
+		t.Fatalf("%d records: %s", snap.Records, diff(snap.Rows, sinktest.Want(run, 0, 200)))
+	}
+}

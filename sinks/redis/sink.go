@@ -110,6 +110,15 @@ type Sink struct {
 	bg       sync.WaitGroup
 	gcMu     sync.Mutex // one collector at a time
 	closed   sync.Once
+
+	activeMu sync.Mutex
+	active   map[shardID]*shardWriter // open attempts, by run version and shard
+}
+
+// shardID names a shard of a run.
+type shardID struct {
+	version string
+	index   int
 }
 
 var (
@@ -130,6 +139,7 @@ func New(spec jobs.RedisSinkSpec) (*Sink, error) {
 		client:   cfg.newClient(),
 		log:      logger().With("addr", cfg.where(), "namespace", cfg.namespace),
 		retry:    defaultRetry,
+		active:   map[shardID]*shardWriter{},
 		bgCtx:    ctx,
 		bgCancel: cancel,
 	}, nil
@@ -186,7 +196,27 @@ func (s *Sink) Shard(ctx context.Context, run sinks.RunInfo, index int) (sinks.S
 	if err != nil {
 		return nil, fmt.Errorf("redis sink: shard %d: %w", index, err)
 	}
-	return newShardWriter(s, run, index, enc), nil
+	w := newShardWriter(s, run, index, enc)
+	// An earlier attempt of this shard in this process (abandoned by its
+	// caller) is discarded first: its pipelines in flight must not land
+	// after this attempt's writes of the same keys.
+	s.activeMu.Lock()
+	prev := s.active[w.id]
+	s.active[w.id] = w
+	s.activeMu.Unlock()
+	if prev != nil {
+		prev.Abort(ctx)
+	}
+	return w, nil
+}
+
+// release forgets a finished attempt.
+func (s *Sink) release(w *shardWriter) {
+	s.activeMu.Lock()
+	if s.active[w.id] == w {
+		delete(s.active, w.id)
+	}
+	s.activeMu.Unlock()
 }
 
 // Publish makes the run current (atomic mode: one SET of {ns}:current),

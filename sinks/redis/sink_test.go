@@ -166,14 +166,18 @@ func TestRetryAfterConnectionKill(t *testing.T) {
 	ctx := context.Background()
 	rs := testservers.NewRedis(t)
 	admin := rs.Client(t)
-	s := newTestSink(t, rs, func(sp *jobs.RedisSinkSpec) { sp.PipelineBatch = 100; sp.PipelineDepth = 4 })
+	s := newTestSink(t, rs, func(sp *jobs.RedisSinkSpec) { sp.PipelineBatch = 500; sp.PipelineDepth = 4 })
 	h := &pipeHook{}
 	h.before = func(n int) {
-		if n == 5 || n == 30 {
-			// Kill the sink's connections (not ours: SKIPME yes).
-			if err := admin.Do(ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
-				t.Errorf("client kill: %v", err)
-			}
+		if n == 2 || n == 6 {
+			// Kill the sink's connections (not ours: SKIPME yes) shortly
+			// after this pipeline starts, while ~600 KB are in transit.
+			go func() {
+				time.Sleep(500 * time.Microsecond)
+				if err := admin.Do(ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
+					t.Errorf("client kill: %v", err)
+				}
+			}()
 		}
 	}
 	s.client.AddHook(h)
@@ -183,7 +187,7 @@ func TestRetryAfterConnectionKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	for lo := 0; lo < 5000; lo += 250 {
-		rec := testBatch(run, lo, lo+250, 4)
+		rec := testBatch(run, lo, lo+250, 50)
 		if err := w.Write(ctx, rec); err != nil {
 			t.Fatal(err)
 		}
@@ -202,7 +206,7 @@ func TestRetryAfterConnectionKill(t *testing.T) {
 	if n := admin.DBSize(ctx).Val(); n != 5000 {
 		t.Fatalf("DBSIZE %d, want 5000", n)
 	}
-	checkVersion(t, admin, rs.Prefix, run, 5000, 4)
+	checkVersion(t, admin, rs.Prefix, run, 5000, 50)
 }
 
 // TestRedisRestartMidShard stops the server (as a crash) while a shard is

@@ -77,6 +77,10 @@ type shardWriter struct {
 
 	rows    atomic.Int64 // records acknowledged by Redis
 	retries atomic.Int64
+	// noRetry stops re-sends once the attempt is being discarded.
+	noRetry atomic.Bool
+	// id identifies the attempt in Sink.active.
+	id shardID
 }
 
 func newShardWriter(s *Sink, run sinks.RunInfo, index int, enc *recordEncoder) *shardWriter {
@@ -84,6 +88,7 @@ func newShardWriter(s *Sink, run sinks.RunInfo, index int, enc *recordEncoder) *
 	w := &shardWriter{
 		s:      s,
 		index:  index,
+		id:     shardID{run.Version, index},
 		enc:    enc,
 		prefix: s.keyPrefix(run.Version),
 		ctx:    ctx,
@@ -209,7 +214,7 @@ func (w *shardWriter) acquire(ctx context.Context) error {
 
 // send writes b (holding a token) and then recycles it.
 func (w *shardWriter) send(b *pipeBatch) {
-	err := w.s.sendBatch(w.ctx, b, &w.retries)
+	err := w.s.sendBatch(w.ctx, b, &w.retries, &w.noRetry)
 	<-w.sem
 	if err != nil {
 		w.setErr(fmt.Errorf("redis shard %d: %w", w.index, err))
@@ -278,6 +283,7 @@ func (w *shardWriter) Commit(ctx context.Context) error {
 	select {
 	case <-waited:
 	case <-ctx.Done():
+		w.noRetry.Store(true)
 		w.cancel()
 		<-waited
 		w.finish()
@@ -292,12 +298,21 @@ func (w *shardWriter) Commit(ctx context.Context) error {
 	return nil
 }
 
-// Abort stops the pipelines in flight. What they wrote stays under the
-// run's version, invisible, until a retry overwrites it or the run's Abort
-// deletes it.
+// Abort discards the attempt: no pipeline is re-sent any more, and Abort
+// waits (up to ctx) for those already sent, so that none of them can land
+// after a retry of the shard has rewritten the same keys. What they wrote
+// stays under the run's version, invisible, until a retry overwrites it or
+// the run's Abort deletes it.
 func (w *shardWriter) Abort(ctx context.Context) error {
-	w.cancel()
-	w.wg.Wait()
+	w.noRetry.Store(true)
+	waited := make(chan struct{})
+	go func() { w.wg.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-ctx.Done():
+		w.cancel()
+		<-waited
+	}
 	w.finish()
 	return nil
 }
@@ -308,12 +323,13 @@ func (w *shardWriter) finish() {
 	w.done = true
 	w.errMu.Unlock()
 	w.cur = nil
+	w.s.release(w)
 }
 
 // sendBatch sends one pipeline of SETs (with the TTL), re-sending the whole
 // pipeline on transient failures: SET is idempotent, so a re-send neither
 // loses nor duplicates a record.
-func (s *Sink) sendBatch(ctx context.Context, b *pipeBatch, retries *atomic.Int64) error {
+func (s *Sink) sendBatch(ctx context.Context, b *pipeBatch, retries *atomic.Int64, noRetry *atomic.Bool) error {
 	var last error
 	for attempt := 1; ; attempt++ {
 		err := s.execSets(ctx, b)
@@ -321,7 +337,7 @@ func (s *Sink) sendBatch(ctx context.Context, b *pipeBatch, retries *atomic.Int6
 			return nil
 		}
 		last = err
-		if !isTransient(err) || attempt >= s.retry.attempts {
+		if !isTransient(err) || attempt >= s.retry.attempts || noRetry.Load() {
 			break
 		}
 		retries.Add(1)
