@@ -58,9 +58,12 @@ lint:
 fuzz:
 	$(GO) test ./jobs -run '^$$' -fuzz FuzzParseSpec -fuzztime 30s
 
-## bench: the benchmark table (ratios against raw limits measured in the same run).
+## bench: the benchmark table (ratios against raw limits measured in the same run),
+## written to bench-results.md and into README.md's bench-table block.
+## BENCH_FLAGS="-big=false" skips the 10M-row peak-RSS run; -rows N, -sections core,sinks,lookup.
+BENCH_FLAGS ?=
 bench: ort servers build
-	$(GO) run ./internal/bench -out bench-results.md
+	$(GO) run ./internal/bench -out bench-results.md -readme README.md $(BENCH_FLAGS)
 	@cat bench-results.md
 
 ## demo: fetch, build, start local Redis+Postgres, generate data, run a job, show a lookup.

@@ -63,6 +63,9 @@ type ShardWriter interface {
 type Rollbacker interface {
 	// Versions lists retained published versions, newest first.
 	Versions(ctx context.Context, run RunInfo) ([]string, error)
+	// Current is the version readers see now ("" when none is published);
+	// after a rollback it is not the newest.
+	Current(ctx context.Context, run RunInfo) (string, error)
 	// Rollback makes version current again in one step.
 	Rollback(ctx context.Context, run RunInfo, version string) error
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/precog-ml/precog/internal/testgen"
+	"github.com/precog-ml/precog/internal/testservers"
 )
 
 // These tests drive the real binary, as a user does: exit codes, messages,
@@ -63,6 +64,7 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	defer testservers.StopAll()
 	return m.Run()
 }
 

@@ -41,6 +41,8 @@ type config struct {
 	work     string
 	bin      string
 	rows     int64
+	heavyRow int64
+	recsRows int64
 	bigRows  int64
 	big      bool
 	sinkRows int64
@@ -56,6 +58,8 @@ func main() {
 	flag.StringVar(&c.work, "work", "", "scratch directory for datasets and outputs (default: a new temp dir, removed at the end)")
 	flag.StringVar(&c.bin, "precog", "bin/precog", "the precog binary under test (`make build`)")
 	flag.Int64Var(&c.rows, "rows", 1_000_000, "rows of the core datasets")
+	flag.Int64Var(&c.heavyRow, "heavy-rows", 300_000, "rows of the heavy model's run (a compute-bound model: its rows/s settle within seconds)")
+	flag.Int64Var(&c.recsRows, "recs-rows", 200_000, "rows of the recs end-to-end runs (top-50 lists into three sinks)")
 	flag.Int64Var(&c.bigRows, "big-rows", 10_000_000, "rows of the large dataset of the peak-RSS comparison")
 	flag.BoolVar(&c.big, "big", true, "run the peak-RSS comparison on -big-rows rows (false: skip it)")
 	flag.Int64Var(&c.sinkRows, "sink-rows", 200_000, "rows written by the sink benchmarks")
@@ -166,19 +170,22 @@ type harness struct {
 	models string
 	start  time.Time
 	srv    servers
-	small  string // the -rows dataset, generated once
+	data   map[int64]string // generated datasets by row count
 }
 
-// smallData returns the -rows dataset, generating it on first use.
-func (h *harness) smallData() (string, error) {
-	if h.small != "" {
-		return h.small, nil
+// dataset returns a dataset of rows rows, generating it on first use.
+func (h *harness) dataset(rows int64) (string, error) {
+	if d, ok := h.data[rows]; ok {
+		return d, nil
 	}
-	d, err := genData(filepath.Join(h.cfg.work, "data-small"), h.cfg.rows)
+	d, err := genData(filepath.Join(h.cfg.work, fmt.Sprintf("data-%d", rows)), rows)
 	if err != nil {
 		return "", err
 	}
-	h.small = d
+	if h.data == nil {
+		h.data = map[int64]string{}
+	}
+	h.data[rows] = d
 	return d, nil
 }
 

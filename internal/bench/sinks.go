@@ -300,8 +300,8 @@ func readTable(ctx context.Context, conn *pgx.Conn, table string) ([][]any, []st
 // recsE2E runs the recs job into Redis, Postgres and Parquet and compares it
 // with raw ORT on recs, the raw scan and the job into Parquet alone.
 func (h *harness) recsE2E(ctx context.Context, s *section, srv servers) error {
-	rows := h.cfg.rows
-	data, err := h.smallData()
+	rows := h.cfg.recsRows
+	data, err := h.dataset(rows)
 	if err != nil {
 		return err
 	}

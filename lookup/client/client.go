@@ -34,7 +34,9 @@ func (e *Error) Error() string {
 }
 
 // Is makes a 404 match ErrNotFound.
-func (e *Error) Is(target error) bool { return target == ErrNotFound && e.Status == http.StatusNotFound }
+func (e *Error) Is(target error) bool {
+	return target == ErrNotFound && e.Status == http.StatusNotFound
+}
 
 // Temporary reports whether retrying later may succeed (429, 502-504).
 func (e *Error) Temporary() bool {

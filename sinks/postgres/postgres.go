@@ -619,6 +619,18 @@ func (s *Sink) Versions(ctx context.Context, run sinks.RunInfo) ([]string, error
 	return vs, s.wrap("list versions", err)
 }
 
+// Current returns the version the view shows now ("" when none).
+func (s *Sink) Current(ctx context.Context, run sinks.RunInfo) (string, error) {
+	var v string
+	err := s.pool.QueryRow(ctx, "SELECT version FROM "+s.ident("precog_versions")+" WHERE table_name = $1 AND is_current",
+		s.spec.Table).Scan(&v)
+	var pe *pgconn.PgError
+	if errors.Is(err, pgx.ErrNoRows) || (errors.As(err, &pe) && pe.Code == "42P01") {
+		return "", nil // nothing published yet
+	}
+	return v, s.wrap("current version", err)
+}
+
 // Rollback points the view back at a retained version's run table in one
 // transaction. Upsert mode keeps no earlier versions.
 func (s *Sink) Rollback(ctx context.Context, run sinks.RunInfo, version string) error {

@@ -444,9 +444,15 @@ func (s *Sink) Versions(ctx context.Context, run sinks.RunInfo) ([]string, error
 	return vs, nil
 }
 
-// Current returns the published version ("" when none).
-func (s *Sink) Current(ctx context.Context) (string, error) {
-	v, err := s.client.Get(ctx, CurrentKey(s.cfg.namespace)).Result()
+// Current returns the version readers see now ("" when none is published);
+// after a rollback it is not the newest. The run is unused: the sink's
+// namespace decides.
+func (s *Sink) Current(ctx context.Context, _ sinks.RunInfo) (string, error) {
+	cmd := s.client.Get(ctx, CurrentKey(s.cfg.namespace))
+	if s.cfg.publish == PublishInPlace {
+		cmd = s.client.HGet(ctx, metaKey(s.cfg.namespace), "version")
+	}
+	v, err := cmd.Result()
 	if errors.Is(err, goredis.Nil) {
 		return "", nil
 	}

@@ -36,7 +36,7 @@ func TestWritePublishRead(t *testing.T) {
 	if err := writeShard(ctx, s, run, 1, 100, 250, 64, 3); err != nil {
 		t.Fatal(err)
 	}
-	if cur, _ := s.Current(ctx); cur != "" {
+	if cur, _ := s.Current(ctx, run); cur != "" {
 		t.Fatalf("current before publish = %q", cur)
 	}
 	if err := s.Publish(ctx, run); err != nil {
@@ -167,26 +167,31 @@ func TestRetryAfterConnectionKill(t *testing.T) {
 	rs := testservers.NewRedis(t)
 	admin := rs.Client(t)
 	s := newTestSink(t, rs, func(sp *jobs.RedisSinkSpec) { sp.PipelineBatch = 500; sp.PipelineDepth = 4 })
-	h := &pipeHook{}
-	h.before = func(n int) {
-		if n == 2 || n == 6 {
-			// Kill the sink's connections (not ours: SKIPME yes) shortly
-			// after this pipeline starts, while ~600 KB are in transit.
-			go func() {
-				time.Sleep(500 * time.Microsecond)
-				if err := admin.Do(ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
-					t.Errorf("client kill: %v", err)
-				}
-			}()
-		}
-	}
-	s.client.AddHook(h)
 	run := testRun("v1")
 	w, err := s.Shard(ctx, run, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for lo := 0; lo < 5000; lo += 250 {
+	sw := w.(*shardWriter)
+	// Kill the sink's connections (not ours: SKIPME yes) every few ms
+	// until a pipeline has failed and been re-sent.
+	stop := make(chan struct{})
+	killed := make(chan struct{})
+	go func() {
+		defer close(killed)
+		for sw.retries.Load() < 2 {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			if err := admin.Do(ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
+				t.Errorf("client kill: %v", err)
+				return
+			}
+		}
+	}()
+	for lo := 0; lo < 10000; lo += 250 {
 		rec := testBatch(run, lo, lo+250, 50)
 		if err := w.Write(ctx, rec); err != nil {
 			t.Fatal(err)
@@ -196,17 +201,18 @@ func TestRetryAfterConnectionKill(t *testing.T) {
 	if err := w.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	sw := w.(*shardWriter)
+	close(stop)
+	<-killed
 	if sw.retries.Load() == 0 {
 		t.Fatalf("no pipeline was retried: the kill did not hit")
 	}
-	if sw.rows.Load() != 5000 {
-		t.Fatalf("acknowledged %d rows, want 5000", sw.rows.Load())
+	if sw.rows.Load() != 10000 {
+		t.Fatalf("acknowledged %d rows, want 10000", sw.rows.Load())
 	}
-	if n := admin.DBSize(ctx).Val(); n != 5000 {
-		t.Fatalf("DBSIZE %d, want 5000", n)
+	if n := admin.DBSize(ctx).Val(); n != 10000 {
+		t.Fatalf("DBSIZE %d, want 10000", n)
 	}
-	checkVersion(t, admin, rs.Prefix, run, 5000, 50)
+	checkVersion(t, admin, rs.Prefix, run, 10000, 50)
 }
 
 // TestRedisRestartMidShard stops the server (as a crash) while a shard is
@@ -303,7 +309,7 @@ func TestRetentionAndRollback(t *testing.T) {
 	if err := s.Rollback(ctx, run, "v3"); err != nil {
 		t.Fatal(err)
 	}
-	if cur, _ := s.Current(ctx); cur != "v3" {
+	if cur, _ := s.Current(ctx, run); cur != "v3" {
 		t.Fatalf("current after rollback = %q", cur)
 	}
 	select {
@@ -414,6 +420,9 @@ func TestInPlace(t *testing.T) {
 	checkRecord(t, run, 7, 2, raw)
 	if v := c.HGet(ctx, metaKey(rs.Prefix), "version").Val(); v != "v1" {
 		t.Fatalf("meta version %q", v)
+	}
+	if cur, err := s.Current(ctx, run); cur != "v1" || err != nil {
+		t.Fatalf("in_place Current = %q, %v", cur, err)
 	}
 	if c.Exists(ctx, CurrentKey(rs.Prefix)).Val() != 0 {
 		t.Fatal("in_place publish set current")

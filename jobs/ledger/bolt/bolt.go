@@ -24,6 +24,7 @@ import (
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
+	bberrors "go.etcd.io/bbolt/errors"
 
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
@@ -68,7 +69,7 @@ func Open(path string) (*Ledger, error) {
 	pidFile := path + ".pid"
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: lockWait})
 	if err != nil {
-		if errors.Is(err, bbolt.ErrTimeout) {
+		if errors.Is(err, bberrors.ErrTimeout) {
 			pid := "unknown"
 			if b, rerr := os.ReadFile(pidFile); rerr == nil && len(bytes.TrimSpace(b)) > 0 {
 				pid = string(bytes.TrimSpace(b))
