@@ -77,13 +77,13 @@ say "precog validate recs-demo.yaml --param date=2026-11-01"
 say "precog run recs-demo.yaml --param date=2026-11-01"
 "$PRECOG" --state-dir "$STATE" run "$DEMO/recs-demo.yaml" --param date=2026-11-01
 
-USER_KEY=$(redis-cli -p "$REDIS_PORT" --scan --pattern "recs:*:*" --count 1000 | head -1 | awk -F: '{print $NF}')
+USER_KEY=42
 VERSION=$(redis-cli -p "$REDIS_PORT" get recs:current)
-say "Redis: recs:current = $VERSION; first 5 items of $USER_KEY"
+say "Redis: recs:current = $VERSION; the record of user $USER_KEY"
 redis-cli -p "$REDIS_PORT" get "recs:$VERSION:$USER_KEY" | cut -c1-300; echo "…"
 
 say "Postgres: the user_recs view, same user"
-psql "$DATABASE_URL" -c "SELECT user_id, items[1:5] AS top5_items, scores[1:3] AS top3_scores, model_version, computed_at FROM user_recs WHERE user_id = '$USER_KEY'"
+psql "$DATABASE_URL" -c "SELECT user_id, items[1:5] AS top5_items, scores[1:3] AS top3_scores, model_version, computed_at FROM user_recs WHERE user_id = $USER_KEY"
 
 say "Parquet: $(ls "$DEMO/out/user_recs/date=2026-11-01" | wc -l) files under out/user_recs/date=2026-11-01"
 ls "$DEMO/out/user_recs/date=2026-11-01" | head -5
@@ -97,10 +97,12 @@ if "$PRECOG" serve --help >/dev/null 2>&1; then
   API_PID=$!
   for _ in $(seq 50); do curl -sf "127.0.0.1:$API_PORT/readyz" >/dev/null && break; sleep 0.2; done
   echo "GET /v1/predictions/recs/$USER_KEY"
-  curl -s -H 'Authorization: Bearer demo-token' "127.0.0.1:$API_PORT/v1/predictions/recs/$USER_KEY" | cut -c1-300; echo "…"
-  FEATS=$(python3 -c 'print(",".join(str(round(0.01*i,2)) for i in range(16)))' 2>/dev/null || echo "0,0.01,0.02,0.03,0.04,0.05,0.06,0.07,0.08,0.09,0.1,0.11,0.12,0.13,0.14,0.15")
+  OUT=$(curl -s -H 'Authorization: Bearer demo-token' "127.0.0.1:$API_PORT/v1/predictions/recs/$USER_KEY")
+  echo "$OUT" | cut -c1-200; echo "…  $(echo "$OUT" | grep -o '"source":"[a-z]*"')"
+  FEATS="0.5,-0.2,0.9,0.1,-0.7,0.3,0.3,-0.1,0.8,-0.9,0.2,0.6,-0.4,0.05,0.7,-0.3"
   echo "POST /v1/predictions/recs:predict (a brand-new user)"
   curl -s -H 'Authorization: Bearer demo-token' -XPOST "127.0.0.1:$API_PORT/v1/predictions/recs:predict" \
-    -d "{\"key\":\"brand-new-user\",\"inputs\":{\"features\":[$FEATS]}}" | cut -c1-300; echo "…"
+    -d "{\"key\":\"9999999\",\"inputs\":{\"features\":[$FEATS]}}" > "$STATE/predict.json"
+  cut -c1-200 "$STATE/predict.json"; echo "…  $(grep -o '"source":"[a-z]*"' "$STATE/predict.json")"
 fi
 say "demo done (servers stop now; data stays under $DEMO and $STATE)"

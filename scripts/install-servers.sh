@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs redis-server and PostgreSQL from Debian's packages when they are missing.
+# Installs redis-server, PostgreSQL (and curl, for the demo) from Debian's packages when they are missing.
 # Tests start their own instances in temp dirs; nothing here starts a service.
 set -euo pipefail
 need=()
@@ -8,6 +8,7 @@ if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb 
   need+=(postgresql)
 fi
 command -v psql >/dev/null 2>&1 || need+=(postgresql-client)
+command -v curl >/dev/null 2>&1 || need+=(curl)  # make demo queries the API with it
 [ ${#need[@]} -eq 0 ] && exit 0
 echo "installing: ${need[*]}"
 SUDO=""

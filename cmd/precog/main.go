@@ -101,7 +101,7 @@ Exit codes: 0 success, 1 run failed, 2 invalid input (nothing ran), 130 interrup
 	root.PersistentFlags().StringVar(&g.stateDir, "state-dir", envOr("PRECOG_STATE_DIR", ".precog"), "directory of the embedded ledger and rejects (env PRECOG_STATE_DIR)")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
 	root.PersistentFlags().BoolVar(&g.logJSON, "log-json", false, "logs as JSON lines")
-	root.AddCommand(newRunCmd(g), newValidateCmd(g), newInspectCmd(g), newBackfillCmd(g), newRollbackCmd(g))
+	root.AddCommand(newRunCmd(g), newValidateCmd(g), newInspectCmd(g), newBackfillCmd(g), newRollbackCmd(g), newServeCmd(g))
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return invalid(err) })
 	for _, c := range root.Commands() {
 		if c.Args != nil {

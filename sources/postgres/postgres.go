@@ -187,7 +187,6 @@ const (
 	oidFloat4Ar = 1021
 	oidFloat8Ar = 1022
 	oidNumArr   = 1231
-	oidTextArr  = 1009
 )
 
 // builtinNames names the built-in types resolved without a catalog query.
@@ -203,23 +202,23 @@ func listOf(t arrow.DataType) arrow.DataType { return arrow.ListOf(t) }
 
 // readTypes maps a Postgres type name (pg_type.typname) to how it is read.
 var readTypes = map[string]*readType{
-	"int2":    {cast: "int2", oid: oidInt2, arrow: arrow.PrimitiveTypes.Int16},
-	"int4":    {cast: "int4", oid: oidInt4, arrow: arrow.PrimitiveTypes.Int32},
-	"int8":    {cast: "int8", oid: oidInt8, arrow: arrow.PrimitiveTypes.Int64},
-	"float4":  {cast: "float4", oid: oidFloat4, arrow: arrow.PrimitiveTypes.Float32},
-	"float8":  {cast: "float8", oid: oidFloat8, arrow: arrow.PrimitiveTypes.Float64},
-	"numeric": {cast: "float8", oid: oidFloat8, arrow: arrow.PrimitiveTypes.Float64},
-	"text":    {cast: "text", oid: oidText, arrow: arrow.BinaryTypes.String},
-	"varchar": {cast: "text", oid: oidText, arrow: arrow.BinaryTypes.String},
-	"bpchar":  {cast: "text", oid: oidText, arrow: arrow.BinaryTypes.String},
-	"name":    {cast: "text", oid: oidText, arrow: arrow.BinaryTypes.String},
-	"uuid":    {cast: "text", oid: oidText, arrow: arrow.BinaryTypes.String},
-	"bool":    {cast: "bool", oid: oidBool, arrow: arrow.FixedWidthTypes.Boolean},
-	"_int2":   {cast: "int2[]", oid: oidInt2Arr, elemOID: oidInt2, arrow: listOf(arrow.PrimitiveTypes.Int16)},
-	"_int4":   {cast: "int4[]", oid: oidInt4Arr, elemOID: oidInt4, arrow: listOf(arrow.PrimitiveTypes.Int32)},
-	"_int8":   {cast: "int8[]", oid: oidInt8Arr, elemOID: oidInt8, arrow: listOf(arrow.PrimitiveTypes.Int64)},
-	"_float4": {cast: "float4[]", oid: oidFloat4Ar, elemOID: oidFloat4, arrow: listOf(arrow.PrimitiveTypes.Float32)},
-	"_float8": {cast: "float8[]", oid: oidFloat8Ar, elemOID: oidFloat8, arrow: listOf(arrow.PrimitiveTypes.Float64)},
+	"int2":     {cast: "int2", oid: oidInt2, arrow: arrow.PrimitiveTypes.Int16},
+	"int4":     {cast: "int4", oid: oidInt4, arrow: arrow.PrimitiveTypes.Int32},
+	"int8":     {cast: "int8", oid: oidInt8, arrow: arrow.PrimitiveTypes.Int64},
+	"float4":   {cast: "float4", oid: oidFloat4, arrow: arrow.PrimitiveTypes.Float32},
+	"float8":   {cast: "float8", oid: oidFloat8, arrow: arrow.PrimitiveTypes.Float64},
+	"numeric":  {cast: "float8", oid: oidFloat8, arrow: arrow.PrimitiveTypes.Float64},
+	"text":     {cast: "text", oid: oidText, arrow: arrow.BinaryTypes.String},
+	"varchar":  {cast: "text", oid: oidText, arrow: arrow.BinaryTypes.String},
+	"bpchar":   {cast: "text", oid: oidText, arrow: arrow.BinaryTypes.String},
+	"name":     {cast: "text", oid: oidText, arrow: arrow.BinaryTypes.String},
+	"uuid":     {cast: "text", oid: oidText, arrow: arrow.BinaryTypes.String},
+	"bool":     {cast: "bool", oid: oidBool, arrow: arrow.FixedWidthTypes.Boolean},
+	"_int2":    {cast: "int2[]", oid: oidInt2Arr, elemOID: oidInt2, arrow: listOf(arrow.PrimitiveTypes.Int16)},
+	"_int4":    {cast: "int4[]", oid: oidInt4Arr, elemOID: oidInt4, arrow: listOf(arrow.PrimitiveTypes.Int32)},
+	"_int8":    {cast: "int8[]", oid: oidInt8Arr, elemOID: oidInt8, arrow: listOf(arrow.PrimitiveTypes.Int64)},
+	"_float4":  {cast: "float4[]", oid: oidFloat4Ar, elemOID: oidFloat4, arrow: listOf(arrow.PrimitiveTypes.Float32)},
+	"_float8":  {cast: "float8[]", oid: oidFloat8Ar, elemOID: oidFloat8, arrow: listOf(arrow.PrimitiveTypes.Float64)},
 	"_numeric": {cast: "float8[]", oid: oidFloat8Ar, elemOID: oidFloat8, arrow: listOf(arrow.PrimitiveTypes.Float64)},
 	// pgvector's vector has a cast to real[].
 	"vector": {cast: "float4[]", oid: oidFloat4Ar, elemOID: oidFloat4, arrow: listOf(arrow.PrimitiveTypes.Float32)},
