@@ -532,9 +532,12 @@ func (s *Server) resolveLive(ctx context.Context, n *namespace, keys []string, m
 			s.writeBack(n, keys[res.i], res.rec)
 		}
 	}
-	var br *badRequest
-	if firstErr != nil && (in != nil || !errors.As(firstErr, &br)) {
+	if firstErr != nil && in != nil {
 		return firstErr
+	}
+	if firstErr != nil {
+		// get/batchGet: a failed live inference is a miss, not a failed request.
+		s.cfg.Logger.Warn("live inference failed; answering a miss", "namespace", n.name, "err", firstErr)
 	}
 	return nil
 }

@@ -194,11 +194,12 @@ func (s *Server) loadLive(n *namespace, file string) error {
 	if err != nil {
 		return fmt.Errorf("lookup: %s: model.path: %w", file, err)
 	}
-	n.model = m
 	l, err := newLayout(n.spec, m.Info())
 	if err != nil {
+		_ = m.Close()
 		return fmt.Errorf("lookup: %s: %w", file, err)
 	}
+	n.model = m
 	n.layout = l
 	conc := max(n.spec.Model.Sessions, 1)
 	ns := n.name

@@ -45,6 +45,9 @@ type LocalOptions struct {
 	ProgressEvery time.Duration
 	// Lease is how long a claimed shard stays leased without a heartbeat.
 	Lease time.Duration
+	// Sinks, when set, replace the spec's sinks (embedding precog, tests).
+	// RunLocal does not close them.
+	Sinks []sinks.Sink
 	// SkipSucceeded returns at once, with Result.AlreadyDone, when the newest
 	// run of the same job and params succeeded with the same spec and model
 	// (what makes `precog backfill` resumable across dates).
@@ -115,15 +118,17 @@ func RunLocal(ctx context.Context, spec *jobs.Spec, opts LocalOptions) (Result, 
 	}
 	defer led.Close()
 
-	snks, err := OpenSinks(ctx, spec)
-	if err != nil {
-		return Result{}, err
-	}
-	defer func() {
-		for _, s := range snks {
-			s.Close()
+	snks := opts.Sinks
+	if snks == nil {
+		if snks, err = OpenSinks(ctx, spec); err != nil {
+			return Result{}, err
 		}
-	}()
+		defer func() {
+			for _, s := range snks {
+				s.Close()
+			}
+		}()
+	}
 
 	if opts.SkipSucceeded {
 		if prev, ok, err := succeededRun(ctx, led, job); err != nil {

@@ -49,6 +49,7 @@ type config struct {
 	measure  time.Duration
 	sections string
 	keep     bool
+	live     string
 }
 
 func main() {
@@ -65,6 +66,7 @@ func main() {
 	flag.Int64Var(&c.sinkRows, "sink-rows", 200_000, "rows written by the sink benchmarks")
 	flag.DurationVar(&c.measure, "measure", 3*time.Second, "how long each raw-limit loop runs")
 	flag.StringVar(&c.sections, "sections", "core,sinks,lookup", "comma-separated sections to run")
+	flag.StringVar(&c.live, "live-models", "heavy,ranker,recs", "models of the live-fallback comparison, comma-separated (heavy, ranker, recs)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the scratch directory")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))

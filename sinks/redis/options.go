@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -194,17 +195,19 @@ func (c config) newClient() goredis.UniversalClient {
 		tlsConf = &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12}
 	}
 	opt := &goredis.UniversalOptions{
-		Addrs:            c.addrs,
-		ClientName:       "precog-sink",
-		DB:               c.db,
-		Username:         c.username,
-		Password:         c.password,
-		MaxRetries:       -1,
-		DialTimeout:      c.timeout,
-		ReadTimeout:      c.timeout,
-		WriteTimeout:     c.timeout,
-		PoolSize:         c.depth * 4,
-		PipelinePoolSize: c.depth * 4,
+		Addrs:        c.addrs,
+		ClientName:   "precog-sink",
+		DB:           c.db,
+		Username:     c.username,
+		Password:     c.password,
+		MaxRetries:   -1,
+		DialTimeout:  c.timeout,
+		ReadTimeout:  c.timeout,
+		WriteTimeout: c.timeout,
+		// Caps, not standing connections: enough for several shard
+		// writers of depth pipelines each plus publish and cleanup.
+		PoolSize:         max(c.depth*8, 10*runtime.GOMAXPROCS(0)),
+		PipelinePoolSize: max(c.depth*8, 10*runtime.GOMAXPROCS(0)),
 		TLSConfig:        tlsConf,
 		IsClusterMode:    c.clusterMode(),
 		DisableIdentity:  true,

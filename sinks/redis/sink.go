@@ -57,6 +57,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -110,6 +111,7 @@ type Sink struct {
 	bg       sync.WaitGroup
 	gcMu     sync.Mutex // one collector at a time
 	closed   sync.Once
+	isClosed atomic.Bool
 
 	activeMu sync.Mutex
 	active   map[shardID]*shardWriter // open attempts, by run version and shard
@@ -223,6 +225,9 @@ func (s *Sink) release(w *shardWriter) {
 // announces it, and starts deleting versions beyond retention in the
 // background. Publishing the current version again is a no-op cutover.
 func (s *Sink) Publish(ctx context.Context, run sinks.RunInfo) error {
+	if s.isClosed.Load() {
+		return fmt.Errorf("redis sink %s: publish after Close", s.cfg.where())
+	}
 	if err := s.checkRun(run); err != nil {
 		return err
 	}
@@ -495,6 +500,7 @@ func (s *Sink) Rollback(ctx context.Context, run sinks.RunInfo, version string) 
 func (s *Sink) Close() error {
 	var err error
 	s.closed.Do(func() {
+		s.isClosed.Store(true)
 		ctx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
 		if s.WaitCleanup(ctx) != nil {
 			s.log.Warn("redis retention cleanup still running at close; cancelled, resumes at the next publish")

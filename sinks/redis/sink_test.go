@@ -248,6 +248,9 @@ func TestRedisRestartMidShard(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-restarted
+	if n := h.seq.Load(); n <= 60 {
+		t.Fatalf("%d pipeline sends for 60 pipelines: the restart did not interrupt any", n)
+	}
 	c := rs.Client(t)
 	checkVersion(t, c, rs.Prefix, run, 3000, 2)
 }
@@ -448,7 +451,9 @@ func TestNonFiniteFloatNamesKey(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `key "41"`) || !strings.Contains(err.Error(), `field "score"`) || !strings.Contains(err.Error(), "NaN") {
 		t.Fatalf("NaN: %v", err)
 	}
-	w.Abort(ctx)
+	if err := w.Commit(ctx); err == nil || !strings.Contains(err.Error(), "NaN") {
+		t.Fatalf("commit after a failed write: %v", err)
+	}
 }
 
 func TestAuth(t *testing.T) {

@@ -103,11 +103,21 @@ func newShardWriter(s *Sink, run sinks.RunInfo, index int, enc *recordEncoder) *
 // a whole pipeline are encoded concurrently, each pipeline by the goroutine
 // that then sends it (so encoding scales over cores, bounded by depth);
 // Write returns once every row is encoded and so does not retain the batch.
-// It blocks when depth pipelines are already in flight.
+// It blocks when depth pipelines are already in flight. An error is
+// sticky: the attempt can then only be aborted (Commit returns it too), so
+// a shard with a rejected row can never commit with that row missing.
 func (w *shardWriter) Write(ctx context.Context, rec arrow.RecordBatch) error {
 	if err := w.failed(); err != nil {
 		return err
 	}
+	if err := w.write(ctx, rec); err != nil {
+		w.setErr(err)
+		return w.failed()
+	}
+	return nil
+}
+
+func (w *shardWriter) write(ctx context.Context, rec arrow.RecordBatch) error {
 	bb, err := w.enc.bind(rec) // checks the schema; used for inline rows
 	if err != nil {
 		return fmt.Errorf("redis shard %d: %w", w.index, err)

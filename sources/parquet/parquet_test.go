@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -805,4 +806,107 @@ func TestArrowStoredDictionaryAndLargeString(t *testing.T) {
 	if row != n {
 		t.Fatalf("read %d rows", row)
 	}
+}
+
+// TestConcurrentShards reads all shards of one Source from several
+// goroutines at once, as a worker with several slots does (run with -race).
+func TestConcurrentShards(t *testing.T) {
+	dir := t.TempDir()
+	for i := range 3 {
+		writeArrowFile(t, filepath.Join(dir, "part-"+itoa(int64(i))+".parquet"), int64(i)*900, 900, 200)
+	}
+	s := mustNew(t, dir)
+	plans := mustPlan(t, s, 300)
+	var wg sync.WaitGroup
+	sums := make([]int64, len(plans))
+	errs := make(chan error, len(plans))
+	for i, p := range plans {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := s.Open(context.Background(), p.Plan, sources.ReadOptions{Columns: []string{"id", "emb"}, BatchSize: 50})
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer r.Close()
+			for {
+				rec, err := r.Next(context.Background())
+				if errors.Is(err, io.EOF) {
+					return
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				for _, v := range rec.Column(0).(*array.Int64).Int64Values() {
+					sums[i] += v
+				}
+				rec.Release()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, v := range sums {
+		total += v
+	}
+	if want := int64(2700 * 2699 / 2); total != want {
+		t.Fatalf("sum of ids %d, want %d", total, want)
+	}
+}
+
+// FuzzFileContent feeds mutated Parquet files through the whole path:
+// Schema, Plan, Open and Next must return errors, never panic.
+func FuzzFileContent(f *testing.F) {
+	dir := f.TempDir()
+	for i, write := range []func(string){
+		func(p string) { writePgFile(f, p, 0, 40, 16, pgo.Compression(&pgo.Uncompressed)) },
+		func(p string) { writeArrowFile(f, p, 0, 40, 16) },
+		func(p string) { writeArrowFile(f, p, 0, 40, 16, pq.WithDataPageVersion(pq.DataPageV2)) },
+	} {
+		p := filepath.Join(dir, "seed-"+itoa(int64(i))+".parquet")
+		write(p)
+		data, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p := filepath.Join(t.TempDir(), "f.parquet")
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s, err := New(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		if _, err := s.Schema(ctx); err != nil {
+			return
+		}
+		plans, err := s.Plan(ctx, 10)
+		if err != nil {
+			return
+		}
+		for _, sp := range plans {
+			r, err := s.Open(ctx, sp.Plan, sources.ReadOptions{BatchSize: 7})
+			if err != nil {
+				continue
+			}
+			for {
+				rec, err := r.Next(ctx)
+				if err != nil {
+					break
+				}
+				rec.Release()
+			}
+			r.Close()
+		}
+	})
 }

@@ -61,9 +61,9 @@ func (s *Source) Open(ctx context.Context, plan json.RawMessage, opts sources.Re
 	if err != nil {
 		return nil, fmt.Errorf("parquet file %s: %w", sp.File, err)
 	}
+	// newReader owns of from here: it closes it on failure.
 	r, err := newReader(ctx, of, sp, opts.Columns, batch, readRows(batch))
 	if err != nil {
-		of.Close()
 		return nil, fmt.Errorf("parquet file %s: %w", sp.File, err)
 	}
 	return r, nil
@@ -102,11 +102,20 @@ func decodePlan(plan json.RawMessage) (shardPlan, error) {
 	return sp, nil
 }
 
-// reader implements sources.BatchReader over one shard.
+// reader implements sources.BatchReader over one shard. It drives one
+// pqarrow column reader per output column itself, in the calling goroutine,
+// rather than pqarrow's record reader, whose SeekToRow runs decoders on
+// other goroutines where a panic on a corrupt page could not be recovered.
 type reader struct {
 	of   *openedFile
-	rr   pqarrow.RecordReader
 	plan shardPlan
+
+	// cols[i] reads output column i; dup[i] >= 0 when output column i
+	// repeats an earlier one (the same name requested twice).
+	cols   []*pqarrow.ColumnReader
+	dup    []int
+	schema *arrow.Schema
+	read   int64 // rows decoded per column at a time
 
 	// rgStart[i] is the file row of the first row of row group i; the last
 	// entry is the file's row count.
@@ -116,15 +125,8 @@ type reader struct {
 	next, last int64
 	end        int64 // file row one past the shard
 
-	// cols maps output column i to the record reader's column; conv marks
-	// columns whose type is relabelled (binary → string).
-	cols    []int
-	schema  *arrow.Schema
-	convert bool
-	ident   bool // output is the record reader's batch unchanged
-
 	// batch is the rows per returned batch; pending holds the rest of the
-	// last decoded batch (already projected), from row pendingOff on.
+	// last decoded batch, from row pendingOff on.
 	batch      int64
 	pending    arrow.RecordBatch
 	pendingOff int64
@@ -132,10 +134,14 @@ type reader struct {
 	err error
 }
 
-func newReader(ctx context.Context, of *openedFile, sp shardPlan, columns []string, batch, read int) (r *reader, err error) {
+func newReader(ctx context.Context, of *openedFile, sp shardPlan, columns []string, batch, read int) (_ *reader, err error) {
+	r := &reader{of: of, plan: sp, batch: int64(batch), read: int64(read)}
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("opening shard: %v", p)
+		}
+		if err != nil {
+			r.release()
 		}
 	}()
 	md := of.rdr.MetaData()
@@ -143,22 +149,24 @@ func newReader(ctx context.Context, of *openedFile, sp shardPlan, columns []stri
 	if sp.FirstRowGroup+sp.NumRowGroups > nrg || sp.FirstRowGroup+sp.NumRowGroups < 0 {
 		return nil, fmt.Errorf("shard plan names row groups %d..%d but the file has %d", sp.FirstRowGroup, sp.FirstRowGroup+sp.NumRowGroups-1, nrg)
 	}
-	rgStart := make([]int64, nrg+1)
+	r.rgStart = make([]int64, nrg+1)
 	for i := 0; i < nrg; i++ {
-		rgStart[i+1] = rgStart[i] + md.RowGroup(i).NumRows()
+		r.rgStart[i+1] = r.rgStart[i] + md.RowGroup(i).NumRows()
 	}
 	first, lastRG := sp.FirstRowGroup, sp.FirstRowGroup+sp.NumRowGroups
-	span := rgStart[lastRG] - rgStart[first]
+	span := r.rgStart[lastRG] - r.rgStart[first]
 	if sp.Offset > span || sp.Rows > span-sp.Offset {
 		return nil, fmt.Errorf("shard plan reads rows %d+%d of row groups %d..%d, which hold %d rows", sp.Offset, sp.Rows, first, lastRG-1, span)
 	}
+	r.next = r.rgStart[first] + sp.Offset
+	r.last, r.end = r.next, r.next+sp.Rows
 
 	fr, err := pqarrow.NewFileReader(of.rdr, pqarrow.ArrowReadProperties{BatchSize: int64(read)}, memory.DefaultAllocator)
 	if err != nil {
 		return nil, fmt.Errorf("schema: %w", err)
 	}
 
-	// Resolve the projection to top-level fields, then to their leaves.
+	// Resolve the projection to top-level fields.
 	fields := fr.Manifest.Fields
 	var want []int // top-level field index per output column
 	if columns == nil {
@@ -183,60 +191,38 @@ func newReader(ctx context.Context, of *openedFile, sp shardPlan, columns []stri
 	if len(want) == 0 {
 		return nil, errors.New("no columns to read")
 	}
-	picked := make(map[int]bool)
-	var leaves []int
-	for _, fi := range want {
-		if picked[fi] {
-			continue
-		}
-		picked[fi] = true
-		leaves = appendLeaves(leaves, &fields[fi])
-	}
 	rowGroups := make([]int, sp.NumRowGroups)
 	for i := range rowGroups {
 		rowGroups[i] = first + i
 	}
-	rr, err := fr.GetRecordReader(ctx, leaves, rowGroups)
-	if err != nil {
-		return nil, fmt.Errorf("row groups %d..%d: %w", first, lastRG-1, err)
-	}
-	if sp.Offset > 0 {
-		if err := rr.SeekToRow(sp.Offset); err != nil {
-			rr.Release()
-			return nil, fmt.Errorf("row group %d: seeking to row %d: %w", first, sp.Offset, err)
-		}
-	}
-
-	// The record reader returns fields in file order; map the requested
-	// order onto it.
-	rsc := rr.Schema()
-	r = &reader{of: of, rr: rr, plan: sp, rgStart: rgStart, batch: int64(batch)}
-	r.next = rgStart[first] + sp.Offset
-	r.last = r.next
-	r.end = r.next + sp.Rows
 	out := make([]arrow.Field, len(want))
-	r.cols = make([]int, len(want))
-	r.ident = len(want) == rsc.NumFields()
+	r.cols = make([]*pqarrow.ColumnReader, len(want))
+	r.dup = make([]int, len(want))
+	seen := make(map[int]int)
 	for i, fi := range want {
-		name := fields[fi].Field.Name
-		idx := rsc.FieldIndices(name)
-		if len(idx) == 0 {
-			rr.Release()
-			return nil, fmt.Errorf("column %q missing from the record reader", name)
+		if j, ok := seen[fi]; ok {
+			r.dup[i] = j
+			out[i] = out[j]
+			continue
 		}
-		r.cols[i] = idx[0]
-		f := rsc.Field(idx[0])
-		if t := outputType(f.Type); t != f.Type {
-			f.Type = t
-			r.convert = true
+		seen[fi], r.dup[i] = i, -1
+		leaves := make(map[int]bool)
+		for _, l := range appendLeaves(nil, &fields[fi]) {
+			leaves[l] = true
 		}
+		cr, err := fr.GetFieldReader(ctx, fi, leaves, rowGroups)
+		if err != nil {
+			return nil, fmt.Errorf("column %q: %w", fields[fi].Field.Name, err)
+		}
+		r.cols[i] = cr
+		if sp.Offset > 0 {
+			if err := cr.SeekToRow(sp.Offset); err != nil {
+				return nil, fmt.Errorf("row group %d, column %q: seeking to row %d: %w", first, fields[fi].Field.Name, sp.Offset, err)
+			}
+		}
+		f := *cr.Field()
+		f.Type = outputType(f.Type)
 		out[i] = f
-		if idx[0] != i {
-			r.ident = false
-		}
-	}
-	if r.convert {
-		r.ident = false
 	}
 	r.schema = arrow.NewSchema(out, nil)
 	return r, nil
@@ -276,21 +262,14 @@ func (r *reader) Next(ctx context.Context) (arrow.RecordBatch, error) {
 	if r.next >= r.end {
 		return nil, io.EOF
 	}
+	if r.of == nil {
+		return nil, fmt.Errorf("parquet file %s: reader is closed", r.plan.File)
+	}
 	if r.pending == nil {
-		rec, err := r.read()
+		rec, err := r.decode(min(r.read, r.end-r.next))
 		if err != nil {
 			r.err = fmt.Errorf("parquet file %s: row group %d (file row %d): %w", r.plan.File, r.rowGroupOf(r.next), r.next, err)
 			return nil, r.err
-		}
-		if left := r.end - r.next; rec.NumRows() > left {
-			s := rec.NewSlice(0, left)
-			rec.Release()
-			rec = s
-		}
-		if !r.ident {
-			out := r.project(rec)
-			rec.Release()
-			rec = out
 		}
 		r.pending, r.pendingOff = rec, 0
 	}
@@ -311,54 +290,75 @@ func (r *reader) Next(ctx context.Context) (arrow.RecordBatch, error) {
 	return rec, nil
 }
 
-// read pulls one batch from the record reader, turning decoder panics on
-// corrupt pages into errors.
-func (r *reader) read() (rec arrow.RecordBatch, err error) {
+// decode reads n rows of every column into one record batch with the output
+// schema. Decoder panics on corrupt pages become errors.
+func (r *reader) decode(n int64) (rec arrow.RecordBatch, err error) {
+	cols := make([]arrow.Array, len(r.cols))
 	defer func() {
 		if p := recover(); p != nil {
 			rec, err = nil, fmt.Errorf("corrupt data: %v", p)
 		}
-	}()
-	if !r.rr.Next() {
-		if err := r.rr.Err(); err != nil && !errors.Is(err, io.EOF) {
-			return nil, err
+		for _, c := range cols {
+			if c != nil {
+				c.Release()
+			}
 		}
-		return nil, fmt.Errorf("file ended %d rows before the planned end of the shard", r.end-r.next)
+	}()
+	for i, cr := range r.cols {
+		if j := r.dup[i]; j >= 0 {
+			cols[j].Retain()
+			cols[i] = cols[j]
+			continue
+		}
+		name := r.schema.Field(i).Name
+		chunked, err := cr.NextBatch(n)
+		if err != nil {
+			return nil, fmt.Errorf("column %q: %w", name, err)
+		}
+		arr, err := single(chunked)
+		chunked.Release()
+		if err != nil {
+			return nil, fmt.Errorf("column %q: %w", name, err)
+		}
+		if int64(arr.Len()) != n {
+			got := arr.Len()
+			arr.Release()
+			return nil, fmt.Errorf("column %q: decoded %d rows, want %d (file shorter than its metadata says)", name, got, n)
+		}
+		cols[i] = convert(arr, r.schema.Field(i).Type)
 	}
-	rec = r.rr.RecordBatch()
-	if rec.NumRows() == 0 {
-		return nil, errors.New("reader returned an empty batch")
-	}
-	rec.Retain()
-	return rec, nil
+	return array.NewRecordBatch(r.schema, cols, n), nil
 }
 
-// project builds the output batch: requested column order, binary columns
-// relabelled as strings. No data is copied.
-func (r *reader) project(rec arrow.RecordBatch) arrow.RecordBatch {
-	cols := make([]arrow.Array, len(r.cols))
-	for i, c := range r.cols {
-		col := rec.Column(c)
-		want := r.schema.Field(i).Type
-		if col.DataType() == want {
-			col.Retain()
-			cols[i] = col
-			continue
-		}
-		if dict, ok := col.(*array.Dictionary); ok {
-			cols[i] = decodeDict(dict, want)
-			continue
-		}
-		d := col.Data()
-		nd := array.NewData(want, d.Len(), d.Buffers(), d.Children(), d.NullN(), d.Offset())
-		cols[i] = array.MakeFromData(nd)
-		nd.Release()
+// single joins a chunked column (a read crossing row groups gives one chunk
+// per row group) into one array.
+func single(c *arrow.Chunked) (arrow.Array, error) {
+	switch chunks := c.Chunks(); len(chunks) {
+	case 0:
+		return array.MakeArrayOfNull(memory.DefaultAllocator, c.DataType(), 0), nil
+	case 1:
+		chunks[0].Retain()
+		return chunks[0], nil
+	default:
+		return array.Concatenate(chunks, memory.DefaultAllocator)
 	}
-	out := array.NewRecordBatch(r.schema, cols, rec.NumRows())
-	for _, c := range cols {
-		c.Release()
+}
+
+// convert gives arr the output type want: binary relabelled as string
+// (same layout, no copy), string dictionaries decoded. It takes ownership
+// of arr.
+func convert(arr arrow.Array, want arrow.DataType) arrow.Array {
+	if arrow.TypeEqual(arr.DataType(), want) {
+		return arr
 	}
-	return out
+	defer arr.Release()
+	if dict, ok := arr.(*array.Dictionary); ok {
+		return decodeDict(dict, want)
+	}
+	d := arr.Data()
+	nd := array.NewData(want, d.Len(), d.Buffers(), d.Children(), d.NullN(), d.Offset())
+	defer nd.Release()
+	return array.MakeFromData(nd)
 }
 
 // decodeDict turns a dictionary of strings or binaries into a dense array
@@ -407,23 +407,35 @@ func (r *reader) Position(row int) string {
 	return fmt.Sprintf("%s row %d", r.plan.File, r.last+int64(row))
 }
 
-// Close releases the record reader and closes the file.
+// Close releases the column readers and closes the file.
 func (r *reader) Close() error {
+	if r.of == nil {
+		return nil
+	}
+	name := r.plan.File
+	err := r.release()
+	if err != nil {
+		return fmt.Errorf("parquet file %s: close: %w", name, err)
+	}
+	return nil
+}
+
+// release frees everything the reader holds and closes the file.
+func (r *reader) release() error {
 	if r.pending != nil {
 		r.pending.Release()
 		r.pending = nil
 	}
-	if r.rr != nil {
-		r.rr.Release()
-		r.rr = nil
+	for i, c := range r.cols {
+		if c != nil {
+			c.Release()
+			r.cols[i] = nil
+		}
 	}
 	if r.of == nil {
 		return nil
 	}
 	err := r.of.Close()
 	r.of = nil
-	if err != nil {
-		return fmt.Errorf("parquet file %s: close: %w", r.plan.File, err)
-	}
-	return nil
+	return err
 }

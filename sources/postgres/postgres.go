@@ -252,52 +252,39 @@ func (s *Source) describe(ctx context.Context, conn *pgx.Conn) ([]column, error)
 		}
 		seen[f.Name] = true
 		tn := names[f.DataTypeOID]
-		cols[i] = column{name: f.Name, pgType: tn.display}
-		switch {
-		case tn.enum:
+		cols[i] = column{name: f.Name, pgType: tn.name, read: readTypes[tn.name]}
+		if tn.enum {
 			cols[i].read = enumType
-		default:
-			cols[i].read = readTypes[tn.base]
 		}
 	}
 	return cols, nil
 }
 
-// typeName is what the catalog says about one result type: the name shown
-// in messages, the name of its base type (domains resolved) and whether
-// that base is an enum.
+// typeName is what the catalog says about one result type: its name and
+// whether it is an enum. (Postgres describes domain-typed columns by their
+// base type, so domains need no resolving.)
 type typeName struct {
-	display string
-	base    string
-	enum    bool
+	name string
+	enum bool
 }
 
 // typeNames resolves the fields' type OIDs to names: built-ins from a table,
-// others (domains, enums, extension types such as pgvector's vector) from
-// pg_type, following domains to their base types.
+// others (enums, extension types such as pgvector's vector) from pg_type.
 func (s *Source) typeNames(ctx context.Context, conn *pgx.Conn, fields []pgconn.FieldDescription) (map[uint32]typeName, error) {
 	out := make(map[uint32]typeName)
 	var unknown []uint32
 	for _, f := range fields {
 		if n, ok := builtinNames[f.DataTypeOID]; ok {
-			out[f.DataTypeOID] = typeName{display: n, base: n}
+			out[f.DataTypeOID] = typeName{name: n}
 		} else if _, dup := out[f.DataTypeOID]; !dup {
-			out[f.DataTypeOID] = typeName{}
+			out[f.DataTypeOID] = typeName{name: "oid " + strconv.FormatUint(uint64(f.DataTypeOID), 10)}
 			unknown = append(unknown, f.DataTypeOID)
 		}
 	}
 	if len(unknown) == 0 {
 		return out, nil
 	}
-	const q = `WITH RECURSIVE t(start, oid, depth) AS (
-		SELECT o, o, 0 FROM unnest($1::oid[]) o
-		UNION ALL
-		SELECT t.start, p.typbasetype, t.depth + 1 FROM t JOIN pg_type p ON p.oid = t.oid
-		WHERE p.typtype = 'd' AND t.depth < 16)
-	SELECT DISTINCT ON (t.start) t.start, s.typname, p.typname, p.typtype = 'e'
-	FROM t JOIN pg_type p ON p.oid = t.oid JOIN pg_type s ON s.oid = t.start
-	ORDER BY t.start, t.depth DESC`
-	rows, err := conn.Query(ctx, q, unknown)
+	rows, err := conn.Query(ctx, "SELECT oid, typname, typtype = 'e' FROM pg_type WHERE oid = ANY($1)", unknown)
 	if err != nil {
 		return nil, fmt.Errorf("postgres source: looking up result column types: %w", err)
 	}
@@ -305,23 +292,13 @@ func (s *Source) typeNames(ctx context.Context, conn *pgx.Conn, fields []pgconn.
 	for rows.Next() {
 		var oid uint32
 		var tn typeName
-		if err := rows.Scan(&oid, &tn.display, &tn.base, &tn.enum); err != nil {
+		if err := rows.Scan(&oid, &tn.name, &tn.enum); err != nil {
 			return nil, fmt.Errorf("postgres source: looking up result column types: %w", err)
-		}
-		// A domain or type named vector (pgvector) is read through its cast
-		// to real[], whatever it is based on.
-		if tn.display == "vector" {
-			tn.base = "vector"
 		}
 		out[oid] = tn
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("postgres source: looking up result column types: %w", err)
-	}
-	for oid, tn := range out {
-		if tn.display == "" {
-			out[oid] = typeName{display: "oid " + strconv.FormatUint(uint64(oid), 10)}
-		}
 	}
 	return out, nil
 }
