@@ -19,6 +19,7 @@ import (
 	redissink "github.com/precog-ml/precog/sinks/redis"
 	"github.com/precog-ml/precog/sources"
 	pqsource "github.com/precog-ml/precog/sources/parquet"
+	pgsource "github.com/precog-ml/precog/sources/postgres"
 )
 
 // Job is a spec with everything it needs opened and checked against each
@@ -87,7 +88,11 @@ func OpenSource(ctx context.Context, spec *jobs.Spec) (sources.Source, error) {
 		}
 		return s, nil
 	case spec.Source.Postgres != nil:
-		return nil, errors.New("source.postgres: PGSOURCE_PENDING")
+		s, err := pgsource.New(ctx, *spec.Source.Postgres, pgsource.WithKey(spec.Source.Key))
+		if err != nil {
+			return nil, fmt.Errorf("source.postgres: %w", err)
+		}
+		return s, nil
 	}
 	return nil, errors.New("source: no source configured")
 }

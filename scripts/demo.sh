@@ -91,9 +91,10 @@ ls "$DEMO/out/user_recs/date=2026-11-01" | head -5
 if "$PRECOG" serve --help >/dev/null 2>&1; then
   say "lookup API: precog serve (a precomputed user, then a brand-new one computed live)"
   mkdir -p "$DEMO/serve-jobs"
-  sed 's/{{.date}}/2026-11-01/g' "$DEMO/recs-demo.yaml" > "$DEMO/serve-jobs/recs.yaml"
-  cp -r "$DEMO/models" "$DEMO/serve-jobs/" 2>/dev/null || true
-  PRECOG_API_TOKENS=demo-token "$PRECOG" serve --jobs "$DEMO/serve-jobs" --addr "127.0.0.1:$API_PORT" >"$STATE/serve.log" 2>&1 &
+  cp "$DEMO/recs-demo.yaml" "$DEMO/serve-jobs/recs.yaml"
+  ln -sfn "$DEMO/models" "$DEMO/serve-jobs/models"; ln -sfn "$DEMO/data" "$DEMO/serve-jobs/data"
+  PRECOG_API_TOKENS=demo-token "$PRECOG" serve --jobs "$DEMO/serve-jobs" --param date=2026-11-01 \
+    --addr "127.0.0.1:$API_PORT" >"$STATE/serve.log" 2>&1 &
   API_PID=$!
   for _ in $(seq 50); do curl -sf "127.0.0.1:$API_PORT/readyz" >/dev/null && break; sleep 0.2; done
   echo "GET /v1/predictions/recs/$USER_KEY"

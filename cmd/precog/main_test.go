@@ -81,9 +81,19 @@ func workdir(t *testing.T) string {
 	return dir
 }
 
+func symlink(oldname, newname string) error {
+	if err := os.MkdirAll(filepath.Dir(newname), 0o755); err != nil {
+		return err
+	}
+	return os.Symlink(oldname, newname)
+}
+
 func writeSpec(t *testing.T, dir, name, body string) string {
 	t.Helper()
 	path := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}

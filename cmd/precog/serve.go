@@ -3,17 +3,49 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/lookup"
 )
+
+// loadSpecDir loads every *.yaml / *.yml job spec of dir with params.
+func loadSpecDir(dir string, params []string) ([]*jobs.Spec, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, invalid(fmt.Errorf("--jobs: %w", err))
+	}
+	var names []string
+	for _, e := range entries {
+		if ext := filepath.Ext(e.Name()); !e.IsDir() && (ext == ".yaml" || ext == ".yml") {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		return nil, invalid(fmt.Errorf("--jobs %s: no job specs (*.yaml)", dir))
+	}
+	specs := make([]*jobs.Spec, 0, len(names))
+	for _, n := range names {
+		s, err := loadSpec(filepath.Join(dir, n), params)
+		if err != nil {
+			return nil, err
+		}
+		specs = append(specs, s)
+	}
+	return specs, nil
+}
 
 func newServeCmd(g *globals) *cobra.Command {
 	var (
 		cfg        lookup.Config
 		tokensFile string
+		params     []string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve --jobs DIR [--addr :8080]",
@@ -41,6 +73,15 @@ separated) or --tokens-file. Without tokens the server refuses to start unless
 			if cfg.JobsDir == "" {
 				return invalid(errors.New("--jobs: required (a directory of job specs)"))
 			}
+			if len(params) > 0 {
+				// Specs with {{.param}} templates need values to load; load
+				// them here and serve them as already-loaded specs.
+				specs, err := loadSpecDir(cfg.JobsDir, params)
+				if err != nil {
+					return err
+				}
+				cfg.Specs, cfg.JobsDir = specs, ""
+			}
 			cfg.Tokens = lookup.TokensFromEnv()
 			if tokensFile != "" {
 				t, err := lookup.ReadTokensFile(tokensFile)
@@ -62,6 +103,7 @@ separated) or --tokens-file. Without tokens the server refuses to start unless
 	f := cmd.Flags()
 	f.StringVar(&cfg.JobsDir, "jobs", "", "directory of job specs whose namespaces are served (required)")
 	f.StringVar(&cfg.Addr, "addr", ":8080", "listen address")
+	f.StringArrayVar(&params, "param", nil, "run parameter k=v for specs whose paths use {{.k}} (repeatable)")
 	f.StringVar(&tokensFile, "tokens-file", "", "file of bearer tokens, one per line (in addition to PRECOG_API_TOKENS)")
 	f.BoolVar(&cfg.InsecureNoAuth, "insecure-no-auth", false, "serve without authentication (never in production)")
 	f.BoolVar(&cfg.AccessLog, "access-log", false, "log every request at info level")

@@ -151,3 +151,76 @@ func precogEnv(t *testing.T, dir string, env []string, args ...string) result {
 	}
 	return precog(t, dir, args...)
 }
+
+// TestPostgresSourceToUpsert is an analyst's job: a SELECT over a features
+// table, sharded by id, scored into a Postgres table in upsert mode; running
+// it again replaces the date's rows instead of adding to them.
+func TestPostgresSourceToUpsert(t *testing.T) {
+	pg := testservers.Postgres(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	cols := make([]string, 16)
+	for i := range cols {
+		cols[i] = testgen.FeatureColumn(i)
+	}
+	if _, err := conn.Exec(ctx, "CREATE TABLE features (user_id bigint PRIMARY KEY, "+strings.Join(cols, " real, ")+" real)"); err != nil {
+		t.Fatal(err)
+	}
+	d := testgen.Dataset{Seed: 5}.Defaults()
+	const n = 2500
+	rows := make([][]any, 0, n)
+	for k := int64(0); k < n; k++ {
+		f := d.Row(k).Features
+		row := []any{k}
+		for _, v := range f {
+			row = append(row, v)
+		}
+		rows = append(rows, row)
+	}
+	if _, err := conn.CopyFrom(ctx, pgx.Identifier{"features"}, append([]string{"user_id"}, cols...), pgx.CopyFromRows(rows)); err != nil {
+		t.Fatal(err)
+	}
+
+	dir := workdir(t)
+	spec := writeSpec(t, dir, "pg.yaml", `name: pg-scores
+source:
+  postgres:
+    dsn: "${TEST_DATABASE_URL}"
+    query: "SELECT * FROM features WHERE user_id % 5 <> 4 OR '{{.date}}' <> ''"
+    shard_by: user_id
+  key: user_id
+  rows_per_shard: 1000
+model:
+  path: models/ranker.onnx
+  inputs:
+    features: { columns: [`+strings.Join(cols, ", ")+`] }
+  outputs: { score: score }
+sinks:
+  postgres: { dsn: "${TEST_DATABASE_URL}", table: scores, mode: upsert }
+`)
+	env := []string{"TEST_DATABASE_URL=" + pg.DSN}
+	for range 2 {
+		if r := precogEnv(t, dir, env, "run", spec, "--param", "date=2026-11-01"); r.code != 0 {
+			t.Fatalf("run: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+		}
+	}
+	var count int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM scores WHERE date = '2026-11-01'").Scan(&count); err != nil || count != n {
+		t.Fatalf("scores rows: %d (%v), want %d after two runs", count, err, n)
+	}
+	m, _ := testgen.Get("ranker")
+	for _, k := range []int64{0, 999, 2499} {
+		var got float32
+		if err := conn.QueryRow(ctx, "SELECT score FROM scores WHERE user_id = $1", k).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		ref, _ := m.Reference(d.Row(k).Features, 1)
+		if want := ref["score"].Float32[0]; got < want-1e-4 || got > want+1e-4 {
+			t.Errorf("user %d: score %v, want %v", k, got, want)
+		}
+	}
+}

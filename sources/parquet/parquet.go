@@ -34,6 +34,11 @@ import (
 // dataset has many files (Schema and Plan read every footer).
 const footerConcurrency = 16
 
+// maxShards bounds one plan. A corrupt footer can claim absurd row counts;
+// this turns that into an error instead of an out-of-memory plan. At the
+// default 250k rows per shard it allows 250 billion rows.
+const maxShards = 1_000_000
+
 // streamBufferSize is the read buffer per column chunk. Pages are read
 // through it instead of loading whole column chunks, which keeps memory
 // bounded for large row groups.
@@ -225,12 +230,17 @@ func readFooter(path string) (ft footer, err error) {
 		return footer{}, fmt.Errorf("parquet file %s: schema: %w", path, err)
 	}
 	ft = footer{fp: fp, schema: sc, rowGroups: make([]int64, md.NumRowGroups())}
+	var total int64
 	for i := range ft.rowGroups {
 		n := md.RowGroup(i).NumRows()
-		if n < 0 {
-			return footer{}, fmt.Errorf("parquet file %s: row group %d: negative row count %d", path, i, n)
+		if n < 0 || total+n < total {
+			return footer{}, fmt.Errorf("parquet file %s: row group %d: bad row count %d", path, i, n)
 		}
 		ft.rowGroups[i] = n
+		total += n
+	}
+	if total != md.NumRows {
+		return footer{}, fmt.Errorf("parquet file %s: corrupt footer: row groups hold %d rows but the file says %d", path, total, md.NumRows)
 	}
 	return ft, nil
 }
@@ -358,6 +368,15 @@ func (s *Source) Plan(ctx context.Context, rowsPerShard int64) ([]sources.ShardP
 		return nil, err
 	}
 	var out []sources.ShardPlan
+	var count int64
+	for i, ft := range fts {
+		for _, n := range ft.rowGroups {
+			count += (n + rowsPerShard - 1) / rowsPerShard
+		}
+		if count > maxShards {
+			return nil, fmt.Errorf("parquet source %q: more than %d shards of %d rows (at %s); raise rows_per_shard", s.path, maxShards, rowsPerShard, s.files[i])
+		}
+	}
 	for i, ft := range fts {
 		for _, sp := range planFile(s.files[i], ft, rowsPerShard) {
 			raw, err := json.Marshal(sp)

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/precog-ml/precog/internal/testgen"
+	"github.com/precog-ml/precog/internal/testservers"
+	"github.com/precog-ml/precog/lookup/client"
+)
+
+// TestServeDuringRefresh polls the API with batchGet while a refresh runs:
+// every response carries one run (never a mix of two), the old run until the
+// publish and the new one after it, never going back.
+func TestServeDuringRefresh(t *testing.T) {
+	pg := testservers.Postgres(t)
+	rd := testservers.Redis(t)
+	ns := rd.Prefix + "recs"
+	dir := workdir(t)
+	spec := writeSpec(t, dir, "jobs/recs.yaml", recsSpec)
+	env := []string{"TEST_DATABASE_URL=" + pg.DSN, "TEST_REDIS_ADDR=" + rd.Addr,
+		fmt.Sprintf("TEST_REDIS_DB=%d", rd.DB), "TEST_NS=" + ns, "PRECOG_API_TOKENS=tok"}
+	for _, sub := range []string{"models", "data"} {
+		if err := symlink(filepath.Join(fixtures, sub), filepath.Join(dir, "jobs", sub)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := precogEnv(t, dir, env, "run", spec, "--param", "date=2026-11-01"); r.code != 0 {
+		t.Fatalf("first run: %d %s", r.code, r.stderr)
+	}
+
+	addr := freeAddr(t)
+	srv := exec.Command(precogBin, "serve", "--jobs", filepath.Join(dir, "jobs"), "--param", "date=2026-11-01", "--addr", addr)
+	srv.Dir = dir
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	c := client.New("http://"+addr, "tok", client.WithTimeout(2*time.Second))
+	keys := make([]string, 50)
+	for i := range keys {
+		keys[i] = testgen.KeyString(int64(i * 70))
+	}
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	var first string
+	for {
+		res, err := c.BatchGet(ctx, ns, keys)
+		if err == nil && res[0].Found {
+			first = res[0].Prediction.ComputedAt
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("API never answered: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	var (
+		mu      sync.Mutex
+		seen    []string // computed_at of each response, in order
+		stop    = make(chan struct{})
+		pollErr error
+		wg      sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			res, err := c.BatchGet(ctx, ns, keys)
+			if err != nil {
+				mu.Lock()
+				pollErr = err
+				mu.Unlock()
+				return
+			}
+			at := ""
+			for i, r := range res {
+				if !r.Found {
+					mu.Lock()
+					pollErr = fmt.Errorf("key %s missing during refresh", keys[i])
+					mu.Unlock()
+					return
+				}
+				if r.Prediction.Source != "redis" {
+					mu.Lock()
+					pollErr = fmt.Errorf("key %s from %s during refresh", keys[i], r.Prediction.Source)
+					mu.Unlock()
+					return
+				}
+				if at == "" {
+					at = r.Prediction.ComputedAt
+				} else if at != r.Prediction.ComputedAt {
+					mu.Lock()
+					pollErr = fmt.Errorf("one response mixes runs %s and %s", at, r.Prediction.ComputedAt)
+					mu.Unlock()
+					return
+				}
+			}
+			mu.Lock()
+			seen = append(seen, at)
+			mu.Unlock()
+		}
+	}()
+	r := precogEnv(t, dir, env, "run", spec, "--param", "date=2026-11-01")
+	time.Sleep(1500 * time.Millisecond) // past the API's safety-net poll
+	close(stop)
+	wg.Wait()
+	if r.code != 0 {
+		t.Fatalf("refresh: %d %s", r.code, r.stderr)
+	}
+	if pollErr != nil {
+		t.Fatal(pollErr)
+	}
+	switches := 0
+	for i := 1; i < len(seen); i++ {
+		if seen[i] != seen[i-1] {
+			switches++
+			if seen[i] == first {
+				t.Fatalf("went back to the old run after the switch")
+			}
+		}
+	}
+	if len(seen) < 10 || seen[0] != first || switches != 1 {
+		t.Fatalf("%d responses, first %s (old %s), %d switches; want old then new, one switch", len(seen), seen[0], first, switches)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return "127.0.0.1:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
