@@ -130,6 +130,13 @@ func RunLocal(ctx context.Context, spec *jobs.Spec, opts LocalOptions) (Result, 
 		}()
 	}
 
+	for _, s := range snks {
+		if c, ok := s.(sinks.Checker); ok {
+			if err := c.Check(ctx); err != nil {
+				return Result{}, fmt.Errorf("sinks.%s: %w", s.Name(), err)
+			}
+		}
+	}
 	if opts.SkipSucceeded {
 		if prev, ok, err := succeededRun(ctx, led, job); err != nil {
 			return Result{}, err

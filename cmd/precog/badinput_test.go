@@ -201,3 +201,22 @@ func writeFile(t *testing.T, dir, rel, body string) {
 		t.Fatal(err)
 	}
 }
+
+func TestUnreachableSinks(t *testing.T) {
+	dir := workdir(t)
+	body := rankerSpec + "  redis: { addr: \"127.0.0.1:1\", namespace: scores, timeout: 500ms }\n" +
+		"  postgres: { dsn: \"postgres://precog:s3cret@127.0.0.1:1/x?connect_timeout=1\", table: scores }\n"
+	spec := writeSpec(t, dir, "job.yaml", body)
+	for _, verb := range []string{"validate", "run"} {
+		r := precog(t, dir, verb, spec, "--param", "date=2026-11-01")
+		if r.code == 0 || !strings.Contains(r.stderr, "127.0.0.1:1") {
+			t.Errorf("%s: exit %d, stderr %s", verb, r.code, r.stderr)
+		}
+		if strings.Contains(r.stderr, "s3cret") {
+			t.Errorf("%s: the password leaked: %s", verb, r.stderr)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "out")); !os.IsNotExist(err) {
+		t.Error("published with unreachable sinks")
+	}
+}

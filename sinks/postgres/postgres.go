@@ -301,12 +301,31 @@ func paramCols(run sinks.RunInfo) []string {
 	return out
 }
 
+// Check implements sinks.Checker for `precog validate`: the server answers
+// with the DSN's credentials, and the user may create tables in the schema
+// (or create the schema) — what Prepare will need.
+func (s *Sink) Check(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return s.wrap("connect", err)
+	}
+	var ok bool
+	err := s.pool.QueryRow(ctx, `SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)
+		THEN has_schema_privilege($1, 'CREATE') ELSE has_database_privilege(current_database(), 'CREATE') END`, s.schema).Scan(&ok)
+	if err != nil {
+		return s.wrap("check privileges", err)
+	}
+	if !ok {
+		return fmt.Errorf("postgres sink: user may not create tables in schema %q", s.schema)
+	}
+	return nil
+}
+
 // Prepare checks that Postgres is reachable and creates the bookkeeping
 // tables and the run table (replace) or the target table (upsert).
 // Idempotent and safe to call from several workers at once.
 func (s *Sink) Prepare(ctx context.Context, run sinks.RunInfo) error {
-	if err := s.pool.Ping(ctx); err != nil {
-		return s.wrap("connect", err)
+	if err := s.Check(ctx); err != nil {
+		return err
 	}
 	cols, err := s.columns(ctx, run)
 	if err != nil {

@@ -169,6 +169,10 @@ func (s *Sink) Ping(ctx context.Context) error {
 	return nil
 }
 
+// Check implements sinks.Checker for `precog validate`: Redis answers PING
+// with the configured credentials.
+func (s *Sink) Check(ctx context.Context) error { return s.Ping(ctx) }
+
 // Prepare checks the run's schema and version and that Redis is reachable.
 func (s *Sink) Prepare(ctx context.Context, run sinks.RunInfo) error {
 	if err := s.checkRun(run); err != nil {
