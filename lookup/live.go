@@ -2,7 +2,6 @@ package lookup
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"hash/maphash"
 	"math"
@@ -176,21 +175,4 @@ func (l *layout) rowFromFeatures(key string, feats map[string]any) (row, error) 
 		r.vals[i] = fs
 	}
 	return r, nil
-}
-
-// splitRecord separates a stored record's fields from model_version and
-// computed_at.
-func splitRecord(rec []byte) (values map[string]json.RawMessage, version, computedAt string, err error) {
-	if err := json.Unmarshal(rec, &values); err != nil {
-		return nil, "", "", fmt.Errorf("stored record is not a JSON object: %w", err)
-	}
-	if v, ok := values["model_version"]; ok {
-		_ = json.Unmarshal(v, &version)
-		delete(values, "model_version")
-	}
-	if v, ok := values["computed_at"]; ok {
-		_ = json.Unmarshal(v, &computedAt)
-		delete(values, "computed_at")
-	}
-	return values, version, computedAt, nil
 }

@@ -1,6 +1,8 @@
 package lookup
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -10,16 +12,61 @@ import (
 type metrics struct {
 	reg *prometheus.Registry
 	// latency by endpoint (get, batchGet, predict) and source (redis,
-	// postgres, live, miss, mixed, error).
+	// postgres, live, miss, mixed, unavailable, error).
 	latency *prometheus.HistogramVec
-	// lookups per namespace and source (redis, postgres, live, miss): the
-	// hit ratio of a source is its share of the total.
+	// lookups per namespace and source (redis, postgres, live, miss,
+	// unavailable): the hit ratio of a source is its share of the total.
 	lookups     *prometheus.CounterVec
 	storeErrors *prometheus.CounterVec
 	liveBatch   *prometheus.HistogramVec
 	inFlight    prometheus.Gauge
 	shed        prometheus.Counter
 	responses   *prometheus.CounterVec
+
+	// endpoints holds each endpoint's series resolved once, so that a
+	// request observes them without hashing label values.
+	endpoints map[string]*endpointMetrics
+}
+
+// Label values the hot path uses; resolved up front.
+var (
+	endpointNames  = []string{"get", "batchGet", "predict", "post"}
+	requestSources = []string{SourceRedis, SourcePostgres, SourceLive, "miss", "mixed", "unavailable", "error"}
+	keySources     = []string{SourceRedis, SourcePostgres, SourceLive, "miss", "unavailable"}
+	commonCodes    = []int{200, 400, 401, 404, 413, 429, 500, 503, 504}
+)
+
+// endpointMetrics are one endpoint's latency observers by source and
+// response counters by status code.
+type endpointMetrics struct {
+	name    string
+	m       *metrics
+	latency map[string]prometheus.Observer
+	codes   map[int]prometheus.Counter
+}
+
+func (e *endpointMetrics) observe(source string, code int, seconds float64) {
+	if o, ok := e.latency[source]; ok {
+		o.Observe(seconds)
+	} else {
+		e.m.latency.WithLabelValues(e.name, source).Observe(seconds)
+	}
+	if c, ok := e.codes[code]; ok {
+		c.Inc()
+	} else {
+		e.m.responses.WithLabelValues(e.name, strconv.Itoa(code)).Inc()
+	}
+}
+
+// keyCounters are one namespace's per-source key counters.
+type keyCounters map[string]prometheus.Counter
+
+func (m *metrics) keyCounters(ns string) keyCounters {
+	k := keyCounters{}
+	for _, s := range keySources {
+		k[s] = m.lookups.WithLabelValues(ns, s)
+	}
+	return k
 }
 
 func newMetrics() *metrics {
@@ -32,7 +79,7 @@ func newMetrics() *metrics {
 		}, []string{"endpoint", "source"}),
 		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "precog_lookup_keys_total",
-			Help: "Keys answered, by namespace and source (redis, postgres, live, miss).",
+			Help: "Keys answered, by namespace and source (redis, postgres, live, miss, unavailable).",
 		}, []string{"namespace", "source"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "precog_lookup_store_errors_total",
@@ -55,6 +102,17 @@ func newMetrics() *metrics {
 			Name: "precog_lookup_responses_total",
 			Help: "API responses by endpoint and HTTP status code.",
 		}, []string{"endpoint", "code"}),
+		endpoints: map[string]*endpointMetrics{},
+	}
+	for _, ep := range endpointNames {
+		e := &endpointMetrics{name: ep, m: m, latency: map[string]prometheus.Observer{}, codes: map[int]prometheus.Counter{}}
+		for _, s := range requestSources {
+			e.latency[s] = m.latency.WithLabelValues(ep, s)
+		}
+		for _, c := range commonCodes {
+			e.codes[c] = m.responses.WithLabelValues(ep, strconv.Itoa(c))
+		}
+		m.endpoints[ep] = e
 	}
 	m.reg.MustRegister(m.latency, m.lookups, m.storeErrors, m.liveBatch, m.inFlight, m.shed, m.responses,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

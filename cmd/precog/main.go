@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -41,7 +42,9 @@ type globals struct {
 	stateDir string
 	logLevel string
 	logJSON  bool
+	cpuProf  string
 	log      *slog.Logger
+	stopProf func()
 }
 
 func main() {
@@ -95,12 +98,29 @@ Exit codes: 0 success, 1 run failed, 2 invalid input (nothing ran), 130 interrup
 				g.log = slog.New(slog.NewTextHandler(os.Stderr, opts))
 			}
 			slog.SetDefault(g.log)
+			if g.cpuProf != "" {
+				f, err := os.Create(g.cpuProf)
+				if err != nil {
+					return invalid(fmt.Errorf("--cpu-profile: %w", err))
+				}
+				if err := pprof.StartCPUProfile(f); err != nil {
+					f.Close()
+					return invalid(fmt.Errorf("--cpu-profile: %w", err))
+				}
+				g.stopProf = func() { pprof.StopCPUProfile(); f.Close() }
+			}
 			return nil
+		},
+		PersistentPostRun: func(*cobra.Command, []string) {
+			if g.stopProf != nil {
+				g.stopProf()
+			}
 		},
 	}
 	root.PersistentFlags().StringVar(&g.stateDir, "state-dir", envOr("PRECOG_STATE_DIR", ".precog"), "directory of the embedded ledger and rejects (env PRECOG_STATE_DIR)")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
 	root.PersistentFlags().BoolVar(&g.logJSON, "log-json", false, "logs as JSON lines")
+	root.PersistentFlags().StringVar(&g.cpuProf, "cpu-profile", "", "write a Go CPU profile to this file (for performance reports)")
 	root.AddCommand(newRunCmd(g), newValidateCmd(g), newInspectCmd(g), newBackfillCmd(g), newRollbackCmd(g), newServeCmd(g))
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return invalid(err) })
 	for _, c := range root.Commands() {
