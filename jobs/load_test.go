@@ -376,7 +376,7 @@ func TestDefaults(t *testing.T) {
 		{"postgres mode", s.Sinks.Postgres.Mode, "replace"},
 		{"postgres schema", s.Sinks.Postgres.Schema, "public"},
 		{"postgres retain", s.Sinks.Postgres.Retain, 2},
-		{"parquet compression", s.Sinks.Parquet.Compression, "zstd"},
+		{"parquet compression", s.Sinks.Parquet.Compression, "snappy"},
 		{"retry", s.Retry.MaxAttempts, 3},
 		{"max rejected", s.MaxRejected(), 0.01},
 		// No file: relative paths stay relative to the working directory.

@@ -117,7 +117,7 @@ type PostgresSinkSpec struct {
 // ParquetSinkSpec writes one file per shard under Path.
 type ParquetSinkSpec struct {
 	Path        string `yaml:"path"`
-	Compression string `yaml:"compression"` // snappy | zstd | gzip | none; default zstd
+	Compression string `yaml:"compression"` // snappy | zstd | gzip | none; default snappy
 }
 
 // RetrySpec bounds attempts per shard.

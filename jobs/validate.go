@@ -25,7 +25,7 @@ const (
 	DefaultRedisTimeout        = 5 * time.Second
 	DefaultPostgresSchema      = "public"
 	DefaultPostgresMode        = "replace"
-	DefaultCompression         = "zstd"
+	DefaultCompression         = "snappy"
 	DefaultMaxAttempts         = 3
 	DefaultMaxRejectedFraction = 0.01
 	// MaxBatchSize bounds model.batch_size (rows per inference call).

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -58,64 +59,56 @@ func (s *Server) routes() {
 }
 
 // reqInfo carries what a handler learned to the access log and metrics.
+// It is also the handler's ResponseWriter, so one allocation covers both.
 type reqInfo struct {
-	endpoint  string
+	http.ResponseWriter
+	endpoint  *endpointMetrics
 	namespace string
 	source    string
 	status    int
 	bytes     int
 }
 
-type infoWriter struct {
-	http.ResponseWriter
-	info *reqInfo
-}
-
-func (w *infoWriter) WriteHeader(code int) {
-	if w.info.status == 0 {
-		w.info.status = code
+func (w *reqInfo) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
-func (w *infoWriter) Write(b []byte) (int, error) {
-	if w.info.status == 0 {
-		w.info.status = http.StatusOK
+func (w *reqInfo) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
 	}
 	n, err := w.ResponseWriter.Write(b)
-	w.info.bytes += n
+	w.bytes += n
 	return n, err
 }
 
-type infoKey struct{}
-
-func infoOf(ctx context.Context) *reqInfo {
-	if ri, ok := ctx.Value(infoKey{}).(*reqInfo); ok {
-		return ri
-	}
-	return &reqInfo{}
-}
+// apiHandler is an API endpoint behind the api wrapper: ctx carries the
+// request timeout, info collects what the access log and metrics report.
+type apiHandler func(ctx context.Context, w *reqInfo, r *http.Request)
 
 // api wraps an API handler with, in order: access log and metrics, auth,
 // in-flight shedding, the request timeout and the body limit.
-func (s *Server) api(endpoint string, h func(http.ResponseWriter, *http.Request)) http.Handler {
+func (s *Server) api(endpoint string, h apiHandler) http.Handler {
+	em := s.metrics.endpoints[endpoint]
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		info := &reqInfo{endpoint: endpoint}
-		iw := &infoWriter{ResponseWriter: w, info: info}
-		defer func() { s.logRequest(r, info, start) }()
+		info := &reqInfo{ResponseWriter: w, endpoint: em}
+		defer s.logRequest(r, info, start)
 
 		if !s.authorized(r) {
-			iw.Header().Set("WWW-Authenticate", `Bearer realm="precog"`)
-			writeError(iw, http.StatusUnauthorized, "missing or invalid bearer token")
+			info.Header().Set("WWW-Authenticate", `Bearer realm="precog"`)
+			writeError(info, http.StatusUnauthorized, "missing or invalid bearer token")
 			return
 		}
 		select {
 		case s.slots <- struct{}{}:
 		default:
 			s.metrics.shed.Inc()
-			iw.Header().Set("Retry-After", "1")
-			writeError(iw, http.StatusTooManyRequests, "too many requests in flight; retry later")
+			info.Header().Set("Retry-After", "1")
+			writeError(info, http.StatusTooManyRequests, "too many requests in flight; retry later")
 			return
 		}
 		s.metrics.inFlight.Inc()
@@ -125,10 +118,10 @@ func (s *Server) api(endpoint string, h func(http.ResponseWriter, *http.Request)
 		}()
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 		defer cancel()
-		ctx = context.WithValue(ctx, infoKey{}, info)
-		r = r.WithContext(ctx)
-		r.Body = http.MaxBytesReader(iw, r.Body, s.cfg.MaxBodyBytes)
-		h(iw, r)
+		if r.Method != http.MethodGet {
+			r.Body = http.MaxBytesReader(info, r.Body, s.cfg.MaxBodyBytes)
+		}
+		h(ctx, info, r)
 	})
 }
 
@@ -158,14 +151,16 @@ func (s *Server) logRequest(r *http.Request, info *reqInfo, start time.Time) {
 	}
 	src := info.source
 	if src == "" {
-		src = "error"
-		if info.status == http.StatusNotFound {
+		switch info.status {
+		case http.StatusNotFound:
 			src = "miss"
+		case http.StatusServiceUnavailable:
+			src = "unavailable"
+		default:
+			src = "error"
 		}
 	}
-	ep := info.endpoint
-	s.metrics.latency.WithLabelValues(ep, src).Observe(d.Seconds())
-	s.metrics.responses.WithLabelValues(ep, strconv.Itoa(info.status)).Inc()
+	info.endpoint.observe(src, info.status, d.Seconds())
 	level := slog.LevelDebug
 	if s.cfg.AccessLog || info.status >= 500 {
 		level = slog.LevelInfo
@@ -186,38 +181,67 @@ func (s *Server) logRequest(r *http.Request, info *reqInfo, start time.Time) {
 	)
 }
 
+// jsonContentType is shared by every response: setting the header map
+// entry directly skips canonicalising the name and allocating the slice.
+var jsonContentType = []string{"application/json"}
+
+// bufPool recycles response buffers.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// writeBody sends a JSON body built in b, with its length (so that a large
+// batchGet answer is not sent chunked).
+func writeBody(w http.ResponseWriter, status int, b []byte) {
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	h["Content-Length"] = []string{strconv.Itoa(len(b))}
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, "encoding the response: "+err.Error())
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	writeBody(w, status, append(b, '\n'))
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
 	b, _ := json.Marshal(struct {
 		Error string `json:"error"`
 	}{msg})
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	writeBody(w, status, append(b, '\n'))
 }
 
+// errUnavailable marks an answer that a failed store step may have held:
+// the request is answered 503 (retry), never a miss, because the data may
+// exist in the store that could not be read.
+type errUnavailable struct{ cause error }
+
+func (e *errUnavailable) Error() string {
+	return "no store could answer (a store step failed, so this is not a miss): " + e.cause.Error()
+}
+
+func (e *errUnavailable) Unwrap() error { return e.cause }
+
 // writeErr maps an error to its status: 400 for bad requests, 413 for an
-// oversized body, 504 for the request timeout, else 500.
-func writeErr(w http.ResponseWriter, r *http.Request, err error) {
+// oversized body, 503 when a failed store left keys unanswered, 504 for
+// the request timeout, else 500.
+func writeErr(ctx context.Context, w http.ResponseWriter, err error) {
 	var br *badRequest
 	var tooBig *http.MaxBytesError
+	var unavail *errUnavailable
 	switch {
 	case errors.As(err, &br):
 		writeError(w, http.StatusBadRequest, br.msg)
 	case errors.As(err, &tooBig):
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", tooBig.Limit))
-	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() != nil:
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
 		writeError(w, http.StatusGatewayTimeout, "request timed out")
+	case errors.As(err, &unavail):
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, unavail.Error())
 	default:
 		writeError(w, http.StatusInternalServerError, err.Error())
 	}
@@ -235,35 +259,50 @@ func (s *Server) limits() keyLimits {
 	return keyLimits{maxKeyLen: s.cfg.MaxKeyLen, maxKeys: s.cfg.MaxKeysPerBatch}
 }
 
-func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
-	info := infoOf(r.Context())
+func (s *Server) handleGet(ctx context.Context, w *reqInfo, r *http.Request) {
 	n := s.namespace(w, r.PathValue("namespace"))
 	if n == nil {
 		return
 	}
-	info.namespace = n.name
+	w.namespace = n.name
 	key := r.PathValue("key")
 	if err := s.limits().checkKey("path key", key); err != nil {
-		writeErr(w, r, err)
+		writeErr(ctx, w, err)
 		return
 	}
-	preds, err := s.resolve(r.Context(), n, []string{key}, nil)
-	if err != nil {
-		writeErr(w, r, err)
-		return
-	}
-	p := preds[0]
-	if p.Source == "" {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no prediction for key %q in namespace %q", key, n.name))
-		return
-	}
-	info.source = p.Source
-	p.Namespace = n.name
-	writeJSON(w, http.StatusOK, p)
+	s.answerOne(ctx, w, n, key, nil, "")
 }
 
-func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
-	info := infoOf(r.Context())
+// answerOne resolves one key and writes it as a Prediction, or the 404 of
+// a key no store holds (in, the live inputs of a predict, or nil; why
+// ends the 404 message).
+func (s *Server) answerOne(ctx context.Context, w *reqInfo, n *namespace, key string, in *row, why string) {
+	keys := [1]string{key}
+	var ans [1]answer
+	if err := s.resolve(ctx, n, keys[:], in, ans[:]); err != nil {
+		writeErr(ctx, w, err)
+		return
+	}
+	a := ans[0]
+	if a.source == "" {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no prediction for key %q in namespace %q%s", key, n.name, why))
+		return
+	}
+	var spans [16]span
+	p, err := splitRecord(a.rec, spans[:])
+	if err != nil {
+		writeErr(ctx, w, fmt.Errorf("namespace %s, key %q, from %s: %w", n.name, key, a.source, err))
+		return
+	}
+	w.source = a.source
+	bp := bufPool.Get().(*[]byte)
+	b := appendPrediction((*bp)[:0], n.name, key, nil, a, &p)
+	writeBody(w, http.StatusOK, append(b, '\n'))
+	*bp = b
+	bufPool.Put(bp)
+}
+
+func (s *Server) handlePost(ctx context.Context, w *reqInfo, r *http.Request) {
 	op := r.PathValue("op")
 	i := strings.LastIndexByte(op, ':')
 	if i < 0 {
@@ -272,10 +311,8 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 	}
 	name, verb := op[:i], op[i+1:]
 	switch verb {
-	case "batchGet":
-		info.endpoint = "batchGet"
-	case "predict":
-		info.endpoint = "predict"
+	case "batchGet", "predict":
+		w.endpoint = s.metrics.endpoints[verb]
 	default:
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such operation %q: want batchGet or predict", verb))
 		return
@@ -284,52 +321,72 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 	if n == nil {
 		return
 	}
-	info.namespace = n.name
+	w.namespace = n.name
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		writeErr(w, r, err)
+		writeErr(ctx, w, err)
 		return
 	}
 	if verb == "batchGet" {
-		s.batchGet(w, r, n, body)
+		s.batchGet(ctx, w, n, body)
 	} else {
-		s.predict(w, r, n, body)
+		s.predict(ctx, w, n, body)
 	}
 }
 
-func (s *Server) batchGet(w http.ResponseWriter, r *http.Request, n *namespace, body []byte) {
+func (s *Server) batchGet(ctx context.Context, w *reqInfo, n *namespace, body []byte) {
 	req, err := decodeBatchGet(body, s.limits())
 	if err != nil {
-		writeErr(w, r, err)
+		writeErr(ctx, w, err)
 		return
 	}
-	preds, err := s.resolve(r.Context(), n, req.Keys, nil)
-	if err != nil {
-		writeErr(w, r, err)
+	ans := make([]answer, len(req.Keys))
+	if err := s.resolve(ctx, n, req.Keys, nil, ans); err != nil {
+		writeErr(ctx, w, err)
 		return
 	}
 	src := ""
-	for i := range preds {
-		found := preds[i].Source != ""
-		preds[i].Found = &found
+	var spans [16]span
+	bp := bufPool.Get().(*[]byte)
+	b := append((*bp)[:0], `{"namespace":`...)
+	b = appendJSONString(b, n.name)
+	b = append(b, `,"results":[`...)
+	for i, a := range ans {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		var p recordParts
+		if a.source != "" {
+			if p, err = splitRecord(a.rec, spans[:]); err != nil {
+				*bp = b
+				bufPool.Put(bp)
+				writeErr(ctx, w, fmt.Errorf("namespace %s, key %q, from %s: %w", n.name, req.Keys[i], a.source, err))
+				return
+			}
+		}
+		found := a.source != ""
+		b = appendPrediction(b, "", req.Keys[i], &found, a, &p)
 		switch {
 		case src == "":
-			src = preds[i].Source
-		case preds[i].Source != src:
+			src = a.source
+		case a.source != src:
 			src = "mixed"
 		}
 	}
+	b = append(b, "]}\n"...)
 	if src == "" {
 		src = "miss"
 	}
-	infoOf(r.Context()).source = src
-	writeJSON(w, http.StatusOK, BatchGetResponse{Namespace: n.name, Results: preds})
+	w.source = src
+	writeBody(w, http.StatusOK, b)
+	*bp = b
+	bufPool.Put(bp)
 }
 
-func (s *Server) predict(w http.ResponseWriter, r *http.Request, n *namespace, body []byte) {
+func (s *Server) predict(ctx context.Context, w *reqInfo, n *namespace, body []byte) {
 	req, err := decodePredict(body, s.limits())
 	if err != nil {
-		writeErr(w, r, err)
+		writeErr(ctx, w, err)
 		return
 	}
 	var rw *row
@@ -340,75 +397,75 @@ func (s *Server) predict(w http.ResponseWriter, r *http.Request, n *namespace, b
 		}
 		x, err := n.layout.rowFromPredict(req)
 		if err != nil {
-			writeErr(w, r, err)
+			writeErr(ctx, w, err)
 			return
 		}
 		rw = &x
 	}
-	preds, err := s.resolve(r.Context(), n, []string{req.Key}, rw)
-	if err != nil {
-		writeErr(w, r, err)
-		return
-	}
-	p := preds[0]
-	if p.Source == "" {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no prediction for key %q in namespace %q and no inputs to compute one", req.Key, n.name))
-		return
-	}
-	infoOf(r.Context()).source = p.Source
-	p.Namespace = n.name
-	writeJSON(w, http.StatusOK, p)
+	s.answerOne(ctx, w, n, req.Key, rw, " and no inputs to compute one")
 }
 
-// resolve answers keys through the fallback chain Redis → Postgres → live.
-// A key no step answers has an empty Source. in, when set, is the live
-// input row of a single-key predict.
-func (s *Server) resolve(ctx context.Context, n *namespace, keys []string, in *row) ([]Prediction, error) {
-	preds := make([]Prediction, len(keys))
-	for i, k := range keys {
-		preds[i].Key = k
+// resolve answers keys into ans (len(ans) == len(keys)) through the
+// fallback chain Redis → Postgres → live. A key no step answers has an
+// empty source. in, when set, is the live input row of a single-key
+// predict. When a store step failed and keys stay unanswered, the error is
+// an *errUnavailable: those keys may exist in the store that failed.
+func (s *Server) resolve(ctx context.Context, n *namespace, keys []string, in *row, ans []answer) error {
+	var missing []int
+	var one [1]int
+	if len(keys) == 1 {
+		missing = one[:1]
+	} else {
+		missing = make([]int, len(keys))
 	}
-	missing := make([]int, 0, len(keys))
-	for i := range keys {
-		missing = append(missing, i)
-	}
-	fill := func(i int, rec []byte, source string) {
-		values, version, at, err := splitRecord(rec)
-		if err != nil {
-			s.cfg.Logger.Warn("unreadable stored record", "namespace", n.name, "key", keys[i], "source", source, "err", err)
-			return
-		}
-		preds[i].Values, preds[i].ModelVersion, preds[i].ComputedAt, preds[i].Source = values, version, at, source
+	for i := range missing {
+		missing[i] = i
 	}
 	rest := func() []string {
 		left := missing[:0]
 		for _, i := range missing {
-			if preds[i].Source == "" {
+			if ans[i].source == "" {
 				left = append(left, i)
 			}
 		}
 		missing = left
+		if len(missing) == 0 {
+			return nil
+		}
 		ks := make([]string, len(missing))
 		for j, i := range missing {
 			ks[j] = keys[i]
 		}
 		return ks
 	}
+	var failed error
 
 	if n.redis != nil {
-		sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+		// Without a later step that could answer, a slow Redis gets the
+		// whole request budget: a fall-through would only turn a hit into
+		// a spurious miss.
+		sctx, cancel := ctx, context.CancelFunc(nil)
+		if n.pg != nil || (n.live != nil && (in != nil || n.features != nil)) {
+			sctx, cancel = context.WithTimeout(ctx, s.cfg.StoreTimeout)
+		}
 		recs, live, err := n.redis.get(sctx, keys, n.writebackTTL > 0)
-		cancel()
+		if cancel != nil {
+			cancel()
+		}
 		if err != nil {
+			failed = err
 			s.storeFailed(ctx, n, "redis", err)
 		} else {
 			for i, rec := range recs {
 				if rec != nil {
-					src := SourceRedis
-					if live[i] {
-						src = SourceLive
+					if !isRecord(rec) {
+						s.cfg.Logger.Warn("unreadable stored record; falling through", "namespace", n.name, "key", keys[i], "store", "redis")
+						continue
 					}
-					fill(i, rec, src)
+					ans[i] = answer{rec: rec, source: SourceRedis}
+					if live[i] {
+						ans[i].source = SourceLive
+					}
 				}
 			}
 		}
@@ -418,90 +475,99 @@ func (s *Server) resolve(ctx context.Context, n *namespace, keys []string, in *r
 		rows, err := n.pg.rows(sctx, ks, nil, "computed_at")
 		cancel()
 		if err != nil {
+			failed = err
 			s.storeFailed(ctx, n, "postgres", err)
 		} else {
 			for _, i := range missing {
 				if m, ok := rows[keys[i]]; ok {
-					s.fillPG(n, &preds[i], m)
+					rec, col, err := pgRecord(m)
+					if err != nil {
+						s.cfg.Logger.Warn("unreadable Postgres value", "namespace", n.name, "key", keys[i], "column", col, "err", err)
+						continue
+					}
+					ans[i] = answer{rec: rec, source: SourcePostgres}
 				}
 			}
 		}
 	}
 	if ks := rest(); len(ks) > 0 && n.live != nil {
-		if err := s.resolveLive(ctx, n, keys, missing, in, fill); err != nil {
-			return nil, err
+		if err := s.resolveLive(ctx, n, keys, missing, in, ans); err != nil {
+			return err
 		}
 	}
-	for i := range preds {
-		src := preds[i].Source
+	left := 0
+	for i := range ans {
+		src := ans[i].source
 		if src == "" {
-			src = "miss"
+			left++
+			continue
 		}
-		s.metrics.lookups.WithLabelValues(n.name, src).Inc()
+		n.keys[src].Inc()
 	}
-	return preds, ctx.Err()
+	if left > 0 {
+		if failed != nil && ctx.Err() == nil {
+			n.keys["unavailable"].Add(float64(left))
+			return &errUnavailable{cause: failed}
+		}
+		n.keys["miss"].Add(float64(left))
+	}
+	return ctx.Err()
 }
 
+// storeFailed counts a failed store step and logs it, at most once a
+// second per namespace: under an overload every request would log.
 func (s *Server) storeFailed(ctx context.Context, n *namespace, store string, err error) {
 	s.metrics.storeErrors.WithLabelValues(n.name, store).Inc()
+	now := time.Now().UnixNano()
+	last := n.lastWarn.Load()
+	if now-last < int64(time.Second) || !n.lastWarn.CompareAndSwap(last, now) {
+		return
+	}
 	s.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "store step failed; falling through",
 		slog.String("namespace", n.name), slog.String("store", store), slog.String("err", err.Error()))
 }
 
-// fillPG turns a row of the job's Postgres view into a prediction.
-func (s *Server) fillPG(n *namespace, p *Prediction, m map[string]any) {
-	values := make(map[string]json.RawMessage, len(m))
-	for col, v := range m {
-		switch col {
-		case "model_version":
-			p.ModelVersion, _ = v.(string)
-			continue
-		case "computed_at":
-			if t, ok := v.(time.Time); ok {
-				p.ComputedAt = t.UTC().Format(time.RFC3339Nano)
-			}
-			continue
-		}
-		b, err := pgJSON(nil, v)
-		if err != nil {
-			s.cfg.Logger.Warn("unreadable Postgres value", "namespace", n.name, "key", p.Key, "column", col, "err", err)
-			return
-		}
-		values[col] = b
-	}
-	p.Values, p.Source = values, SourcePostgres
-}
-
 // resolveLive computes the missing keys live: from the request's inputs
 // (predict) or from the features table (get, batchGet).
-func (s *Server) resolveLive(ctx context.Context, n *namespace, keys []string, missing []int, in *row, fill func(int, []byte, string)) error {
-	rows := make(map[int]row, len(missing))
+func (s *Server) resolveLive(ctx context.Context, n *namespace, keys []string, missing []int, in *row, ans []answer) error {
 	if in != nil {
-		rows[missing[0]] = *in
-	} else if n.features != nil {
-		ks := make([]string, len(missing))
-		for j, i := range missing {
-			ks[j] = keys[i]
-		}
-		sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
-		feats, err := n.features.rows(sctx, ks, n.layout.colNamesList(), "")
-		cancel()
+		rec, err := n.live.predict(ctx, *in)
 		if err != nil {
-			s.storeFailed(ctx, n, "features", err)
-			return nil
+			return err
 		}
-		for _, i := range missing {
-			m, ok := feats[keys[i]]
-			if !ok {
-				continue
-			}
-			rw, err := n.layout.rowFromFeatures(keys[i], m)
-			if err != nil {
-				s.cfg.Logger.Warn("unusable features", "namespace", n.name, "key", keys[i], "err", err)
-				continue
-			}
-			rows[i] = rw
+		i := missing[0]
+		ans[i] = answer{rec: rec, source: SourceLive}
+		if n.writebackTTL > 0 && n.redis != nil {
+			s.writeBack(n, keys[i], rec)
 		}
+		return nil
+	}
+	if n.features == nil {
+		return nil
+	}
+	ks := make([]string, len(missing))
+	for j, i := range missing {
+		ks[j] = keys[i]
+	}
+	sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+	feats, err := n.features.rows(sctx, ks, n.layout.colNamesList(), "")
+	cancel()
+	if err != nil {
+		s.storeFailed(ctx, n, "features", err)
+		return nil
+	}
+	rows := make(map[int]row, len(missing))
+	for _, i := range missing {
+		m, ok := feats[keys[i]]
+		if !ok {
+			continue
+		}
+		rw, err := n.layout.rowFromFeatures(keys[i], m)
+		if err != nil {
+			s.cfg.Logger.Warn("unusable features", "namespace", n.name, "key", keys[i], "err", err)
+			continue
+		}
+		rows[i] = rw
 	}
 	if len(rows) == 0 {
 		return nil
@@ -527,13 +593,10 @@ func (s *Server) resolveLive(ctx context.Context, n *namespace, keys []string, m
 			}
 			continue
 		}
-		fill(res.i, res.rec, SourceLive)
+		ans[res.i] = answer{rec: res.rec, source: SourceLive}
 		if n.writebackTTL > 0 && n.redis != nil {
 			s.writeBack(n, keys[res.i], res.rec)
 		}
-	}
-	if firstErr != nil && in != nil {
-		return firstErr
 	}
 	if firstErr != nil {
 		// get/batchGet: a failed live inference is a miss, not a failed request.

@@ -50,7 +50,11 @@ func redisConnKey(s *jobs.RedisSinkSpec) string {
 	return fmt.Sprintf("%s|%d|%s|%s|%v", strings.Join(addrs, ","), s.DB, s.Username, s.Password, s.TLS)
 }
 
-func newRedisConn(s *jobs.RedisSinkSpec, timeout time.Duration, poolSize int) *redisConn {
+// newRedisConn connects lazily. stepTimeout bounds a dial; reads, writes
+// and pool waits are bounded by the caller's context (the store step's
+// timeout when a later step can answer, else the request's), with
+// requestTimeout as the backstop.
+func newRedisConn(s *jobs.RedisSinkSpec, stepTimeout, requestTimeout time.Duration, poolSize int) *redisConn {
 	addrs := s.Addrs
 	if len(addrs) == 0 {
 		addrs = []string{s.Addr}
@@ -60,12 +64,15 @@ func newRedisConn(s *jobs.RedisSinkSpec, timeout time.Duration, poolSize int) *r
 		DB:       s.DB,
 		Username: s.Username,
 		Password: s.Password,
-		// A slow or dead Redis must fail within the step timeout so the
-		// request falls through to Postgres instead of waiting.
-		DialTimeout:           timeout,
-		ReadTimeout:           timeout,
-		WriteTimeout:          timeout,
-		PoolTimeout:           timeout,
+		// A dead Redis must fail within the step timeout so the request
+		// falls through to Postgres instead of waiting; a slow one is cut
+		// by the step's context. A fixed read timeout as short as the step
+		// would also cut the steps that have no fallback, turning hits
+		// into failures whenever the machine is busy.
+		DialTimeout:           stepTimeout,
+		ReadTimeout:           requestTimeout,
+		WriteTimeout:          requestTimeout,
+		PoolTimeout:           requestTimeout,
 		ContextTimeoutEnabled: true,
 		MaxRetries:            -1,
 		PoolSize:              poolSize,

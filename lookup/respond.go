@@ -38,13 +38,18 @@ type recordParts struct {
 
 var errNotObject = errors.New("stored record is not a JSON object")
 
-// splitRecord scans rec, a JSON object, into its top-level members. It
-// validates rec first, so the scan itself can trust the syntax.
+// isRecord reports whether rec is valid JSON and an object: what resolve
+// checks of every stored record before it counts as an answer, so that a
+// corrupt one falls through to the next store like a miss.
+func isRecord(rec []byte) bool {
+	i := skipWS(rec, 0)
+	return i < len(rec) && rec[i] == '{' && json.Valid(rec)
+}
+
+// splitRecord scans rec into its top-level members. rec must have passed
+// isRecord: the scan trusts the syntax.
 func splitRecord(rec []byte, buf []span) (recordParts, error) {
 	p := recordParts{members: buf[:0], mv: -1, ca: -1}
-	if !json.Valid(rec) {
-		return p, errNotObject
-	}
 	i := skipWS(rec, 0)
 	if i >= len(rec) || rec[i] != '{' {
 		return p, errNotObject

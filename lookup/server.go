@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -50,6 +51,8 @@ type namespace struct {
 	layout       *layout
 	live         *live
 	model        LiveModel
+	keys         keyCounters  // answered keys by source, resolved once
+	lastWarn     atomic.Int64 // unix ns of the last store-failure warning
 }
 
 // New loads the job specs and models, connects (lazily) to the stores and
@@ -149,7 +152,7 @@ func (s *Server) buildNamespaces(specs []*jobs.Spec) error {
 			ck := redisConnKey(r)
 			conn, ok := redisConns[ck]
 			if !ok {
-				conn = newRedisConn(r, s.cfg.StoreTimeout, s.cfg.RedisPoolSize)
+				conn = newRedisConn(r, s.cfg.StoreTimeout, s.cfg.RequestTimeout, s.cfg.RedisPoolSize)
 				redisConns[ck] = conn
 				s.redisConns = append(s.redisConns, conn)
 			}
@@ -178,6 +181,7 @@ func (s *Server) buildNamespaces(specs []*jobs.Spec) error {
 				n.features = newPGTable(pl, "", f.Table, spec.Source.Key)
 			}
 		}
+		n.keys = s.metrics.keyCounters(n.name)
 		s.ns[n.name] = n
 		s.names = append(s.names, n.name)
 	}

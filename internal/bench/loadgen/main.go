@@ -9,6 +9,11 @@
 //	loadgen -mode predict  -url … -ns recs -dim 16
 //	loadgen -mode redis    -redis 127.0.0.1:6379 -prefix recs:v1: -keys 1000000
 //
+// HTTP modes use a lean keep-alive HTTP/1.1 client (-client lean, one
+// connection per worker, no pipelining; see httpConn) so that the
+// generator's own CPU, which shares the machine with the server, is about
+// what the raw mode's go-redis client costs; -client net/http compares.
+//
 // Latency is measured from the moment a request is sent (closed loop) or
 // was due (paced), so a server that falls behind a paced rate shows it.
 package main
@@ -22,6 +27,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -52,6 +58,7 @@ type options struct {
 	conc, batch, dim                        int
 	duration                                time.Duration
 	rate                                    float64
+	client                                  string
 }
 
 func main() {
@@ -68,6 +75,7 @@ func main() {
 	flag.IntVar(&o.dim, "dim", 16, "features per live prediction")
 	flag.DurationVar(&o.duration, "duration", 3*time.Second, "measurement time (after a 0.5 s warm-up)")
 	flag.Float64Var(&o.rate, "rate", 0, "total requests/s across connections (0: as fast as possible)")
+	flag.StringVar(&o.client, "client", "lean", "HTTP client: lean (a minimal keep-alive HTTP/1.1 client, like wrk) or net/http")
 	flag.Parse()
 	res, err := run(o)
 	if err != nil {
@@ -77,8 +85,59 @@ func main() {
 	_ = json.NewEncoder(os.Stdout).Encode(res)
 }
 
-// doer sends one request with worker-local randomness.
-type doer func(ctx context.Context, r *rand.Rand) error
+// requester sends one HTTP request on a worker's connection and returns the
+// status and body (valid until its next call).
+type requester interface {
+	do(method, path string, body []byte) (int, []byte, error)
+	close()
+}
+
+// stdConn is net/http's client, for comparison with the lean one.
+type stdConn struct {
+	base, auth string
+	client     *http.Client
+	buf        bytes.Buffer
+}
+
+var stdClient *http.Client
+
+func newStdConn(base, auth string, conc int) *stdConn {
+	if stdClient == nil {
+		tr := &http.Transport{MaxIdleConns: conc, MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc, IdleConnTimeout: time.Minute}
+		stdClient = &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	}
+	return &stdConn{base: base, auth: auth, client: stdClient}
+}
+
+func (c *stdConn) do(method, path string, body []byte) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequest(method, c.base+path, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	if c.auth != "" {
+		req.Header.Set("Authorization", c.auth)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	c.buf.Reset()
+	_, err = c.buf.ReadFrom(resp.Body)
+	return resp.StatusCode, c.buf.Bytes(), err
+}
+
+func (c *stdConn) close() { c.client.CloseIdleConnections() }
+
+// doer sends one request for worker w with worker-local randomness.
+type doer func(w int, r *rand.Rand) error
 
 func run(o options) (Result, error) {
 	if o.conc < 1 || o.keys < 1 || o.duration <= 0 {
@@ -93,7 +152,6 @@ func run(o options) (Result, error) {
 	start := time.Now()
 	measureFrom := start.Add(warm)
 	end := measureFrom.Add(o.duration)
-	ctx := context.Background()
 	var (
 		mu    sync.Mutex
 		lats  []time.Duration
@@ -127,7 +185,7 @@ func run(o options) (Result, error) {
 				if t0.After(end) {
 					break
 				}
-				err := do(ctx, r)
+				err := do(w, r)
 				lat := time.Since(t0)
 				if t0.Before(measureFrom) {
 					continue
@@ -164,51 +222,59 @@ func run(o options) (Result, error) {
 func newDoer(o options) (doer, func(), error) {
 	if o.mode == "redis" {
 		c := goredis.NewClient(&goredis.Options{Addr: o.redisAddr, PoolSize: o.conc, MinIdleConns: o.conc})
-		return func(ctx context.Context, r *rand.Rand) error {
+		ctx := context.Background()
+		return func(_ int, r *rand.Rand) error {
 			return c.Get(ctx, o.prefix+strconv.Itoa(r.IntN(o.keys))).Err()
 		}, func() { c.Close() }, nil
 	}
-	tr := &http.Transport{MaxIdleConns: o.conc, MaxIdleConnsPerHost: o.conc, MaxConnsPerHost: o.conc, IdleConnTimeout: time.Minute}
-	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-	base := strings.TrimRight(o.url, "/") + "/v1/predictions/" + o.ns
+	u, err := url.Parse(strings.TrimRight(o.url, "/"))
+	if err != nil || u.Scheme != "http" || u.Host == "" {
+		return nil, nil, fmt.Errorf("-url %q: want http://host:port", o.url)
+	}
+	base := u.Path + "/v1/predictions/" + o.ns
+	auth := ""
+	if o.token != "" {
+		auth = "Bearer " + o.token
+	}
+	// One keep-alive connection per worker, like a connection pool of
+	// o.conc; conns[w] is only ever used by worker w.
+	conns := make([]requester, o.conc)
+	for i := range conns {
+		switch o.client {
+		case "lean":
+			conns[i] = &httpConn{addr: u.Host, auth: auth}
+		case "net/http":
+			conns[i] = newStdConn(u.Scheme+"://"+u.Host, auth, o.conc)
+		default:
+			return nil, nil, fmt.Errorf("-client %q: want lean or net/http", o.client)
+		}
+	}
 	// send makes one request; check, when set, vets a 200 response's body.
-	send := func(ctx context.Context, method, url string, body []byte, check func([]byte) error) error {
-		var rd io.Reader
-		if body != nil {
-			rd = bytes.NewReader(body)
-		}
-		req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	send := func(w int, method, path string, body []byte, check func([]byte) error) error {
+		status, b, err := conns[w].do(method, path, body)
 		if err != nil {
-			return err
+			return fmt.Errorf("%s %s: %w", method, path, err)
 		}
-		if o.token != "" {
-			req.Header.Set("Authorization", "Bearer "+o.token)
-		}
-		if body != nil {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s %s: %s: %.200s", method, url, resp.Status, b)
+		if status != http.StatusOK {
+			return fmt.Errorf("%s %s: %d %s: %.200s", method, path, status, http.StatusText(status), b)
 		}
 		if check != nil {
 			return check(b)
 		}
 		return nil
 	}
-	done := func() { tr.CloseIdleConnections() }
+	done := func() {
+		for _, c := range conns {
+			c.close()
+		}
+	}
 	switch o.mode {
 	case "get":
-		return func(ctx context.Context, r *rand.Rand) error {
-			return send(ctx, http.MethodGet, base+"/"+strconv.Itoa(r.IntN(o.keys)), nil, nil)
+		return func(w int, r *rand.Rand) error {
+			return send(w, http.MethodGet, base+"/"+strconv.Itoa(r.IntN(o.keys)), nil, nil)
 		}, done, nil
 	case "batchget":
-		return func(ctx context.Context, r *rand.Rand) error {
+		return func(w int, r *rand.Rand) error {
 			var b strings.Builder
 			b.WriteString(`{"keys":[`)
 			for i := 0; i < o.batch; i++ {
@@ -218,7 +284,7 @@ func newDoer(o options) (doer, func(), error) {
 				fmt.Fprintf(&b, `"%d"`, r.IntN(o.keys))
 			}
 			b.WriteString("]}")
-			return send(ctx, http.MethodPost, base+":batchGet", []byte(b.String()), func(body []byte) error {
+			return send(w, http.MethodPost, base+":batchGet", []byte(b.String()), func(body []byte) error {
 				// Every key exists: a miss is a store step that failed.
 				if n := bytes.Count(body, []byte(`"found":false`)); n > 0 {
 					return fmt.Errorf("batchGet: %d of %d stored keys answered as misses", n, o.batch)
@@ -227,7 +293,7 @@ func newDoer(o options) (doer, func(), error) {
 			})
 		}, done, nil
 	case "predict":
-		return func(ctx context.Context, r *rand.Rand) error {
+		return func(w int, r *rand.Rand) error {
 			var b strings.Builder
 			// Keys outside the stored range miss every store: live inference.
 			fmt.Fprintf(&b, `{"key":"%d","inputs":{"features":[`, 1_000_000_000_000+r.Int64N(1<<40))
@@ -238,7 +304,7 @@ func newDoer(o options) (doer, func(), error) {
 				b.WriteString(strconv.FormatFloat(2*r.Float64()-1, 'f', 4, 32))
 			}
 			b.WriteString("]}}")
-			return send(ctx, http.MethodPost, base+":predict", []byte(b.String()), func(body []byte) error {
+			return send(w, http.MethodPost, base+":predict", []byte(b.String()), func(body []byte) error {
 				if !bytes.Contains(body, []byte(`"source":"live"`)) {
 					return fmt.Errorf("predict: not a live answer: %.200s", body)
 				}
