@@ -15,7 +15,7 @@ TEST_TIMEOUT ?= 30m
 export PRECOG_ORT_LIB ?= $(ORT_LIB)
 export PRECOG_TESTDATA ?= $(CURDIR)/testdata/generated
 
-.PHONY: all build test test-short race lint fmt vet staticcheck demo bench ort servers testdata fuzz clean
+.PHONY: all build test lint demo bench ort servers testdata fuzz clean
 
 all: build
 
@@ -39,14 +39,17 @@ build:
 	$(GO) build -o bin/precog ./cmd/precog
 
 ## testdata: generate the small test models and datasets (deterministic).
-testdata: 
+testdata:
 	$(GO) run ./testdata/gen -out $(PRECOG_TESTDATA)
 
-## test: the whole suite against real ONNX Runtime, Redis and Postgres.
+## test: the whole suite against real ONNX Runtime, Redis and Postgres. The
+## packages with concurrency run under the race detector; the rest (the CLI's
+## end-to-end tests drive the real binary) run plain.
+RACE_PKGS := ./runner/... ./sinks/... ./sources/... ./jobs/... ./lookup/...
 test: ort servers
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
-	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) ./runner/... ./sinks/... ./jobs/... ./lookup/...
+	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v -E '/(runner|sinks|sources|jobs|lookup)(/|$$)')
 
 ## lint: gofmt, go vet, staticcheck.
 lint:
@@ -54,9 +57,14 @@ lint:
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@2026.2.2 ./...
 
-## fuzz: a short fuzzing pass over every parser.
+## fuzz: a short fuzzing pass over every parser (FUZZTIME each).
+FUZZTIME ?= 20s
 fuzz:
-	$(GO) test ./jobs -run '^$$' -fuzz FuzzParseSpec -fuzztime 30s
+	$(GO) test ./jobs -run '^$$' -fuzz '^FuzzParseSpec$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./lookup -run '^$$' -fuzz '^FuzzDecodeBatchGet$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./lookup -run '^$$' -fuzz '^FuzzDecodePredict$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./sources/parquet -run '^$$' -fuzz '^FuzzOpenPlan$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./sources/parquet -run '^$$' -fuzz '^FuzzFileContent$$' -fuzztime $(FUZZTIME)
 
 ## bench: the benchmark table (ratios against raw limits measured in the same run),
 ## written to bench-results.md and into README.md's bench-table block.

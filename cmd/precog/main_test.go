@@ -107,9 +107,15 @@ type result struct {
 
 func precog(t *testing.T, dir string, args ...string) result {
 	t.Helper()
+	return precogState(t, dir, ".precog", args...)
+}
+
+// precogState runs the binary in dir with the state dir dir/state.
+func precogState(t *testing.T, dir, state string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, precogBin, append([]string{"--state-dir", filepath.Join(dir, ".precog")}, args...)...)
+	cmd := exec.CommandContext(ctx, precogBin, append([]string{"--state-dir", filepath.Join(dir, state)}, args...)...)
 	cmd.Dir = dir
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -287,7 +293,7 @@ func TestResumeAfterKill(t *testing.T) {
 		t.Fatal("killed run published")
 	}
 
-	r := precog2(t, dir, "run", spec, "--param", "date=2026-11-02")
+	r := precogState(t, dir, ".precog2", "run", spec, "--param", "date=2026-11-02")
 	if r.code != 0 {
 		t.Fatalf("resume: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
@@ -303,23 +309,6 @@ func TestResumeAfterKill(t *testing.T) {
 			t.Fatalf("key %s: resumed %v, uninterrupted %v", k, got[k], w)
 		}
 	}
-}
-
-// precog2 runs with the second state dir used by TestResumeAfterKill.
-func precog2(t *testing.T, dir string, args ...string) result {
-	t.Helper()
-	cmd := exec.Command(precogBin, append([]string{"--state-dir", filepath.Join(dir, ".precog2")}, args...)...)
-	cmd.Dir = dir
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return result{out.String(), errb.String(), code}
 }
 
 func TestRejectedRows(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -96,6 +97,15 @@ func (h *harness) lookup(ctx context.Context) (*section, error) {
 		return s, err
 	}
 	common := []string{"-url", url, "-ns", lookupNS, "-token", lookupToken, "-keys", keys, "-duration", measure}
+	// PRECOG_BENCH_CPUPROFILE=FILE profiles this process, i.e. the lookup
+	// server, while the hit path and batchGet are measured.
+	if f := os.Getenv("PRECOG_BENCH_CPUPROFILE"); f != "" {
+		if stopProf, err := startCPUProfile(f); err != nil {
+			slog.Warn("cpu profile", "err", err)
+		} else {
+			defer stopProf()
+		}
+	}
 	var raw, get loadResult
 	for rep := 0; rep < 2; rep++ { // alternate, keep the best of each
 		r, err := h.load(gen, "-mode", "redis", "-redis", srv.redisAddr, "-prefix", redissink.RecordKey(lookupNS, version, ""),
@@ -189,6 +199,20 @@ func (h *harness) liveFallback(gen, name, data, redisAddr string, common []strin
 		}
 	}
 	return live, nil
+}
+
+// startCPUProfile writes a CPU profile of this process to path until the
+// returned function is called.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // buildLoadgen compiles internal/bench/loadgen into the scratch directory.
