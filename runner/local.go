@@ -81,6 +81,8 @@ type Result struct {
 	Outputs         []string
 	// AlreadyDone is set when SkipSucceeded found the same work succeeded.
 	AlreadyDone bool
+	// Stages is the busy time of each pipeline stage in this process.
+	Stages *StageStats
 }
 
 // RunLocal runs the whole job on this machine with the embedded ledger under
@@ -148,7 +150,7 @@ func RunLocal(ctx context.Context, spec *jobs.Spec, opts LocalOptions) (Result, 
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Run: run, Resumed: resumed, RejectsDir: filepath.Join(opts.StateDir, "rejects", run.ID)}
+	res := Result{Run: run, Resumed: resumed, RejectsDir: filepath.Join(opts.StateDir, "rejects", run.ID), Stages: &StageStats{}}
 	info := sinks.RunInfo{Job: spec.Name, RunID: run.ID, Version: run.Version, Params: spec.Params, Schema: job.Output, Key: spec.Source.Key}
 	for _, s := range snks {
 		if err := s.Prepare(ctx, info); err != nil {
@@ -192,7 +194,7 @@ func RunLocal(ctx context.Context, spec *jobs.Spec, opts LocalOptions) (Result, 
 			return p
 		})
 		maxRejected := spec.MaxRejected() * float64(total)
-		err := runShards(ctx, led, job, snks, info, run, opts, log, func(n int64) { rowsNow.Add(n) },
+		err := runShards(ctx, led, job, snks, info, run, opts, log, res.Stages, func(n int64) { rowsNow.Add(n) },
 			func(c jobs.Counts) error {
 				shardsDone.Add(1)
 				if r := rejected.Add(c.Rejected); float64(r) > maxRejected {
@@ -336,7 +338,7 @@ func newVersion() string {
 // runShards claims and executes shards with opts.Parallel workers until none
 // is left. A shard whose attempts are spent leaves the run resumable.
 func runShards(ctx context.Context, led ledger.Ledger, job *Job, snks []sinks.Sink, info sinks.RunInfo, run jobs.Run,
-	opts LocalOptions, log *slog.Logger, onRows func(int64), onDone func(jobs.Counts) error) error {
+	opts LocalOptions, log *slog.Logger, stats *StageStats, onRows func(int64), onDone func(jobs.Counts) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	host, _ := os.Hostname()
@@ -359,9 +361,15 @@ func runShards(ctx context.Context, led ledger.Ledger, job *Job, snks []sinks.Si
 					cancel(err)
 					return
 				}
-				counts, err := execWithLease(ctx, led, job, snks, info, run, sh, worker, opts, onRows)
+				began := time.Now()
+				counts, err := execWithLease(ctx, led, job, snks, info, run, sh, worker, opts, stats, onRows)
 				switch {
 				case err == nil:
+					shardsTotal.WithLabelValues("committed").Inc()
+					shardSeconds.Observe(time.Since(began).Seconds())
+					rowsTotal.WithLabelValues("read").Add(float64(counts.RowsIn))
+					rowsTotal.WithLabelValues("written").Add(float64(counts.RowsOut))
+					rowsTotal.WithLabelValues("rejected").Add(float64(counts.Rejected))
 					if err := led.Complete(ctx, run.ID, sh.Index, worker, counts); err != nil {
 						cancel(fmt.Errorf("shard %d: complete: %w", sh.Index, err))
 						return
@@ -373,9 +381,11 @@ func runShards(ctx context.Context, led ledger.Ledger, job *Job, snks []sinks.Si
 					}
 				case ctx.Err() != nil:
 					// Interrupted: give the shard back without spending an attempt.
+					shardsTotal.WithLabelValues("released").Inc()
 					_ = led.Release(context.WithoutCancel(ctx), run.ID, sh.Index, worker)
 					return
 				default:
+					shardsTotal.WithLabelValues("failed").Inc()
 					log.Warn("shard failed", "shard", sh.Index, "attempt", sh.Attempts, "max_attempts", maxAttempts, "err", err)
 					if ferr := led.Fail(ctx, run.ID, sh.Index, worker, err.Error(), true, maxAttempts); ferr != nil {
 						cancel(fmt.Errorf("shard %d: record failure: %w", sh.Index, ferr))
@@ -407,7 +417,7 @@ func runShards(ctx context.Context, led ledger.Ledger, job *Job, snks []sinks.Si
 // execWithLease runs one shard attempt while heartbeating its lease; a lost
 // lease cancels the attempt before it can commit.
 func execWithLease(ctx context.Context, led ledger.Ledger, job *Job, snks []sinks.Sink, info sinks.RunInfo, run jobs.Run,
-	sh jobs.Shard, worker string, opts LocalOptions, onRows func(int64)) (jobs.Counts, error) {
+	sh jobs.Shard, worker string, opts LocalOptions, stats *StageStats, onRows func(int64)) (jobs.Counts, error) {
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go func() {
@@ -426,7 +436,7 @@ func execWithLease(ctx context.Context, led ledger.Ledger, job *Job, snks []sink
 		}
 	}()
 	rejects := newRejectFile(filepath.Join(opts.StateDir, "rejects", run.ID), sh.Index)
-	counts, err := job.ExecShard(sctx, ShardTask{Run: info, Shard: sh, Sinks: snks, Rejects: rejects, ComputedAt: run.CreatedAt, OnRows: onRows})
+	counts, err := job.ExecShard(sctx, ShardTask{Run: info, Shard: sh, Sinks: snks, Rejects: rejects, ComputedAt: run.CreatedAt, OnRows: onRows, Stats: stats})
 	if err == nil && sctx.Err() != nil {
 		err = context.Cause(sctx)
 	}

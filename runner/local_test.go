@@ -272,6 +272,12 @@ func TestParallelShards(t *testing.T) {
 	if len(fs.attempts) != 6 || res.Run.Counts.RowsOut != 3000 {
 		t.Fatalf("attempts %v counts %+v", fs.attempts, res.Run.Counts)
 	}
+	stages := res.Stages.Snapshot()
+	for _, st := range []string{StageRead, StageEncode, StageInfer, "write parquet"} {
+		if stages[st] <= 0 {
+			t.Errorf("stage %q has no busy time: %v", st, stages)
+		}
+	}
 	if rows := published(t, spec.Sinks.Parquet.Path); len(rows) != 3000 {
 		t.Fatalf("published %d keys", len(rows))
 	}

@@ -39,6 +39,8 @@ type ShardTask struct {
 	ComputedAt time.Time
 	// OnRows is called with the source rows each batch consumed (progress).
 	OnRows func(n int64)
+	// Stats, when set, accumulates each stage's busy time.
+	Stats *StageStats
 }
 
 type encoded struct {
@@ -100,7 +102,9 @@ func (j *Job) ExecShard(ctx context.Context, t ShardTask) (jobs.Counts, error) {
 		defer wg.Done()
 		defer close(encCh)
 		for {
+			start := time.Now()
 			rec, err := rdr.Next(ctx)
+			t.Stats.add(StageRead, time.Since(start))
 			if errors.Is(err, io.EOF) {
 				return
 			}
@@ -108,7 +112,9 @@ func (j *Job) ExecShard(ctx context.Context, t ShardTask) (jobs.Counts, error) {
 				fail(fmt.Errorf("read: %w", err))
 				return
 			}
+			start = time.Now()
 			b, err := j.Model.Encode(rec)
+			t.Stats.add(StageEncode, time.Since(start))
 			if err != nil {
 				rec.Release()
 				fail(fmt.Errorf("encode: %w", err))
@@ -159,7 +165,9 @@ func (j *Job) ExecShard(ctx context.Context, t ShardTask) (jobs.Counts, error) {
 		go func() {
 			defer inferWG.Done()
 			for e := range encCh {
+				start := time.Now()
 				out, err := j.inferBatch(ctx, e, consts)
+				t.Stats.add(StageInfer, time.Since(start))
 				rows := e.rec.NumRows()
 				e.batch.Release()
 				e.rec.Release()
@@ -200,11 +208,14 @@ func (j *Job) ExecShard(ctx context.Context, t ShardTask) (jobs.Counts, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			stage := "write " + t.Sinks[i].Name()
 			for rec := range sinkChs[i] {
 				if ctx.Err() == nil {
+					start := time.Now()
 					if err := w.Write(ctx, rec); err != nil {
 						fail(fmt.Errorf("sink %s: write: %w", t.Sinks[i].Name(), err))
 					}
+					t.Stats.add(stage, time.Since(start))
 				}
 				rec.Release()
 			}
@@ -221,7 +232,10 @@ func (j *Job) ExecShard(ctx context.Context, t ShardTask) (jobs.Counts, error) {
 		return counts, firstErr
 	}
 	for i, w := range writers {
-		if err := w.Commit(ctx); err != nil {
+		start := time.Now()
+		err := w.Commit(ctx)
+		t.Stats.add("write "+t.Sinks[i].Name(), time.Since(start))
+		if err != nil {
 			// Writers committed before this one hold a complete copy of the
 			// shard; the retry replaces it, so aborting the rest suffices.
 			for _, rest := range writers[i+1:] {

@@ -221,7 +221,7 @@ func TestRunMatchesReference(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	for _, frag := range []string{"succeeded", "4000 in, 4000 out, 0 rejected", "parquet: "} {
+	for _, frag := range []string{"succeeded", "4000 in, 4000 out, 0 rejected", "parquet: ", "stages:", "infer"} {
 		if !strings.Contains(r.stdout, frag) {
 			t.Errorf("summary lacks %q:\n%s", frag, r.stdout)
 		}

@@ -29,6 +29,7 @@ func newRunCmd(g *globals) *cobra.Command {
 		parallel   int
 		restart    bool
 		noProgress bool
+		metrics    string
 	)
 	cmd := &cobra.Command{
 		Use:   "run JOB.yaml [--param k=v]...",
@@ -56,6 +57,11 @@ fails only when they exceed max_rejected_fraction (default 0.01).`,
 			if parallel < 1 {
 				return invalid(fmt.Errorf("--parallel: must be >= 1 (got %d)", parallel))
 			}
+			stopMetrics, err := serveMetrics(cmd.Context(), metrics, g.log)
+			if err != nil {
+				return err
+			}
+			defer stopMetrics()
 			bar := newProgressBar(os.Stderr, !noProgress, g.log)
 			res, err := runner.RunLocal(cmd.Context(), spec, runner.LocalOptions{
 				StateDir: g.stateDir, Parallel: parallel, Restart: restart, Logger: g.log,
@@ -77,6 +83,7 @@ fails only when they exceed max_rejected_fraction (default 0.01).`,
 	cmd.Flags().IntVar(&parallel, "parallel", 1, "shards processed at once")
 	cmd.Flags().BoolVar(&restart, "restart", false, "abandon an unfinished run whose spec or model changed and start a new one")
 	cmd.Flags().BoolVar(&noProgress, "no-progress", false, "no progress bar, even on a terminal")
+	cmd.Flags().StringVar(&metrics, "metrics-addr", "", "serve Prometheus metrics (rows, shards, stage busy time) on this address, e.g. :9090")
 	return cmd
 }
 
@@ -96,6 +103,9 @@ func printSummary(cmd *cobra.Command, res runner.Result) {
 		fmt.Fprintln(w, "  note:      the dataset has zero rows; an empty result was published")
 	}
 	fmt.Fprintf(w, "  duration:  %s (%.0f rows/s)\n", res.Duration.Round(time.Millisecond), rate)
+	if st := res.Stages.String(); st != "" {
+		fmt.Fprintf(w, "  stages:    %s busy (the busiest bounds the run)\n", st)
+	}
 	if r.Counts.Rejected > 0 {
 		fmt.Fprintf(w, "  rejects:   %s\n", res.RejectsDir)
 	}

@@ -344,3 +344,58 @@ func batcherWaitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// While a batch runs, arrivals accumulate for the next one however long the
+// run takes: no fixed wait caps the next batch (maxWait 0 here), only
+// maxBatch does. Live inference relies on this to form large batches under
+// load.
+func TestBatcherAccumulatesWhileRunnerBusy(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var sizes []int
+	run := func(_ context.Context, in []int) ([]int, error) {
+		mu.Lock()
+		sizes = append(sizes, len(in))
+		first := len(sizes) == 1
+		mu.Unlock()
+		if first {
+			<-release
+		}
+		return make([]int, len(in)), nil
+	}
+	b := NewBatcher(64, 0, run)
+	defer b.Close()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _, _ = b.Do(context.Background(), 0) }()
+	waitFor := func(what string, cond func() bool) {
+		deadline := time.Now().Add(5 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitFor("the first batch to start", func() bool { mu.Lock(); defer mu.Unlock(); return len(sizes) == 1 })
+	const n = 40
+	var entered atomic.Int32
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			entered.Add(1)
+			_, _ = b.Do(context.Background(), i+1)
+		}()
+	}
+	// Every caller is in Do and the queue is drained into the growing batch.
+	waitFor("the callers to enqueue", func() bool { return entered.Load() == n && len(b.queue) == 0 })
+	time.Sleep(20 * time.Millisecond)
+	close(release)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sizes) != 2 || sizes[1] != n {
+		t.Fatalf("batch sizes %v, want [1 %d]: arrivals during a run must form one next batch", sizes, n)
+	}
+}

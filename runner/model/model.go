@@ -90,6 +90,7 @@ type output struct {
 // job's model spec. It is safe for concurrent use.
 type Model struct {
 	spec    jobs.ModelSpec
+	opts    loadOptions
 	file    string
 	version string
 	info    Info
@@ -124,11 +125,28 @@ func (m *Model) errorf(field, format string, args ...any) error {
 	return errors.New(msg)
 }
 
+// LoadOption tunes how Load starts sessions beyond what the job spec says.
+type LoadOption func(*loadOptions)
+
+type loadOptions struct {
+	noSpin bool
+}
+
+// WithoutSpinning stops ONNX Runtime's intra-op threads from spinning while
+// they wait for work (session.intra_op.allow_spinning = 0). Spinning wins a
+// few microseconds per run for a process that only infers; a server that
+// also parses requests on the same cores loses those cores to spinning
+// threads between its (short, sporadic) runs.
+func WithoutSpinning() LoadOption { return func(o *loadOptions) { o.noSpin = true } }
+
 // Load reads the model spec.Path, checks the spec's inputs and outputs
 // against it (before any data is read) and starts spec.Sessions sessions on
 // spec.Device. file is the job spec's path, used in error text only.
-func Load(spec jobs.ModelSpec, file string) (*Model, error) {
+func Load(spec jobs.ModelSpec, file string, opts ...LoadOption) (*Model, error) {
 	m := &Model{spec: spec, file: file}
+	for _, o := range opts {
+		o(&m.opts)
+	}
 	data, err := os.ReadFile(spec.Path)
 	if err != nil {
 		return nil, m.errorf("model.path", "read model: %v", err)
@@ -339,6 +357,11 @@ func (m *Model) sessionOptions() (*ort.SessionOptions, error) {
 	if os.Getenv("PRECOG_ORT_SPIN") != "1" {
 		if err := opts.AddSessionConfigEntry("session.intra_op.allow_spinning", "0"); err != nil {
 			return nil, fmt.Errorf("onnx runtime: spinning: %w", err)
+		}
+	}
+	if m.opts.noSpin {
+		if err := opts.AddSessionConfigEntry("session.intra_op.allow_spinning", "0"); err != nil {
+			return nil, fmt.Errorf("onnx runtime: disable spinning: %w", err)
 		}
 	}
 	if err := opts.SetInterOpNumThreads(1); err != nil {
