@@ -78,6 +78,7 @@ func (h *harness) core(ctx context.Context) (*section, error) {
 	r.Target = "report"
 	r.Verdict = "—"
 	s.add(r)
+	s.note("stage busy time (busiest first; it bounds the run): ranker %s; heavy %s.", full.Stages, st.Stages)
 	s.note("ranker: the pipeline runs read, infer and write as overlapped stages on %d cores; the raw limits run one stage alone, so the slowest stage (%s) bounds the job only if the stages do not compete for the same cores.", nprocs(), bound)
 	if full.SummaryRPS < 0.5*limit {
 		s.note("ranker: at %.2f of the slower raw stage, neither raw stage bounds this job: the work the raw limits leave out (Arrow → tensor encode, output record assembly, the Parquet sink's encode and compression, shard bookkeeping) does.", full.SummaryRPS/limit)

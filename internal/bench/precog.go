@@ -98,12 +98,16 @@ type runStats struct {
 	Shards     int
 	MaxRSS     int64 // bytes
 	Killed     bool
+	// Stages is the summary's stage busy-time line ("infer 1.2s, write
+	// parquet 0.3s, …"), busiest first: the busiest stage bounds the run.
+	Stages string
 }
 
 var (
 	reRate    = regexp.MustCompile(`\((\d+) rows/s\)`)
 	reRows    = regexp.MustCompile(`rows:\s+(\d+) in, (\d+) out`)
 	reResumed = regexp.MustCompile(`resumed:\s+(\d+) of (\d+) shards`)
+	reStages  = regexp.MustCompile(`stages:\s+(.*) busy`)
 )
 
 // runPrecog runs `precog run spec` as a child process with its own state
@@ -161,6 +165,9 @@ func (h *harness) runPrecog(ctx context.Context, spec, stateDir string, killWhen
 	if m := reResumed.FindStringSubmatch(s); m != nil {
 		st.Skipped, _ = strconv.Atoi(m[1])
 		st.Shards, _ = strconv.Atoi(m[2])
+	}
+	if m := reStages.FindStringSubmatch(s); m != nil {
+		st.Stages = m[1]
 	}
 	if st.SummaryRPS == 0 || st.RowsIn == 0 {
 		return st, fmt.Errorf("precog run %s: no rows or rate in its summary:\n%s", spec, s)

@@ -343,7 +343,7 @@ func (h *harness) recsE2E(ctx context.Context, s *section, srv servers) error {
 	if names[0] == "precog run recs → Parquet only" {
 		bound = fmt.Sprintf("precog's stages after inference: the job into Parquet alone runs at %.2f of raw ORT, and adding Redis and Postgres costs %.2f of that", pq.SummaryRPS/rawRecs, e2e.SummaryRPS/pq.SummaryRPS)
 	}
-	s.note("recs end to end is bound by %s.", bound)
+	s.note("recs end to end is bound by %s. Stage busy time of the 3-sink run: %s; of the Parquet-only run: %s.", bound, e2e.Stages, pq.Stages)
 	r := atLeast(fmt.Sprintf("recs end to end (%d rows) → Redis + Postgres + Parquet vs the slowest single stage (%s)", rows, names[0]),
 		e2e.SummaryRPS, limits[names[0]], "rows/s", 0)
 	r.Target, r.Verdict = "report", "—"
