@@ -81,8 +81,19 @@ func decodeKey(field string, raw json.RawMessage) (string, error) {
 // strictObject decodes a JSON object into its fields, rejecting trailing data
 // and duplicate or unknown fields (allowed lists the known ones).
 func strictObject(body []byte, what string, allowed ...string) (map[string]json.RawMessage, error) {
-	dec := json.NewDecoder(bytes.NewReader(body))
 	var obj map[string]json.RawMessage
+	// A valid body (the common case) decodes in one call; only an invalid
+	// one needs the decoder's finer diagnosis (empty, trailing data).
+	if json.Valid(body) {
+		if err := json.Unmarshal(body, &obj); err != nil {
+			return nil, badf("malformed JSON: want a %s object: %v", what, err)
+		}
+		if obj == nil {
+			return nil, badf("malformed JSON: want a %s object, got null", what)
+		}
+		return obj, checkFields(obj, allowed)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&obj); err != nil {
 		if errors.Is(err, io.EOF) {
 			return nil, badf("malformed JSON: empty body, want a %s object", what)
@@ -95,6 +106,11 @@ func strictObject(body []byte, what string, allowed ...string) (map[string]json.
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, badf("malformed JSON: trailing data after the %s object", what)
 	}
+	return obj, checkFields(obj, allowed)
+}
+
+// checkFields rejects a field not in allowed.
+func checkFields(obj map[string]json.RawMessage, allowed []string) error {
 	for name := range obj {
 		known := false
 		for _, a := range allowed {
@@ -104,10 +120,22 @@ func strictObject(body []byte, what string, allowed ...string) (map[string]json.
 			}
 		}
 		if !known {
-			return nil, badf("unknown field %q (want %s)", name, joinQuoted(allowed))
+			return badf("unknown field %q (want %s)", name, joinQuoted(allowed))
 		}
 	}
-	return obj, nil
+	return nil
+}
+
+// jsonNumber parses e, one already-validated JSON value, as a number:
+// strconv.ParseFloat is what encoding/json uses for a float64, without the
+// reflection and re-validation of a json.Unmarshal per element.
+func jsonNumber(e []byte) (float64, bool) {
+	e = bytes.TrimSpace(e)
+	if len(e) == 0 || (e[0] != '-' && (e[0] < '0' || e[0] > '9')) {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(string(e), 64)
+	return f, err == nil
 }
 
 // decodeBatchGet parses and checks a batchGet body.
@@ -188,8 +216,8 @@ func decodeNumbers(field string, raw json.RawMessage, scalars bool) (map[string]
 	for name, v := range m {
 		v = bytes.TrimSpace(v)
 		if scalars && len(v) > 0 && v[0] != '[' {
-			var f float64
-			if err := json.Unmarshal(v, &f); err != nil {
+			f, ok := jsonNumber(v)
+			if !ok {
 				return nil, nil, badf("%s.%s: want a number or an array of numbers, got %s", field, name, truncate(string(v), 40))
 			}
 			out[name] = []float64{f}
@@ -205,9 +233,11 @@ func decodeNumbers(field string, raw json.RawMessage, scalars bool) (map[string]
 		}
 		fs := make([]float64, len(arr))
 		for i, e := range arr {
-			if err := json.Unmarshal(e, &fs[i]); err != nil {
+			f, ok := jsonNumber(e)
+			if !ok {
 				return nil, nil, badf("%s.%s[%d]: want a number, got %s", field, name, i, truncate(string(e), 40))
 			}
+			fs[i] = f
 			if math.IsNaN(fs[i]) || math.IsInf(fs[i], 0) {
 				return nil, nil, badf("%s.%s[%d]: not a finite number", field, name, i)
 			}

@@ -53,6 +53,7 @@ type envOpts struct {
 	privateRedis bool
 	features     bool
 	writeback    bool
+	noPostgres   bool // no Postgres sink: Redis is the only store
 	mutate       func(*Config)
 }
 
@@ -87,6 +88,10 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if serving != "" {
 		serving = "serving:\n" + serving
 	}
+	pgSink := fmt.Sprintf("  postgres: { dsn: %q, table: user_scores }\n", pg.DSN)
+	if o.noPostgres {
+		pgSink = ""
+	}
 	yaml := fmt.Sprintf(`name: ranker-job
 source:
   parquet: { path: data.parquet }
@@ -100,8 +105,7 @@ model:
     score: score
 sinks:
   redis: { addr: %q, db: %d, namespace: %s }
-  postgres: { dsn: %q, table: user_scores }
-%s`, strings.Join(cols, ", "), rd.Addr, rd.DB, ns, pg.DSN, serving)
+%s%s`, strings.Join(cols, ", "), rd.Addr, rd.DB, ns, pgSink, serving)
 	file := filepath.Join(dir, "job.yaml")
 	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/runner/model"
 )
 
 // redisStore reads one namespace's records.
@@ -40,7 +41,23 @@ type redisStore struct {
 type redisConn struct {
 	client goredis.UniversalClient
 	where  string
+	// gets coalesces the single-key GETs of concurrent requests into one
+	// MGET (automatic pipelining): while one round trip is in flight the
+	// next requests queue and go out together, so under load the server
+	// and redis-server make one read and one write syscall per batch
+	// instead of per request; at low load a GET goes out alone at once.
+	gets *model.Batcher[string, []byte]
 }
+
+// Coalescing limits: keys per MGET, and MGETs in flight at once. One in
+// flight makes the largest batches; Redis runs commands one at a time
+// anyway. Measured on 2 cores, 64 connections (GET hit QPS): no coalescing
+// 28-30k, 16 in flight 27k, 4 in flight 33-34k, 2 in flight 36-38k, 1 in
+// flight 39-44k.
+const (
+	coalesceMaxKeys  = 256
+	coalesceInFlight = 1
+)
 
 func redisConnKey(s *jobs.RedisSinkSpec) string {
 	addrs := s.Addrs
@@ -75,13 +92,66 @@ func newRedisConn(s *jobs.RedisSinkSpec, stepTimeout, requestTimeout time.Durati
 		PoolTimeout:           requestTimeout,
 		ContextTimeoutEnabled: true,
 		MaxRetries:            -1,
-		PoolSize:              poolSize,
-		MinIdleConns:          min(poolSize, 8),
+		// RESP2: the server reads records and pub/sub notices, nothing
+		// RESP3 adds; RESP3 makes every reply pass a push-notification
+		// check (5% of the hit path's CPU in a profile).
+		Protocol:     2,
+		PoolSize:     poolSize,
+		MinIdleConns: min(poolSize, 8),
 	}
 	if s.TLS {
 		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
-	return &redisConn{client: goredis.NewUniversalClient(opts), where: strings.Join(addrs, ",")}
+	c := &redisConn{client: goredis.NewUniversalClient(opts), where: strings.Join(addrs, ",")}
+	c.gets = model.NewBatcher(coalesceMaxKeys, 0, c.mget,
+		model.WithConcurrency(coalesceInFlight), model.WithQueue(4*coalesceMaxKeys*coalesceInFlight),
+		// An MGET is bounded by the client's read timeout; watching every
+		// caller's context to cancel it early cost more than it saved.
+		model.WithoutCallerWatch())
+	return c
+}
+
+// mget is the coalescer's batch function: one MGET (one pipeline of GETs
+// on a cluster, whose keys may live on several nodes); a nil result is a
+// missing key.
+func (c *redisConn) mget(ctx context.Context, keys []string) ([][]byte, error) {
+	out := make([][]byte, len(keys))
+	if _, cluster := c.client.(*goredis.ClusterClient); cluster {
+		cmds, err := c.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for _, k := range keys {
+				p.Get(ctx, k)
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, goredis.Nil) {
+			return nil, err
+		}
+		for i, cmd := range cmds {
+			if b, err := cmd.(*goredis.StringCmd).Bytes(); err == nil {
+				out[i] = b
+			}
+		}
+		return out, nil
+	}
+	vals, err := c.client.MGet(ctx, keys...).Result()
+	if err != nil {
+		return nil, err
+	}
+	if len(vals) != len(keys) {
+		return nil, fmt.Errorf("MGET of %d keys answered %d values", len(keys), len(vals))
+	}
+	for i, v := range vals {
+		if s, ok := v.(string); ok {
+			out[i] = []byte(s)
+		}
+	}
+	return out, nil
+}
+
+// close stops the coalescer (queued GETs still run) and the client.
+func (c *redisConn) close() error {
+	_ = c.gets.Close()
+	return c.client.Close()
 }
 
 func (s *redisStore) recordKey(version, key string) string {
@@ -133,6 +203,11 @@ func (s *redisStore) refresh(ctx context.Context) error {
 // set, a miss on the versioned key is looked up under the live key in the
 // same pipeline. live reports which hits came from a live write-back.
 func (s *redisStore) get(ctx context.Context, keys []string, writeback bool) (recs [][]byte, live []bool, err error) {
+	if !s.inPlace && s.current.Load() == nil {
+		// Not "nothing published": Redis has not answered yet, so a key
+		// may well exist. Failing the step keeps it from reading as a miss.
+		return nil, nil, fmt.Errorf("redis %s: published version of %s not known yet (Redis not reached since start)", s.conn.where, s.ns)
+	}
 	version, ok := s.version()
 	recs = make([][]byte, len(keys))
 	live = make([]bool, len(keys))
@@ -144,12 +219,12 @@ func (s *redisStore) get(ctx context.Context, keys []string, writeback bool) (re
 		if ok {
 			k = s.recordKey(version, keys[0])
 		}
-		b, err := s.conn.client.Get(ctx, k).Bytes()
-		if errors.Is(err, goredis.Nil) {
-			return recs, live, nil
-		}
+		b, err := s.conn.gets.Do(ctx, k)
 		if err != nil {
 			return nil, nil, fmt.Errorf("redis %s: GET %s: %w", s.conn.where, k, err)
+		}
+		if b == nil {
+			return recs, live, nil
 		}
 		recs[0], live[0] = b, !ok
 		return recs, live, nil

@@ -285,7 +285,7 @@ func (s *Server) Close() error {
 			}
 		}
 		for _, c := range s.redisConns {
-			_ = c.client.Close()
+			_ = c.close()
 		}
 		for _, p := range s.pgPools {
 			p.Close()

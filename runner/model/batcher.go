@@ -18,6 +18,16 @@ type BatcherOption func(*batcherConfig)
 type batcherConfig struct {
 	queue       int
 	concurrency int
+	noWatch     bool
+}
+
+// WithoutCallerWatch runs every batch to completion with a context that is
+// never cancelled, instead of cancelling it once all of its callers have
+// left. For short runs (a Redis MGET) watching each caller's context costs
+// more than the run it could save; callers still return as soon as their
+// own context ends.
+func WithoutCallerWatch() BatcherOption {
+	return func(c *batcherConfig) { c.noWatch = true }
 }
 
 // WithQueue bounds the requests waiting to join a batch (default 4×maxBatch).
@@ -53,6 +63,7 @@ func WithConcurrency(n int) BatcherOption {
 type Batcher[In, Out any] struct {
 	maxBatch int
 	maxWait  time.Duration
+	noWatch  bool
 	run      func(context.Context, []In) ([]Out, error)
 
 	queue   chan *batchCall[In, Out]
@@ -90,6 +101,7 @@ func NewBatcher[In, Out any](maxBatch int, maxWait time.Duration, run func(ctx c
 	b := &Batcher[In, Out]{
 		maxBatch: maxBatch,
 		maxWait:  maxWait,
+		noWatch:  cfg.noWatch,
 		run:      run,
 		queue:    make(chan *batchCall[In, Out], cfg.queue),
 		closing:  make(chan struct{}),
@@ -248,11 +260,15 @@ func (b *Batcher[In, Out]) execute(batch []*batchCall[In, Out]) {
 	for i, c := range batch {
 		ins[i] = c.in
 	}
-	// The batch runs while at least one caller still waits for it.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stop := watchCallers(cancel, batch)
-	defer stop()
+	ctx := context.Background()
+	if !b.noWatch {
+		// The batch runs while at least one caller still waits for it.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		stop := watchCallers(cancel, batch)
+		defer stop()
+	}
 
 	outs, err := b.safeRun(ctx, ins)
 	if err == nil && len(outs) != len(ins) {

@@ -399,3 +399,31 @@ func TestBatcherAccumulatesWhileRunnerBusy(t *testing.T) {
 		t.Fatalf("batch sizes %v, want [1 %d]: arrivals during a run must form one next batch", sizes, n)
 	}
 }
+
+// WithoutCallerWatch: a caller that leaves returns at once, and the batch
+// still runs to completion with a context that is never cancelled.
+func TestBatcherWithoutCallerWatchRunsToCompletion(t *testing.T) {
+	release := make(chan struct{})
+	finished := make(chan error, 1)
+	run := func(ctx context.Context, in []int) ([]int, error) {
+		<-release
+		finished <- ctx.Err()
+		return make([]int, len(in)), nil
+	}
+	b := NewBatcher(2, 0, run, WithoutCallerWatch())
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := b.Do(ctx, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Do = %v, want deadline exceeded", err)
+	}
+	close(release)
+	select {
+	case err := <-finished:
+		if err != nil {
+			t.Fatalf("run context ended (%v) although the batch was to run to completion", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("batch never finished")
+	}
+}

@@ -132,11 +132,11 @@ type loadOptions struct {
 	noSpin bool
 }
 
-// WithoutSpinning stops ONNX Runtime's intra-op threads from spinning while
-// they wait for work (session.intra_op.allow_spinning = 0). Spinning wins a
-// few microseconds per run for a process that only infers; a server that
-// also parses requests on the same cores loses those cores to spinning
-// threads between its (short, sporadic) runs.
+// WithoutSpinning keeps ONNX Runtime's intra-op threads from spinning while
+// they wait for work (session.intra_op.allow_spinning = 0) even when
+// PRECOG_ORT_SPIN=1 turns spinning on for batch runs: a server that also
+// parses requests on the same cores would lose those cores to threads
+// spinning between its short, sporadic runs.
 func WithoutSpinning() LoadOption { return func(o *loadOptions) { o.noSpin = true } }
 
 // Load reads the model spec.Path, checks the spec's inputs and outputs
@@ -353,15 +353,11 @@ func (m *Model) sessionOptions() (*ort.SessionOptions, error) {
 	// ORT's intra-op threads spin between runs by default. In precog the
 	// same cores also read, encode and write (or serve HTTP), and spinning
 	// threads starve those stages: measured on 2 cores, the ranker job ran
-	// 1.4-1.9x faster without it. Threads sleep instead.
-	if os.Getenv("PRECOG_ORT_SPIN") != "1" {
+	// 1.4-1.9x faster without it. Threads sleep instead. PRECOG_ORT_SPIN=1
+	// brings spinning back, except for a model loaded WithoutSpinning.
+	if os.Getenv("PRECOG_ORT_SPIN") != "1" || m.opts.noSpin {
 		if err := opts.AddSessionConfigEntry("session.intra_op.allow_spinning", "0"); err != nil {
 			return nil, fmt.Errorf("onnx runtime: spinning: %w", err)
-		}
-	}
-	if m.opts.noSpin {
-		if err := opts.AddSessionConfigEntry("session.intra_op.allow_spinning", "0"); err != nil {
-			return nil, fmt.Errorf("onnx runtime: disable spinning: %w", err)
 		}
 	}
 	if err := opts.SetInterOpNumThreads(1); err != nil {

@@ -1,0 +1,180 @@
+package lookup
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/precog-ml/precog/jobs"
+)
+
+// oldPrediction decodes a record the straightforward way (a map of raw
+// values, model_version and computed_at lifted out) and encodes it with
+// encoding/json: what appendPrediction must equal, value for value.
+func oldPrediction(t testing.TB, ns, key string, found *bool, rec []byte, source string) any {
+	var values map[string]json.RawMessage
+	if err := json.Unmarshal(rec, &values); err != nil {
+		t.Fatalf("reference decode of %q: %v", rec, err)
+	}
+	var version, at string
+	if v, ok := values["model_version"]; ok {
+		_ = json.Unmarshal(v, &version)
+		delete(values, "model_version")
+	}
+	if v, ok := values["computed_at"]; ok {
+		_ = json.Unmarshal(v, &at)
+		delete(values, "computed_at")
+	}
+	b, err := json.Marshal(Prediction{Namespace: ns, Key: key, Found: found, Values: values, ModelVersion: version, ComputedAt: at, Source: source})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func checkAppendPrediction(t testing.TB, rec []byte) {
+	if !isRecord(rec) {
+		return
+	}
+	var spans [2]span // small on purpose: members beyond it must still work
+	p, err := splitRecord(rec, spans[:])
+	if err != nil {
+		t.Fatalf("splitRecord(%q): %v", rec, err)
+	}
+	found := true
+	for _, c := range []struct {
+		ns, key string
+		found   *bool
+	}{{"recs", "user-1", nil}, {"", "ключ \"q\"\n", &found}} {
+		out := appendPrediction(nil, c.ns, c.key, c.found, answer{rec: rec, source: SourceRedis}, &p)
+		var got any
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("record %q: output %q is not JSON: %v", rec, out, err)
+		}
+		if want := oldPrediction(t, c.ns, c.key, c.found, rec, SourceRedis); !reflect.DeepEqual(got, want) {
+			t.Fatalf("record %q:\n got %s\nwant %v", rec, out, want)
+		}
+	}
+}
+
+func TestAppendPredictionMatchesEncodingJSON(t *testing.T) {
+	for _, rec := range []string{
+		`{"score":0.25,"model_version":"v1","computed_at":"2026-01-01T00:00:00Z"}`,
+		`{"items":[1,2,3],"scores":[0.5,-1e-7,3.25],"model_version":"v1","computed_at":"2026-01-01T00:00:00Z"}`,
+		` { "model_version" : "v1" , "nested" : {"a":[{"b":"}]\"{"}]} , "s":"x,y\\"z" , "computed_at":"t" } `,
+		`{"score":1}`,
+		`{}`,
+		`{"model_version":"","computed_at":"","score":null,"ok":true,"no":false}`,
+		`{"model_version":7,"score":2}`,
+		`{"model_version":"a","score":1,"model_version":"b"}`,
+		`{"ünï":"ß\u00e9","model_version":"v"}`,
+	} {
+		checkAppendPrediction(t, []byte(rec))
+	}
+	if isRecord([]byte(`[1,2]`)) || isRecord([]byte(`{"a":`)) || isRecord([]byte(`"s"`)) || isRecord(nil) {
+		t.Error("isRecord accepted a non-object")
+	}
+}
+
+func FuzzAppendPrediction(f *testing.F) {
+	f.Add([]byte(`{"score":0.25,"model_version":"v1","computed_at":"2026-01-01T00:00:00Z"}`))
+	f.Add([]byte(`{"a":[{"b":"}]"}],"model_version":"x","a":2}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, rec []byte) { checkAppendPrediction(t, rec) })
+}
+
+// A hit must not turn into a miss because Redis failed: with no other
+// store to fall back to, the answer is 503 (retry), never 404 or found=false.
+func TestRedisFailureIsNotAMiss(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{privateRedis: true, noPostgres: true, mutate: func(c *Config) { c.VersionPoll = 50 * time.Millisecond }})
+	e.publishRedis("r1", map[string]string{"user-1": `{"score":0.5,"model_version":"v-model","computed_at":"2026-01-01T00:00:00Z"}`})
+	waitUntil(t, "redis hit", func() bool { code, b := e.get("user-1"); return code == 200 && b["source"] == "redis" })
+	if code, b := e.get("nobody"); code != 404 {
+		t.Fatalf("a real miss with Redis up: %d %v", code, b)
+	}
+
+	e.redis.Stop()
+	if code, b := e.get("user-1"); code != http.StatusServiceUnavailable {
+		t.Fatalf("GET with Redis down: %d %v, want 503", code, b)
+	}
+	if code, b := e.do("POST", "/v1/predictions/"+e.ns+":batchGet", `{"keys":["user-1","nobody"]}`, token); code != http.StatusServiceUnavailable {
+		t.Fatalf("batchGet with Redis down: %d %v, want 503", code, b)
+	}
+	e.redis.Start()
+	e.publishRedis("r1", map[string]string{"user-1": `{"score":0.5,"model_version":"v-model","computed_at":"2026-01-01T00:00:00Z"}`})
+	waitUntil(t, "back to redis", func() bool { code, b := e.get("user-1"); return code == 200 && b["source"] == "redis" })
+}
+
+// Concurrent GETs are coalesced into MGETs: every caller still gets its
+// own key's record.
+func TestConcurrentGetsCoalesced(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	const n = 300
+	recs := map[string]string{}
+	for i := range n {
+		recs["k"+strconv.Itoa(i)] = fmt.Sprintf(`{"score":%d,"model_version":"v-model","computed_at":"2026-01-01T00:00:00Z"}`, i)
+	}
+	e.publishRedis("r1", recs)
+	waitUntil(t, "published", func() bool { v, ok := e.srv.ns[e.ns].redis.version(); return ok && v == "r1" })
+	var wg sync.WaitGroup
+	for w := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 32 {
+				code, b := e.get("k" + strconv.Itoa(i))
+				if code != 200 || b["source"] != "redis" || b["values"].(map[string]any)["score"] != float64(i) {
+					t.Errorf("key k%d: %d %v", i, code, b)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// A server started while Redis is down does not know the published version
+// yet: that is not "nothing published", so a GET answers 503, not 404, and
+// the first successful poll brings the hits back.
+func TestUnknownVersionIsNotAMiss(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{privateRedis: true, noPostgres: true})
+	rec := `{"score":0.5,"model_version":"v-model","computed_at":"2026-01-01T00:00:00Z"}`
+	e.publishRedis("r1", map[string]string{"user-1": rec})
+	e.redis.Stop()
+	srv, err := New(Config{Specs: []*jobs.Spec{e.srv.ns[e.ns].spec}, InsecureNoAuth: true, VersionPoll: 50 * time.Millisecond,
+		StoreTimeout: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	defer func() { hs.Close(); srv.Close() }()
+	get := func() int {
+		resp, err := http.Get(hs.URL + "/v1/predictions/" + e.ns + "/user-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get(); code != http.StatusServiceUnavailable {
+		t.Fatalf("GET before Redis was ever reached: %d, want 503", code)
+	}
+	e.redis.Start()
+	e.publishRedis("r1", map[string]string{"user-1": rec})
+	waitUntil(t, "hit after Redis came up", func() bool { return get() == 200 })
+}
