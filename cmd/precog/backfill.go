@@ -35,6 +35,9 @@ first date that fails and says which.`,
 			if err != nil {
 				return invalid(err)
 			}
+			if parallel < 1 {
+				return invalid(fmt.Errorf("--parallel: must be >= 1 (got %d)", parallel))
+			}
 			for _, p := range params {
 				if len(p) >= 5 && p[:5] == "date=" {
 					return invalid(fmt.Errorf("--param date: set by backfill from --from/--to"))
@@ -80,7 +83,7 @@ first date that fails and says which.`,
 	cmd.Flags().StringVar(&from, "from", "", "first date, YYYY-MM-DD (required)")
 	cmd.Flags().StringVar(&to, "to", "", "last date, YYYY-MM-DD, inclusive (required)")
 	cmd.Flags().StringArrayVar(&params, "param", nil, "other run parameters k=v (repeatable)")
-	cmd.Flags().IntVar(&parallel, "parallel", 1, "shards processed at once within a date")
+	cmd.Flags().IntVar(&parallel, "parallel", 2, "shards processed at once within a date")
 	cmd.Flags().BoolVar(&noProgress, "no-progress", false, "no progress bar, even on a terminal")
 	cmd.Flags().BoolVar(&force, "force", false, "recompute dates that already succeeded")
 	return cmd

@@ -80,7 +80,7 @@ fails only when they exceed max_rejected_fraction (default 0.01).`,
 		},
 	}
 	cmd.Flags().StringArrayVar(&params, "param", nil, "run parameter k=v filling {{.k}} in the spec (repeatable)")
-	cmd.Flags().IntVar(&parallel, "parallel", 1, "shards processed at once")
+	cmd.Flags().IntVar(&parallel, "parallel", 2, "shards processed at once (2 hides each shard's start and commit behind another's work)")
 	cmd.Flags().BoolVar(&restart, "restart", false, "abandon an unfinished run whose spec or model changed and start a new one")
 	cmd.Flags().BoolVar(&noProgress, "no-progress", false, "no progress bar, even on a terminal")
 	cmd.Flags().StringVar(&metrics, "metrics-addr", "", "serve Prometheus metrics (rows, shards, stage busy time) on this address, e.g. :9090")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -32,22 +33,28 @@ func (h *harness) core(ctx context.Context) (*section, error) {
 	if err != nil {
 		return s, err
 	}
-	rawHeavy, err := h.rawORT(heavy)
-	if err != nil {
-		return s, fmt.Errorf("raw ORT heavy: %w", err)
+	// Raw and run alternate three times and each keeps its best: on a
+	// shared machine a load spike during one measurement would otherwise
+	// decide the ratio (single pairs moved between 0.73 and 1.10).
+	var rawHeavy float64
+	var st runStats
+	var raws []string
+	for round := range 3 {
+		raw, err := h.rawORT(heavy)
+		if err != nil {
+			return s, fmt.Errorf("raw ORT heavy: %w", err)
+		}
+		raws = append(raws, rate(raw, "rows/s"))
+		rawHeavy = max(rawHeavy, raw)
+		r, err := h.runPrecog(ctx, heavy, filepath.Join(h.cfg.work, fmt.Sprintf("state-heavy-%d", round)), nil)
+		if err != nil {
+			return s, err
+		}
+		if r.SummaryRPS > st.SummaryRPS {
+			st = r
+		}
 	}
-	st, err := h.runPrecog(ctx, heavy, filepath.Join(h.cfg.work, "state-heavy"), nil)
-	if err != nil {
-		return s, err
-	}
-	// Raw again after the run: their mean cancels a load drift on a shared
-	// machine during the run's tens of seconds.
-	rawAfter, err := h.rawORT(heavy)
-	if err != nil {
-		return s, fmt.Errorf("raw ORT heavy: %w", err)
-	}
-	s.note("heavy: raw ORT %s before the run and %s after it; the table uses their mean.", rate(rawHeavy, "rows/s"), rate(rawAfter, "rows/s"))
-	rawHeavy = (rawHeavy + rawAfter) / 2
+	s.note("heavy: best of 3 alternating measurements each; raw ORT measured %s.", strings.Join(raws, ", "))
 	s.add(atLeast(fmt.Sprintf("heavy (%d rows): run rows/s (summary) vs raw ORT", st.RowsIn), st.SummaryRPS, rawHeavy, "rows/s", 0.90))
 	wallRPS := float64(st.RowsIn) / st.Wall.Seconds()
 	s.add(atLeast("heavy: run rows/s (whole command's wall time, "+dur(st.Wall)+") vs raw ORT", wallRPS, rawHeavy, "rows/s", 0.90))
