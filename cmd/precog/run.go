@@ -104,7 +104,7 @@ func printSummary(cmd *cobra.Command, res runner.Result) {
 	}
 	fmt.Fprintf(w, "  duration:  %s (%.0f rows/s)\n", res.Duration.Round(time.Millisecond), rate)
 	if st := res.Stages.String(); st != "" {
-		fmt.Fprintf(w, "  stages:    %s busy (the busiest bounds the run)\n", st)
+		fmt.Fprintf(w, "  stages:    %s busy, summed over the shards in flight (the busiest bounds the run)\n", st)
 	}
 	if r.Counts.Rejected > 0 {
 		fmt.Fprintf(w, "  rejects:   %s\n", res.RejectsDir)
