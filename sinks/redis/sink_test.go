@@ -232,13 +232,15 @@ func TestRedisRestartMidShard(t *testing.T) {
 	h.before = func(n int) {
 		if n == 10 {
 			once.Do(func() {
+				stopped := make(chan struct{})
 				go func() {
 					defer close(restarted)
 					rs.Stop()
+					close(stopped)
 					time.Sleep(300 * time.Millisecond)
 					rs.Start()
 				}()
-				time.Sleep(50 * time.Millisecond) // let the stop land mid-pipeline
+				<-stopped // this pipeline is sent to a stopped server, whatever the timing
 			})
 		}
 	}
