@@ -136,6 +136,32 @@ func TestServeDuringRefresh(t *testing.T) {
 	if len(seen) < 10 || seen[0] != first || switches != 1 {
 		t.Fatalf("%d responses, first %s (old %s), %d switches; want old then new, one switch", len(seen), seen[0], first, switches)
 	}
+
+	// Live inference on the same inputs as the batch job gives the same
+	// values, bit for bit: a brand-new key with user-140's features.
+	d := usersData.Defaults()
+	for _, k := range []int64{140, 1999} {
+		stored, err := c.Get(ctx, ns, testgen.KeyString(k))
+		if err != nil || stored.Source != "redis" {
+			t.Fatalf("stored %d: %v %+v", k, err, stored)
+		}
+		feats := make([]float64, 0, 16)
+		for _, f := range d.Row(k).Features {
+			feats = append(feats, float64(f))
+		}
+		live, err := c.Predict(ctx, ns, fmt.Sprintf("brand-new-%d", k), map[string][]float64{"features": feats})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if live.Source != "live" || live.ModelVersion != stored.ModelVersion {
+			t.Fatalf("live answer: source %s model %s (stored model %s)", live.Source, live.ModelVersion, stored.ModelVersion)
+		}
+		for _, field := range []string{"items", "scores"} {
+			if string(live.Values[field]) != string(stored.Values[field]) {
+				t.Errorf("key %d %s: live %s, batch %s", k, field, live.Values[field], stored.Values[field])
+			}
+		}
+	}
 }
 
 func freeAddr(t *testing.T) string {
