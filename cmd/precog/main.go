@@ -54,6 +54,15 @@ func main() {
 func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		// The first Ctrl-C / SIGTERM drains: in-flight shards are aborted and
+		// released, committed ones kept. A second one kills at once.
+		<-ctx.Done()
+		stop()
+		if errors.Is(ctx.Err(), context.Canceled) {
+			fmt.Fprintln(os.Stderr, "\ninterrupted: releasing in-flight shards (committed work is kept; press Ctrl-C again to exit at once)")
+		}
+	}()
 	g := &globals{}
 	root := newRoot(g)
 	root.SetArgs(args)
