@@ -264,9 +264,11 @@ func TestResumeAfterKill(t *testing.T) {
 	t.Setenv("TEST_REDIS_DB", strconv.Itoa(rd.DB))
 	t.Setenv("TEST_NS", ns)
 	dir := workdir(t)
-	// heavy is slow enough per row that the run is still going when killed.
+	// heavy in small batches and 20 small shards, each committed to three
+	// sinks, is slow enough that the run is still going when killed.
 	spec := writeSpec(t, dir, "job.yaml", strings.NewReplacer(
-		"models/ranker.onnx", "models/heavy.onnx", "rows_per_shard: 1000", "rows_per_shard: 250").Replace(rankerSpec)+
+		"models/ranker.onnx", "models/heavy.onnx", "rows_per_shard: 1000", "rows_per_shard: 200",
+		"batch_size: 256", "batch_size: 16").Replace(rankerSpec)+
 		"  postgres: { dsn: \"${TEST_DATABASE_URL}\", table: scores }\n"+
 		"  redis: { addr: \"${TEST_REDIS_ADDR}\", db: \"${TEST_REDIS_DB}\", namespace: \"${TEST_NS}\" }\n")
 	ref := precog(t, dir, "run", spec, "--param", "date=2026-11-02")
@@ -279,40 +281,49 @@ func TestResumeAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cmd := exec.Command(precogBin, "--state-dir", filepath.Join(dir, ".precog2"), "run", spec, "--param", "date=2026-11-02")
+	cmd := exec.Command(precogBin, "--state-dir", filepath.Join(dir, ".precog2"), "run", spec, "--param", "date=2026-11-02", "--parallel", "1")
 	cmd.Dir = dir
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// Kill -9 once about half of the 16 shards are committed in the staging dir.
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	// Kill -9 once 6 of the 24 shards are committed in the staging dir.
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		parts, _ := filepath.Glob(filepath.Join(dir, "out", "scores", ".*", "part-*.parquet"))
-		if len(parts) >= 8 {
+		if len(parts) >= 6 {
 			break
+		}
+		select {
+		case <-exited:
+			t.Fatalf("the run ended before 6 shards were seen committed (too fast to kill mid-way?): %s", stderr.String())
+		default:
 		}
 		if time.Now().After(deadline) {
 			cmd.Process.Kill()
-			t.Fatalf("run never reached 8 committed shards: %s", stderr.String())
+			t.Fatalf("run never reached 6 committed shards: %s", stderr.String())
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(time.Millisecond)
 	}
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	_ = cmd.Wait()
+	<-exited
 	if _, err := os.Stat(filepath.Join(out, "_SUCCESS")); err == nil {
-		t.Fatal("killed run published")
+		t.Fatal("the run finished before the kill: nothing was resumed")
 	}
 
 	r := precogState(t, dir, ".precog2", "run", spec, "--param", "date=2026-11-02")
 	if r.code != 0 {
 		t.Fatalf("resume: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
-	if !strings.Contains(r.stdout, "resumed:") {
-		t.Errorf("resume summary lacks 'resumed:':\n%s", r.stdout)
+	var done, total int
+	_, after, found := strings.Cut(r.stdout, "resumed:")
+	if _, err := fmt.Sscanf(after, "%d of %d", &done, &total); !found || err != nil || done == 0 || done >= total {
+		t.Errorf("resume summary should show a partial resume (%v):\n%s", err, r.stdout)
 	}
 	got := readScores(t, out)
 	if len(got) != len(want) {
