@@ -237,7 +237,9 @@ func TestRedisRestartMidShard(t *testing.T) {
 					defer close(restarted)
 					rs.Stop()
 					close(stopped)
-					time.Sleep(300 * time.Millisecond)
+					// Down longer than go-redis's own dial retries, so the
+					// sink's pipeline retry is what recovers.
+					time.Sleep(1500 * time.Millisecond)
 					rs.Start()
 				}()
 				<-stopped // this pipeline is sent to a stopped server, whatever the timing
