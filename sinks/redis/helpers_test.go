@@ -3,6 +3,8 @@ package redis
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,7 +20,14 @@ import (
 	"github.com/precog-ml/precog/sinks"
 )
 
-func TestMain(m *testing.M) { testservers.Main(m) }
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testservers.StopAll()
+	if tlsCA.ca != "" {
+		os.RemoveAll(filepath.Dir(tlsCA.ca))
+	}
+	os.Exit(code)
+}
 
 // testRun is a RunInfo over a recs-like schema: int64 key, a float32
 // score, list<int64> items, list<float32> scores, model_version,

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,13 +58,30 @@ func writeTestCA(t *testing.T, dir string) (caFile, certFile, keyFile string) {
 	return write("ca.pem", "CERTIFICATE", caDER), write("server.pem", "CERTIFICATE", srvDER), write("server.key", "EC PRIVATE KEY", keyDER)
 }
 
+var (
+	tlsCAOnce sync.Once
+	tlsCA     struct{ ca, cert, key string }
+)
+
 // TestTLS talks to a redis-server over TLS, verifying its certificate
 // against the system roots (here SSL_CERT_FILE, as a deployment would
 // configure them). Not parallel: it sets the environment before the
 // process first loads the system roots.
 func TestTLS(t *testing.T) {
 	ctx := context.Background()
-	caFile, certFile, keyFile := writeTestCA(t, t.TempDir())
+	// Go loads the system roots once per process, so every run of this test
+	// in one process (-count=N) must use the same CA.
+	tlsCAOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "precog-tls-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tlsCA.ca, tlsCA.cert, tlsCA.key = writeTestCA(t, dir)
+	})
+	caFile, certFile, keyFile := tlsCA.ca, tlsCA.cert, tlsCA.key
+	if caFile == "" {
+		t.Fatal("no test CA")
+	}
 	t.Setenv("SSL_CERT_FILE", caFile)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
