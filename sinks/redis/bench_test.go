@@ -41,40 +41,53 @@ func benchSpec(rs *testservers.RedisServer) jobs.RedisSinkSpec {
 	return jobs.RedisSinkSpec{Addr: rs.Addr, DB: rs.DB, Namespace: rs.Prefix, TTL: jobs.Duration{Duration: time.Hour}}
 }
 
+// benchSinkSetup gives a sink on a fresh Redis DB and the benchmark's
+// batches (released at cleanup).
+func benchSinkSetup(b *testing.B, nItems int) (*testservers.RedisServer, *Sink, sinks.RunInfo, []arrow.RecordBatch) {
+	b.Helper()
+	rs := testservers.Redis(b)
+	s, err := New(benchSpec(rs))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	run := testRun("bench")
+	batches := make([]arrow.RecordBatch, 0, benchRows/benchBatch+1)
+	for lo := 0; lo < benchRows; lo += benchBatch {
+		batches = append(batches, testBatch(run, lo, min(lo+benchBatch, benchRows), nItems))
+	}
+	b.Cleanup(func() {
+		for _, r := range batches {
+			r.Release()
+		}
+	})
+	return rs, s, run, batches
+}
+
+// writeBenchShard writes every batch as shard 0 and commits.
+func writeBenchShard(ctx context.Context, b *testing.B, s *Sink, run sinks.RunInfo, batches []arrow.RecordBatch) {
+	w, err := s.Shard(ctx, run, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, r := range batches {
+		if err := w.Write(ctx, r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := w.Commit(ctx); err != nil {
+		b.Fatal(err)
+	}
+}
+
 func BenchmarkSink(b *testing.B) {
 	for _, p := range benchPayloads {
 		b.Run(p.name, func(b *testing.B) {
-			rs := testservers.Redis(b)
-			s, err := New(benchSpec(rs))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
+			_, s, run, batches := benchSinkSetup(b, p.nItems)
 			ctx := context.Background()
-			run := testRun("bench")
-			batches := make([]arrow.RecordBatch, 0, benchRows/benchBatch+1)
-			for lo := 0; lo < benchRows; lo += benchBatch {
-				batches = append(batches, testBatch(run, lo, min(lo+benchBatch, benchRows), p.nItems))
-			}
-			defer func() {
-				for _, r := range batches {
-					r.Release()
-				}
-			}()
 			b.ResetTimer()
 			for b.Loop() {
-				w, err := s.Shard(ctx, run, 0)
-				if err != nil {
-					b.Fatal(err)
-				}
-				for _, r := range batches {
-					if err := w.Write(ctx, r); err != nil {
-						b.Fatal(err)
-					}
-				}
-				if err := w.Commit(ctx); err != nil {
-					b.Fatal(err)
-				}
+				writeBenchShard(ctx, b, s, run, batches)
 			}
 			b.ReportMetric(float64(b.N)*benchRows/b.Elapsed().Seconds(), "rows/s")
 		})
@@ -164,23 +177,8 @@ func encodeAll(b *testing.B, run sinks.RunInfo, ns string, nItems int) ([]string
 func BenchmarkSinkVsRaw(b *testing.B) {
 	for _, p := range benchPayloads {
 		b.Run(p.name, func(b *testing.B) {
-			rs := testservers.Redis(b)
-			s, err := New(benchSpec(rs))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
+			rs, s, run, batches := benchSinkSetup(b, p.nItems)
 			ctx := context.Background()
-			run := testRun("bench")
-			var batches []arrow.RecordBatch
-			for lo := 0; lo < benchRows; lo += benchBatch {
-				batches = append(batches, testBatch(run, lo, min(lo+benchBatch, benchRows), p.nItems))
-			}
-			defer func() {
-				for _, r := range batches {
-					r.Release()
-				}
-			}()
 			keys, vals := encodeAll(b, run, rs.Prefix, p.nItems)
 			client := goredis.NewClient(&goredis.Options{Addr: rs.Addr, DB: rs.DB, PoolSize: s.cfg.depth * 4})
 			defer client.Close()
@@ -189,18 +187,7 @@ func BenchmarkSinkVsRaw(b *testing.B) {
 			for b.Loop() {
 				c0 := processCPU()
 				t0 := time.Now()
-				w, err := s.Shard(ctx, run, 0)
-				if err != nil {
-					b.Fatal(err)
-				}
-				for _, r := range batches {
-					if err := w.Write(ctx, r); err != nil {
-						b.Fatal(err)
-					}
-				}
-				if err := w.Commit(ctx); err != nil {
-					b.Fatal(err)
-				}
+				writeBenchShard(ctx, b, s, run, batches)
 				t1 := time.Now()
 				c1 := processCPU()
 				rawPipelinedSet(ctx, b, client, keys, vals, s.cfg.batch, s.cfg.depth, s.cfg.ttl)
