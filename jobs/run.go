@@ -41,6 +41,10 @@ type Counts struct {
 	RowsIn   int64 `json:"rows_in"`
 	RowsOut  int64 `json:"rows_out"`
 	Rejected int64 `json:"rejected"`
+	// KeySketch is a shard's HyperLogLog of its keys (internal/hll, base64),
+	// merged at publish to estimate duplicates across shards. Not summed by
+	// Add. A string keeps Counts comparable.
+	KeySketch string `json:"key_sketch,omitempty"`
 }
 
 // Add returns c + o.

@@ -21,6 +21,11 @@ type Spec struct {
 	// MaxRejectedFraction fails the run when more than this fraction of input
 	// rows is rejected (null or non-finite features). Default 0.01.
 	MaxRejectedFraction *float64 `yaml:"max_rejected_fraction"`
+	// DuplicateKeys is what a key seen twice in one run does: "fail" (the
+	// run fails naming the key and both places) or "reject" (a repeat within
+	// a shard becomes a reject row; repeats across shards still fail, since
+	// they are only known at publish). Default fail.
+	DuplicateKeys string `yaml:"duplicate_keys"`
 
 	// File is the path the spec was loaded from ("" when parsed from bytes).
 	File string `yaml:"-"`
@@ -112,6 +117,9 @@ type PostgresSinkSpec struct {
 	Retain int    `yaml:"retain"` // run tables kept in replace mode; default 2
 	// Vector stores these list fields as pgvector vector(n) where installed.
 	Vector []string `yaml:"vector"`
+	// ModelVersionInKey (upsert mode) adds model_version to the table's key,
+	// so two models' outputs for one partition live side by side.
+	ModelVersionInKey bool `yaml:"model_version_in_key"`
 }
 
 // ParquetSinkSpec writes one file per shard under Path.

@@ -28,6 +28,7 @@ const (
 	DefaultCompression         = "snappy"
 	DefaultMaxAttempts         = 3
 	DefaultMaxRejectedFraction = 0.01
+	DefaultDuplicateKeys       = "fail"
 	// MaxBatchSize bounds model.batch_size (rows per inference call).
 	MaxBatchSize = 1 << 20
 )
@@ -106,6 +107,9 @@ func (d *decoder) applyDefaults(s *Spec) {
 		f := DefaultMaxRejectedFraction
 		s.MaxRejectedFraction = &f
 	}
+	if s.DuplicateKeys == "" {
+		s.DuplicateKeys = DefaultDuplicateKeys
+	}
 }
 
 // validate checks the spec statically (no I/O), recording every problem.
@@ -140,6 +144,11 @@ func (d *decoder) validate(s *Spec) {
 	d.validateSinks(s)
 	if s.Retry.MaxAttempts < 1 {
 		d.fail("retry.max_attempts", "must be >= 1 (got %d)", s.Retry.MaxAttempts)
+	}
+	switch s.DuplicateKeys {
+	case "fail", "reject":
+	default:
+		d.fail("duplicate_keys", "must be fail or reject (got %q)", s.DuplicateKeys)
 	}
 	if f := *s.MaxRejectedFraction; !(f >= 0 && f <= 1) {
 		d.fail("max_rejected_fraction", "must be between 0 and 1 (got %v)", f)
@@ -324,6 +333,12 @@ func (d *decoder) validateSinks(s *Spec) {
 		}
 		if p.Retain < 1 {
 			d.fail("sinks.postgres.retain", "must be >= 1 (got %d)", p.Retain)
+		}
+		if p.ModelVersionInKey && p.Mode != "upsert" {
+			d.fail("sinks.postgres.model_version_in_key", "applies to mode: upsert only (a replace run already holds one model's output)")
+		}
+		if strings.HasPrefix(p.Table, "precog_") {
+			d.fail("sinks.postgres.table", "%q: names starting with precog_ are reserved for precog's own tables", p.Table)
 		}
 		outFields := map[string]bool{}
 		for _, f := range s.Model.Outputs {

@@ -1,19 +1,28 @@
 // Package sinks writes a run's output records. Every sink follows one
-// protocol: per-shard idempotent commits, then a run-level atomic publish.
+// protocol: per-shard idempotent commits, then a run-level two-phase publish.
 //
+//	l := Lock(run, holder)            one writer per target (job, params) at a time
 //	Prepare(run)                      once per process that works on the run (idempotent)
-//	w := Shard(run, i)                 one attempt of shard i
-//	w.Write(batch)…; w.Commit()        commit replaces any earlier attempt of shard i
-//	Publish(run)                       after every shard committed: atomic cutover
-//	Abort(run)                         drop everything of an unpublished run
+//	w := Shard(run, i)                one attempt of shard i
+//	w.Write(batch)…; w.Commit()       commit replaces any earlier attempt of shard i
+//	Stage(run, committed)             phase one: every fallible step, nothing visible
+//	Publish(run)                      phase two: the atomic cutover, one step
+//	Abort(run)                        drop everything of an unpublished run
+//	l.Release()
 //
 // Readers never see a run before Publish, never a mix of two runs after it,
-// and a retried or re-run shard never leaves duplicates or gaps.
+// and a retried or re-run shard never leaves duplicates or gaps. A runner
+// calls Publish on no sink before Stage has succeeded on every sink, so a
+// failure in phase one publishes nothing anywhere.
 package sinks
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 )
@@ -32,15 +41,37 @@ type RunInfo struct {
 	Key string
 }
 
+// CommittedShard is what the ledger recorded for a committed shard: what
+// Stage verifies the store still holds.
+type CommittedShard struct {
+	Index int
+	// Rows is the number of records the shard's committed attempt wrote.
+	Rows int64
+}
+
 // Sink is implemented by sinks/parquet, sinks/redis and sinks/postgres.
 type Sink interface {
 	// Name is "parquet", "redis" or "postgres", for logs and errors.
 	Name() string
-	// Prepare checks reachability and creates what the run writes into.
+	// Lock makes this process the only writer of the sink's target (the
+	// directory, table + params, or namespace) until Release. A target held
+	// by another writer is a *LockedError naming it. Locks are independent
+	// of the ledger, so two runs on different ledgers are fenced too.
+	Lock(ctx context.Context, run RunInfo, holder Holder) (Lock, error)
+	// Prepare checks reachability and ownership of the target (a target that
+	// precog did not create is an *NotOwnedError and is left untouched) and
+	// creates what the run writes into.
 	Prepare(ctx context.Context, run RunInfo) error
 	// Shard starts one attempt at writing shard index.
 	Shard(ctx context.Context, run RunInfo, index int) (ShardWriter, error)
-	// Publish makes the run visible to readers in one step. Idempotent.
+	// Stage is phase one of the publish: it verifies that the store still
+	// holds every committed shard with its row count (a *MissingError lists
+	// those it lost, which the runner recomputes), checks duplicates where
+	// the store can (*DuplicateKeyError), and does every other fallible step
+	// (indexes, staging). Nothing becomes visible to readers. Idempotent.
+	Stage(ctx context.Context, run RunInfo, committed []CommittedShard) error
+	// Publish is phase two: it makes the staged run visible to readers in
+	// one atomic step. Idempotent.
 	Publish(ctx context.Context, run RunInfo) error
 	// Abort removes everything the unpublished run wrote. Idempotent.
 	Abort(ctx context.Context, run RunInfo) error
@@ -57,6 +88,109 @@ type ShardWriter interface {
 	Commit(ctx context.Context) error
 	// Abort discards the attempt.
 	Abort(ctx context.Context) error
+}
+
+// Lock is a held writer lock on one sink target.
+type Lock interface {
+	// Lost is closed when the lock can no longer be guaranteed (its lease
+	// expired or was taken over): the holder must stop writing at once.
+	Lost() <-chan struct{}
+	// Release gives the target up. Idempotent.
+	Release(ctx context.Context) error
+}
+
+// Holder identifies a writer in lock records and in the error a second
+// writer gets.
+type Holder struct {
+	Job   string    `json:"job"`
+	RunID string    `json:"run_id"`
+	Host  string    `json:"host"`
+	PID   int       `json:"pid"`
+	Since time.Time `json:"since"`
+}
+
+// ThisProcess is a Holder for run on this host and process.
+func ThisProcess(run RunInfo) Holder {
+	host, _ := os.Hostname()
+	return Holder{Job: run.Job, RunID: run.RunID, Host: host, PID: os.Getpid(), Since: time.Now().UTC().Truncate(time.Second)}
+}
+
+func (h Holder) String() string {
+	return fmt.Sprintf("run %s of job %s (host %s, pid %d, since %s)", h.RunID, h.Job, h.Host, h.PID, h.Since.Format(time.RFC3339))
+}
+
+// LockedError: another writer holds the target.
+type LockedError struct {
+	Sink   string
+	Target string
+	Holder Holder
+}
+
+func (e *LockedError) Error() string {
+	return fmt.Sprintf("%s target %s is being written by %s; wait for it to finish, or stop it", e.Sink, e.Target, e.Holder)
+}
+
+// NotOwnedError: the target exists and precog did not create it, so precog
+// will neither write into it nor replace it.
+type NotOwnedError struct {
+	Sink   string
+	Target string
+	// Hint says how to proceed ("choose an empty or new directory …").
+	Hint string
+}
+
+func (e *NotOwnedError) Error() string {
+	msg := fmt.Sprintf("%s target %s exists and was not created by precog; it is left untouched", e.Sink, e.Target)
+	if e.Hint != "" {
+		msg += ": " + e.Hint
+	}
+	return msg
+}
+
+// MissingError: committed shards the store no longer holds (a restart
+// without persistence, eviction, a deleted file). The runner recomputes them
+// instead of publishing around them.
+type MissingError struct {
+	Sink   string
+	Shards []int
+	// Reason is what the check found ("marker missing", "file has 0 of 1000 rows").
+	Reason string
+}
+
+func (e *MissingError) Error() string {
+	return fmt.Sprintf("%s lost %d committed shard(s) %s: %s", e.Sink, len(e.Shards), shardList(e.Shards), e.Reason)
+}
+
+func shardList(s []int) string {
+	const show = 10
+	parts := make([]string, 0, min(len(s), show)+1)
+	for i, v := range s {
+		if i == show {
+			parts = append(parts, fmt.Sprintf("… %d more", len(s)-show))
+			break
+		}
+		parts = append(parts, fmt.Sprint(v))
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+// DuplicateKeyError: the same key was written twice in one run.
+type DuplicateKeyError struct {
+	Sink string
+	Key  string
+	// First and Second name the two places (shard, file and row) when known.
+	First, Second string
+}
+
+func (e *DuplicateKeyError) Error() string {
+	msg := fmt.Sprintf("duplicate key %q", e.Key)
+	if e.Sink != "" {
+		msg = e.Sink + ": " + msg
+	}
+	if e.First != "" || e.Second != "" {
+		msg += fmt.Sprintf(" (at %s and at %s)", e.First, e.Second)
+	}
+	return msg + `; keys must be unique per run (duplicate_keys: reject turns repeats within a shard into rejects)`
 }
 
 // Rollbacker is implemented by sinks that keep earlier published versions.
@@ -80,8 +214,8 @@ const (
 	ColComputedAt   = "computed_at"
 )
 
-// Checker is implemented by sinks that can verify reachability and
-// permissions without writing anything (`precog validate`).
+// Checker is implemented by sinks that can verify reachability, permissions
+// and ownership of their target without writing anything (`precog validate`).
 type Checker interface {
 	Check(ctx context.Context) error
 }

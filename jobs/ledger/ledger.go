@@ -62,6 +62,12 @@ type Ledger interface {
 	// failed instead of starting over. Returns how many shards it moved.
 	RetryFailed(ctx context.Context, runID string) (int, error)
 
+	// Reopen moves committed shards of a non-terminal run back to pending
+	// (attempts reset, counts taken off the run's), recording reason: a
+	// sink found at stage time that it lost them, and they are recomputed
+	// instead of published around. A run in publishing goes back to running.
+	Reopen(ctx context.Context, runID string, shards []int, reason string) error
+
 	// SetRunState moves a run to state with an optional error message.
 	// Moving a terminal run is ErrRunFinished.
 	SetRunState(ctx context.Context, runID string, state jobs.RunState, msg string) error

@@ -40,6 +40,10 @@ type Harness struct {
 	// It must return one consistent snapshot, or an error; the suite calls
 	// it from several goroutines while runs are written and published.
 	Read func(ctx context.Context, s sinks.Sink, run sinks.RunInfo) (Snapshot, error)
+	// LoseShard deletes a committed shard of an unpublished run behind the
+	// sink's back, as a store restart, an eviction or an operator would
+	// (Stage must then report it in a *sinks.MissingError).
+	LoseShard func(ctx context.Context, s sinks.Sink, run sinks.RunInfo, index int) error
 }
 
 // Exercise runs the suite against h.
@@ -58,6 +62,10 @@ func Exercise(t *testing.T, h Harness) {
 		{"PublishIdempotent", testPublishIdempotent},
 		{"EmptyRun", testEmptyRun},
 		{"Rollback", testRollback},
+		{"StageFindsLostShard", testStageFindsLostShard},
+		{"StageChecksRowCounts", testStageChecksRowCounts},
+		{"StagePublishesNothing", testStagePublishesNothing},
+		{"LockOneWriter", testLockOneWriter},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -107,6 +115,7 @@ func tryWriteShard(ctx context.Context, s sinks.Sink, run sinks.RunInfo, index, 
 	if err := w.Commit(ctx); err != nil {
 		return fmt.Errorf("%s: shard %d Commit: %w", s.Name(), index, err)
 	}
+	ledgerOf(s).commit(run, index, int64(to-from))
 	return nil
 }
 
@@ -117,8 +126,13 @@ func prepare(t *testing.T, s sinks.Sink, run sinks.RunInfo) {
 	}
 }
 
+// publish stages run with the shards the suite committed (as a runner does
+// with what its ledger recorded), then publishes it.
 func publish(t *testing.T, s sinks.Sink, run sinks.RunInfo) {
 	t.Helper()
+	if err := s.Stage(ctxT(t), run, ledgerOf(s).committed(run)); err != nil {
+		t.Fatalf("%s: Stage(%s): %v", s.Name(), run.Version, err)
+	}
 	if err := s.Publish(ctxT(t), run); err != nil {
 		t.Fatalf("%s: Publish(%s): %v", s.Name(), run.Version, err)
 	}
@@ -314,6 +328,11 @@ func testReaderSeesOneVersion(t *testing.T, h Harness, s sinks.Sink) {
 	writeShard(t, s, run2, 1, 300, 450)
 	writeShard(t, s, run2, 2, 450, 500)
 	time.Sleep(20 * time.Millisecond)
+	if err := s.Stage(ctx, run2, ledgerOf(s).committed(run2)); err != nil {
+		stop.Store(true)
+		wg.Wait()
+		t.Fatalf("Stage(v2): %v", err)
+	}
 	if err := s.Publish(ctx, run2); err != nil {
 		stop.Store(true)
 		wg.Wait()

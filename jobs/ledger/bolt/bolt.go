@@ -665,6 +665,58 @@ func (l *Ledger) RetryFailed(ctx context.Context, runID string) (int, error) {
 	return n, nil
 }
 
+// Reopen implements ledger.Ledger.
+func (l *Ledger) Reopen(ctx context.Context, runID string, shards []int, reason string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := l.db.Update(func(tx *bbolt.Tx) error {
+		r, err := getRun(tx, runID)
+		if err != nil {
+			return err
+		}
+		if r.State.Terminal() {
+			return fmt.Errorf("run %s is %s: %w", runID, r.State, ledger.ErrRunFinished)
+		}
+		rb, err := runShards(tx, runID)
+		if err != nil {
+			return err
+		}
+		now := l.now()
+		for _, i := range shards {
+			s, err := getShard(rb, runID, i)
+			if err != nil {
+				return err
+			}
+			if s.State != jobs.ShardCommitted {
+				continue
+			}
+			r.Counts.RowsIn -= s.Counts.RowsIn
+			r.Counts.RowsOut -= s.Counts.RowsOut
+			r.Counts.Rejected -= s.Counts.Rejected
+			s.State = jobs.ShardPending
+			s.Attempts = 0
+			s.Counts = jobs.Counts{}
+			s.Error = reason
+			s.Worker = ""
+			s.LeaseUntil = time.Time{}
+			s.UpdatedAt = now
+			if err := putShard(rb, s); err != nil {
+				return err
+			}
+		}
+		if r.State == jobs.RunPublishing {
+			r.State = jobs.RunRunning
+		}
+		r.UpdatedAt = now
+		return putRun(tx, r)
+	})
+	if err != nil {
+		return fmt.Errorf("ledger: reopen shards: %w", err)
+	}
+	return nil
+}
+
 // SetRunState moves a non-terminal run to state, recording msg as its error
 // message (empty clears it).
 func (l *Ledger) SetRunState(ctx context.Context, runID string, state jobs.RunState, msg string) error {

@@ -41,6 +41,7 @@ func Exercise(t *testing.T, newLedger func(t *testing.T) ledger.Ledger) {
 		{"FailNoRetry", testFailNoRetry},
 		{"Release", testRelease},
 		{"RetryFailed", testRetryFailed},
+		{"Reopen", testReopen},
 		{"SetRunState", testSetRunState},
 		{"NotFound", testNotFound},
 		{"ConcurrentClaims", testConcurrentClaims},
@@ -588,4 +589,47 @@ func testConcurrentClaims(t *testing.T, l ledger.Ledger) {
 	if got := mustRun(t, l, r.ID); got.Counts != (jobs.Counts{RowsIn: 2 * shards, RowsOut: shards}) {
 		t.Fatalf("run counts = %+v, want RowsIn %d RowsOut %d", got.Counts, 2*shards, shards)
 	}
+}
+
+// testReopen: shards a sink lost at stage time go back to pending with their
+// counts taken off the run's, and a publishing run goes back to running.
+func testReopen(t *testing.T, l ledger.Ledger) {
+	ctx := context.Background()
+	r := create(t, l, "recs", "", 3)
+	for range 3 {
+		s := claim(t, l, r.ID, "w1", longLease)
+		c := jobs.Counts{RowsIn: 10, RowsOut: 9, Rejected: 1, KeySketch: "AAAA"}
+		if err := l.Complete(ctx, r.ID, s.Index, "w1", c); err != nil {
+			t.Fatalf("Complete(%d): %v", s.Index, err)
+		}
+	}
+	if err := l.SetRunState(ctx, r.ID, jobs.RunPublishing, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Reopen(ctx, r.ID, []int{1}, "redis lost shard 1"); err != nil {
+		t.Fatalf("Reopen: %v", err)
+	}
+	got := mustRun(t, l, r.ID)
+	if got.State != jobs.RunRunning {
+		t.Fatalf("run state after Reopen = %s, want running", got.State)
+	}
+	if want := (jobs.Counts{RowsIn: 20, RowsOut: 18, Rejected: 2}); got.Counts != want {
+		t.Fatalf("run counts after Reopen = %+v, want %+v", got.Counts, want)
+	}
+	s1 := mustShard(t, l, r.ID, 1)
+	if s1.State != jobs.ShardPending || s1.Attempts != 0 || s1.Error != "redis lost shard 1" {
+		t.Fatalf("reopened shard = %+v, want pending, 0 attempts, the reason", s1)
+	}
+	if s0 := mustShard(t, l, r.ID, 0); s0.State != jobs.ShardCommitted || s0.Counts.KeySketch != "AAAA" {
+		t.Fatalf("untouched shard = %+v, want committed with its sketch", s0)
+	}
+	// The reopened shard is claimable again; the others are not.
+	if s := claim(t, l, r.ID, "w2", longLease); s.Index != 1 {
+		t.Fatalf("claimed shard %d after Reopen, want 1", s.Index)
+	}
+	// A terminal run cannot be reopened.
+	if err := l.SetRunState(ctx, r.ID, jobs.RunFailed, "x"); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, "Reopen of a finished run", l.Reopen(ctx, r.ID, []int{0}, "x"), ledger.ErrRunFinished)
 }
