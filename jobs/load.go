@@ -168,7 +168,58 @@ func Parse(data []byte, file string, params map[string]string, lookupEnv func(st
 			s.Sinks.Parquet.Path = resolvePath(base, s.Sinks.Parquet.Path)
 		}
 	}
+	if s.Source.Parquet != nil && s.Sinks.Parquet != nil {
+		if msg := overlap(s.Source.Parquet.Path, s.Sinks.Parquet.Path); msg != "" {
+			d.fail("sinks.parquet.path", "%s", msg)
+			return nil, d.joined()
+		}
+	}
 	return &s, nil
+}
+
+// overlap explains why a Parquet sink directory must not be used with a
+// source path ("" when it may): a publish replaces the sink's directory, so
+// a sink equal to, inside or around the source would replace the input.
+// The source's glob is reduced to its fixed leading directories.
+func overlap(source, sink string) string {
+	src := source
+	if i := strings.IndexAny(src, "*?[{"); i >= 0 {
+		src = filepath.Dir(src[:i] + "x")
+	}
+	a, b := realPath(src), realPath(sink)
+	switch {
+	case a == b:
+		return fmt.Sprintf("%q is the source's path too (%s): a publish would replace the input with predictions", sink, source)
+	case within(b, a):
+		return fmt.Sprintf("%q is inside the source path %s: a publish would write among the input files", sink, source)
+	case within(a, b):
+		return fmt.Sprintf("%q contains the source path %s: a publish would replace the input with predictions", sink, source)
+	}
+	return ""
+}
+
+// realPath is p absolute and cleaned, with symlinks resolved as far as the
+// path exists.
+func realPath(p string) string {
+	if abs, err := filepath.Abs(p); err == nil {
+		p = abs
+	}
+	rest := ""
+	for dir := p; ; dir = filepath.Dir(dir) {
+		if r, err := filepath.EvalSymlinks(dir); err == nil {
+			return filepath.Join(r, rest)
+		}
+		if dir == filepath.Dir(dir) {
+			return p
+		}
+		rest = filepath.Join(filepath.Base(dir), rest)
+	}
+}
+
+// within reports whether path p lies strictly inside directory dir.
+func within(p, dir string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 func resolvePath(base, p string) string {

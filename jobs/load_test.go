@@ -561,3 +561,37 @@ func TestParseValidVariants(t *testing.T) {
 		})
 	}
 }
+
+// TestSinkOverlapsSource: a Parquet sink that is, is inside or contains the
+// source path would replace the input at publish; the spec is refused.
+func TestSinkOverlapsSource(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "data", "dt=1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "data"), filepath.Join(dir, "alias")); err != nil {
+		t.Fatal(err)
+	}
+	spec := func(src, sink string) string {
+		return "name: j\nsource:\n  parquet: { path: \"" + src + "\" }\n  key: id\nmodel:\n  path: m.onnx\n  inputs: { x: { columns: [a] } }\n  outputs: { y: y }\nsinks:\n  parquet: { path: \"" + sink + "\" }\n"
+	}
+	bad := []struct{ src, sink, want string }{
+		{"data", "data", "is the source's path too"},
+		{"data/dt=*/*.parquet", "data", "is the source's path too"},
+		{"data/dt=1/part.parquet", "data", "contains the source path"},
+		{"data", "data/out", "is inside the source path"},
+		{"data", "alias/out", "is inside the source path"},
+		{"data/dt=1", ".", "contains the source path"},
+	}
+	for _, b := range bad {
+		_, err := Parse([]byte(spec(b.src, b.sink)), filepath.Join(dir, "job.yaml"), nil, nil)
+		if err == nil || !strings.Contains(err.Error(), "sinks.parquet.path") || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("source %s, sink %s: err = %v, want sinks.parquet.path: …%s", b.src, b.sink, err, b.want)
+		}
+	}
+	for _, ok := range [][2]string{{"data", "out"}, {"data/dt=*/x.parquet", "data-out"}, {"data/dt=1", "dataset"}} {
+		if _, err := Parse([]byte(spec(ok[0], ok[1])), filepath.Join(dir, "job.yaml"), nil, nil); err != nil {
+			t.Errorf("source %s, sink %s: %v", ok[0], ok[1], err)
+		}
+	}
+}

@@ -39,6 +39,10 @@ func paramProblem(name, value string) string {
 		return "empty value (pass --param " + name + "=VALUE)"
 	case len(value) > maxParamValue:
 		return fmt.Sprintf("value longer than %d bytes", maxParamValue)
+	case value == ".":
+		return `value "." would name the parent directory of a templated path`
+	case strings.HasPrefix(value, "-"):
+		return fmt.Sprintf("value %q must not start with - (it would read as an option to tools given the path)", value)
 	case strings.ContainsAny(value, "/\\\x00") || strings.Contains(value, ".."):
 		return fmt.Sprintf("value %q must not contain \"/\", \"\\\", \"..\" or NUL (it is rendered into paths)", value)
 	case !paramValueRE.MatchString(value):

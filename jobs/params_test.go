@@ -28,6 +28,8 @@ func TestParseParams(t *testing.T) {
 		{"date=a/b", `value "a/b" must not contain`},
 		{"date=a\x00b", `must not contain`},
 		{"date=a..b", `must not contain`},
+		{"date=.", `value "." would name the parent directory`},
+		{"date=-rf", `must not start with -`},
 		{"date=a b", `may only contain letters, digits and _ . : = -`},
 		{"date=" + strings.Repeat("x", 200), `value longer than 128 bytes`},
 	}

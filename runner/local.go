@@ -87,43 +87,63 @@ type Result struct {
 	Stages *StageStats
 }
 
+// lockReleaseTimeout bounds giving the sinks' writer locks back at exit.
+const lockReleaseTimeout = 10 * time.Second
+
+// withDefaults fills in every unset option: the one place defaults live.
+func (o LocalOptions) withDefaults() LocalOptions {
+	if o.StateDir == "" {
+		o.StateDir = ".precog"
+	}
+	if o.Parallel <= 0 {
+		o.Parallel = 2
+	}
+	if o.Lease <= 0 {
+		o.Lease = 30 * time.Second
+	}
+	if o.ProgressEvery <= 0 {
+		o.ProgressEvery = 200 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// localRun is one RunLocal call's open job, ledger, sinks and run.
+type localRun struct {
+	job   *Job
+	led   ledger.Ledger
+	snks  []sinks.Sink
+	info  sinks.RunInfo
+	opts  LocalOptions
+	log   *slog.Logger
+	res   *Result
+	start time.Time
+}
+
 // RunLocal runs the whole job on this machine with the embedded ledger under
 // StateDir. If an unfinished run of the same job and params exists it is
-// resumed: committed shards are not recomputed.
+// resumed: committed shards are not recomputed. Each sink's writer lock is
+// held for the whole run, and the publish is two-phase: every sink stages
+// (verifying it still holds every committed shard; lost ones are
+// recomputed) before any sink cuts over.
 func RunLocal(ctx context.Context, spec *jobs.Spec, opts LocalOptions) (Result, error) {
+	opts = opts.withDefaults()
 	start := time.Now()
-	log := opts.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	if opts.StateDir == "" {
-		opts.StateDir = ".precog"
-	}
-	if opts.Parallel <= 0 {
-		opts.Parallel = 2
-	}
-	if opts.Lease <= 0 {
-		opts.Lease = 30 * time.Second
-	}
-	if opts.ProgressEvery <= 0 {
-		opts.ProgressEvery = 200 * time.Millisecond
-	}
 	if err := os.MkdirAll(opts.StateDir, 0o755); err != nil {
 		return Result{}, fmt.Errorf("state dir: %w", err)
 	}
-
 	job, err := OpenJob(ctx, spec)
 	if err != nil {
 		return Result{}, err
 	}
 	defer job.Close()
-
 	led, err := bolt.Open(filepath.Join(opts.StateDir, "ledger.db"))
 	if err != nil {
 		return Result{}, err
 	}
 	defer led.Close()
-
 	snks := opts.Sinks
 	if snks == nil {
 		if snks, err = OpenSinks(ctx, spec); err != nil {
@@ -135,7 +155,6 @@ func RunLocal(ctx context.Context, spec *jobs.Spec, opts LocalOptions) (Result, 
 			}
 		}()
 	}
-
 	for _, s := range snks {
 		if c, ok := s.(sinks.Checker); ok {
 			if err := c.Check(ctx); err != nil {
@@ -150,102 +169,145 @@ func RunLocal(ctx context.Context, spec *jobs.Spec, opts LocalOptions) (Result, 
 			return Result{Run: prev, AlreadyDone: true, Outputs: outputs(spec, prev)}, nil
 		}
 	}
-	run, resumed, err := openOrCreateRun(ctx, led, job, snks, opts, log)
+	run, resumed, err := openOrCreateRun(ctx, led, job, snks, opts, opts.Logger)
 	if err != nil {
 		return Result{}, err
 	}
 	res := Result{Run: run, Resumed: resumed, RejectsDir: filepath.Join(opts.StateDir, "rejects", run.ID), Stages: &StageStats{}}
-	info := sinks.RunInfo{Job: spec.Name, RunID: run.ID, Version: run.Version, Params: spec.Params, Schema: job.Output, Key: spec.Source.Key}
-	for _, s := range snks {
-		if err := s.Prepare(ctx, info); err != nil {
-			return res, fmt.Errorf("sink %s: prepare: %w", s.Name(), err)
+	lr := &localRun{job: job, led: led, snks: snks, opts: opts, log: opts.Logger, res: &res, start: start,
+		info: sinks.RunInfo{Job: spec.Name, RunID: run.ID, Version: run.Version, Params: spec.Params, Schema: job.Output, Key: spec.Source.Key}}
+	err = lr.runAndPublish(ctx, run)
+	res.Duration = time.Since(start)
+	return res, err
+}
+
+// runAndPublish holds the sinks' locks while it prepares them, executes the
+// shards, stages and publishes.
+func (lr *localRun) runAndPublish(ctx context.Context, run jobs.Run) error {
+	ctx, unlock, err := lockAll(ctx, lr.snks, lr.info)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	for _, s := range lr.snks {
+		if err := s.Prepare(ctx, lr.info); err != nil {
+			return fmt.Errorf("sink %s: prepare: %w", s.Name(), err)
 		}
 	}
+	for round := 0; ; round++ {
+		if run.State != jobs.RunPublishing {
+			if err := lr.execute(ctx, run, round > 0); err != nil {
+				return err
+			}
+		}
+		err := stageAll(ctx, lr.led, lr.snks, lr.info)
+		var lost *errLost
+		switch {
+		case errors.As(err, &lost) && round < maxRecomputeRounds:
+			lr.log.Warn("sinks lost committed shards; recomputing them before anything is published",
+				"run", run.ID, "shards", lost.shards, "causes", lost.causes)
+			if err := lr.led.Reopen(ctx, run.ID, lost.shards, lost.Error()); err != nil {
+				return err
+			}
+			run.State = jobs.RunRunning
+			continue
+		case errors.As(err, &lost):
+			err = fmt.Errorf("run %s: the sinks lost committed shards %d times in a row; nothing was published: %w", run.ID, round+1, err)
+			abortRun(ctx, lr.led, lr.snks, lr.info, err, lr.log)
+			return err
+		case errors.Is(err, ErrDuplicateKeys):
+			err = fmt.Errorf("run %s failed, nothing was published: %w", run.ID, err)
+			abortRun(ctx, lr.led, lr.snks, lr.info, err, lr.log)
+			return err
+		case err != nil:
+			return fmt.Errorf("%w (nothing was published; rerun the same command to retry)", err)
+		}
+		break
+	}
+	if err := publishAll(ctx, lr.snks, lr.info, lr.log); err != nil {
+		return err
+	}
+	if err := lr.led.SetRunState(ctx, run.ID, jobs.RunSucceeded, ""); err != nil {
+		return err
+	}
+	if lr.res.Run, err = lr.led.Run(ctx, run.ID); err != nil {
+		return err
+	}
+	lr.res.Outputs = outputs(lr.job.Spec, lr.res.Run)
+	return nil
+}
 
-	shards, err := led.Shards(ctx, run.ID)
+// execute runs every pending shard, then checks the run's rejects and moves
+// it to publishing.
+func (lr *localRun) execute(ctx context.Context, run jobs.Run, recompute bool) error {
+	spec, log, res := lr.job.Spec, lr.log, lr.res
+	shards, err := lr.led.Shards(ctx, run.ID)
 	if err != nil {
-		return res, err
+		return err
 	}
 	var total, done int64
 	var shardsDone atomic.Int64
+	skipped := 0
 	for _, s := range shards {
 		total += s.EstRows
 		if s.State == jobs.ShardCommitted {
 			done += s.EstRows
 			shardsDone.Add(1)
-			res.SkippedShards++
+			skipped++
 		}
 	}
-	if resumed {
-		log.Info("resuming run", "run", run.ID, "committed_shards", res.SkippedShards, "shards", len(shards))
-	} else {
+	switch {
+	case recompute:
+		log.Info("recomputing lost shards", "run", run.ID, "shards", len(shards)-skipped)
+	case res.Resumed:
+		res.SkippedShards = skipped
+		log.Info("resuming run", "run", run.ID, "committed_shards", skipped, "shards", len(shards))
+	default:
 		log.Info("starting run", "run", run.ID, "version", run.Version, "shards", len(shards), "rows", total)
 	}
-
-	if run.State != jobs.RunPublishing {
-		var rowsNow, rejected atomic.Int64
-		rejected.Store(run.Counts.Rejected)
-		stopProgress := startProgress(ctx, opts, func() Progress {
-			p := Progress{RunID: run.ID, RowsDone: done + rowsNow.Load(), RowsTotal: total,
-				ShardsDone: int(shardsDone.Load()), ShardsTotal: len(shards), Rejected: rejected.Load(),
-				Elapsed: time.Since(start)}
-			if secs := p.Elapsed.Seconds(); secs > 0 {
-				p.Rate = float64(rowsNow.Load()) / secs
+	var rowsNow, rejected atomic.Int64
+	rejected.Store(run.Counts.Rejected)
+	stopProgress := startProgress(ctx, lr.opts, func() Progress {
+		p := Progress{RunID: run.ID, RowsDone: done + rowsNow.Load(), RowsTotal: total,
+			ShardsDone: int(shardsDone.Load()), ShardsTotal: len(shards), Rejected: rejected.Load(),
+			Elapsed: time.Since(lr.start)}
+		if secs := p.Elapsed.Seconds(); secs > 0 {
+			p.Rate = float64(rowsNow.Load()) / secs
+		}
+		if p.Rate > 0 && p.RowsTotal > p.RowsDone {
+			p.ETA = time.Duration(float64(p.RowsTotal-p.RowsDone) / p.Rate * float64(time.Second))
+		}
+		return p
+	})
+	maxRejected := spec.MaxRejected() * float64(total)
+	err = runShards(ctx, lr.led, lr.job, lr.snks, lr.info, run, lr.opts, log, res.Stages, func(n int64) { rowsNow.Add(n) },
+		func(c jobs.Counts) error {
+			shardsDone.Add(1)
+			if r := rejected.Add(c.Rejected); float64(r) > maxRejected {
+				return fmt.Errorf("%w: %d rejected so far, more than max_rejected_fraction %g of %d planned rows (see %s)",
+					ErrTooManyRejects, r, spec.MaxRejected(), total, res.RejectsDir)
 			}
-			if p.Rate > 0 && p.RowsTotal > p.RowsDone {
-				p.ETA = time.Duration(float64(p.RowsTotal-p.RowsDone) / p.Rate * float64(time.Second))
-			}
-			return p
+			return nil
 		})
-		maxRejected := spec.MaxRejected() * float64(total)
-		err := runShards(ctx, led, job, snks, info, run, opts, log, res.Stages, func(n int64) { rowsNow.Add(n) },
-			func(c jobs.Counts) error {
-				shardsDone.Add(1)
-				if r := rejected.Add(c.Rejected); float64(r) > maxRejected {
-					return fmt.Errorf("%w: %d rejected so far, more than max_rejected_fraction %g of %d planned rows (see %s)",
-						ErrTooManyRejects, r, spec.MaxRejected(), total, res.RejectsDir)
-				}
-				return nil
-			})
-		stopProgress()
-		res.RowsThisProcess = rowsNow.Load()
-		if err != nil {
-			if errors.Is(err, ErrTooManyRejects) {
-				abortRun(ctx, led, snks, info, err, log)
-			}
-			return res, err
+	stopProgress()
+	res.RowsThisProcess += rowsNow.Load()
+	if err != nil {
+		if errors.Is(err, ErrTooManyRejects) {
+			abortRun(ctx, lr.led, lr.snks, lr.info, err, log)
 		}
-		if run, err = led.Run(ctx, run.ID); err != nil {
-			return res, err
-		}
-		res.Run = run
-		if float64(run.Counts.Rejected) > spec.MaxRejected()*float64(run.Counts.RowsIn) {
-			err := fmt.Errorf("%w: %d of %d rows rejected, more than max_rejected_fraction %g (see %s)",
-				ErrTooManyRejects, run.Counts.Rejected, run.Counts.RowsIn, spec.MaxRejected(), res.RejectsDir)
-			abortRun(ctx, led, snks, info, err, log)
-			return res, err
-		}
-		if err := led.SetRunState(ctx, run.ID, jobs.RunPublishing, ""); err != nil {
-			return res, err
-		}
+		return err
 	}
-
-	// Publish: every shard is committed in every sink.
-	for _, s := range snks {
-		if err := s.Publish(ctx, info); err != nil {
-			return res, fmt.Errorf("sink %s: publish run %s (rerun the same command to retry the publish): %w", s.Name(), run.ID, err)
-		}
-		log.Info("published", "sink", s.Name(), "run", run.ID, "version", run.Version)
+	if run, err = lr.led.Run(ctx, run.ID); err != nil {
+		return err
 	}
-	if err := led.SetRunState(ctx, run.ID, jobs.RunSucceeded, ""); err != nil {
-		return res, err
+	res.Run = run
+	if float64(run.Counts.Rejected) > spec.MaxRejected()*float64(run.Counts.RowsIn) {
+		err := fmt.Errorf("%w: %d of %d rows rejected, more than max_rejected_fraction %g (see %s)",
+			ErrTooManyRejects, run.Counts.Rejected, run.Counts.RowsIn, spec.MaxRejected(), res.RejectsDir)
+		abortRun(ctx, lr.led, lr.snks, lr.info, err, log)
+		return err
 	}
-	if res.Run, err = led.Run(ctx, run.ID); err != nil {
-		return res, err
-	}
-	res.Duration = time.Since(start)
-	res.Outputs = outputs(spec, run)
-	return res, nil
+	return lr.led.SetRunState(ctx, run.ID, jobs.RunPublishing, "")
 }
 
 // succeededRun reports whether the newest run of the job with the same

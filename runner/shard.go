@@ -44,8 +44,10 @@ type ShardTask struct {
 }
 
 type encoded struct {
-	rec   arrow.RecordBatch
+	kept  keptRows
 	batch *model.Batch
+	// srcRows is the source rows the batch consumed (rejected keys included).
+	srcRows int64
 }
 
 // ExecShard runs one shard attempt through read → encode → infer → write and
@@ -78,6 +80,8 @@ func (j *Job) ExecShard(ctx context.Context, t ShardTask) (jobs.Counts, error) {
 		writers = append(writers, w)
 	}
 
+	guard := newKeyGuard(j.Spec.Source.Key, j.Spec.DuplicateKeys)
+	rejects := &syncRejects{w: t.Rejects}
 	var (
 		counts   jobs.Counts
 		countsMu sync.Mutex
@@ -112,44 +116,39 @@ func (j *Job) ExecShard(ctx context.Context, t ShardTask) (jobs.Counts, error) {
 				fail(fmt.Errorf("read: %w", err))
 				return
 			}
+			kept, keyRejects, err := guard.check(rec, j.keyIndexIn(rec), rdr.Locate(), rejects)
+			rows := rec.NumRows()
+			rec.Release()
+			if err != nil {
+				fail(err)
+				return
+			}
 			start = time.Now()
-			b, err := j.Model.Encode(rec)
+			b, err := j.Model.Encode(kept.rec)
 			t.Stats.add(StageEncode, time.Since(start))
 			if err != nil {
-				rec.Release()
+				kept.rec.Release()
 				fail(fmt.Errorf("encode: %w", err))
 				return
 			}
-			keys := rec.Column(j.keyIndexIn(rec))
-			if keys.NullN() > 0 {
-				for r := 0; r < keys.Len(); r++ {
-					if keys.IsNull(r) {
-						b.Release()
-						rec.Release()
-						fail(fmt.Errorf("%s: null key in column %q", rdr.Position(r), j.Spec.Source.Key))
-						return
-					}
-				}
-			}
-			if len(b.Rejects) > 0 {
-				for _, r := range b.Rejects {
-					if err := t.Rejects.Reject(keyString(keys, r.Row), rdr.Position(r.Row), r.Reason); err != nil {
-						b.Release()
-						rec.Release()
-						fail(fmt.Errorf("rejects: %w", err))
-						return
-					}
+			keys := kept.rec.Column(j.keyIndexIn(kept.rec))
+			for _, r := range b.Rejects {
+				if err := rejects.Reject(keyString(keys, r.Row), kept.source(r.Row), r.Reason); err != nil {
+					b.Release()
+					kept.rec.Release()
+					fail(fmt.Errorf("rejects: %w", err))
+					return
 				}
 			}
 			countsMu.Lock()
-			counts.RowsIn += rec.NumRows()
-			counts.Rejected += int64(len(b.Rejects))
+			counts.RowsIn += rows
+			counts.Rejected += int64(len(b.Rejects) + keyRejects)
 			countsMu.Unlock()
 			select {
-			case encCh <- encoded{rec: rec, batch: b}:
+			case encCh <- encoded{kept: kept, batch: b, srcRows: rows}:
 			case <-ctx.Done():
 				b.Release()
-				rec.Release()
+				kept.rec.Release()
 				return
 			}
 		}
@@ -166,11 +165,11 @@ func (j *Job) ExecShard(ctx context.Context, t ShardTask) (jobs.Counts, error) {
 			defer inferWG.Done()
 			for e := range encCh {
 				start := time.Now()
-				out, err := j.inferBatch(ctx, e, consts)
+				out, bad, err := j.inferBatch(ctx, e, consts, rejects)
 				t.Stats.add(StageInfer, time.Since(start))
-				rows := e.rec.NumRows()
+				rows := e.srcRows
 				e.batch.Release()
-				e.rec.Release()
+				e.kept.rec.Release()
 				if err != nil {
 					fail(err)
 					continue // drain encCh so stage 1 never blocks
@@ -183,6 +182,7 @@ func (j *Job) ExecShard(ctx context.Context, t ShardTask) (jobs.Counts, error) {
 				}
 				countsMu.Lock()
 				counts.RowsOut += out.NumRows()
+				counts.Rejected += int64(bad)
 				countsMu.Unlock()
 				for _, ch := range sinkChs {
 					out.Retain()
@@ -231,6 +231,7 @@ func (j *Job) ExecShard(ctx context.Context, t ShardTask) (jobs.Counts, error) {
 		abortAll()
 		return counts, firstErr
 	}
+	counts.KeySketch = guard.sketch.Encode()
 	for i, w := range writers {
 		start := time.Now()
 		err := w.Commit(ctx)
@@ -247,6 +248,19 @@ func (j *Job) ExecShard(ctx context.Context, t ShardTask) (jobs.Counts, error) {
 	return counts, nil
 }
 
+// syncRejects serializes a shard's rejects: stage 1 rejects bad keys and
+// features, the inference goroutines reject bad outputs.
+type syncRejects struct {
+	mu sync.Mutex
+	w  RejectWriter
+}
+
+func (s *syncRejects) Reject(key, position, reason string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Reject(key, position, reason)
+}
+
 // keyIndexIn finds the key column in a projected record.
 func (j *Job) keyIndexIn(rec arrow.RecordBatch) int {
 	idx := rec.Schema().FieldIndices(j.Spec.Source.Key)
@@ -257,21 +271,22 @@ func (j *Job) keyIndexIn(rec arrow.RecordBatch) int {
 }
 
 // inferBatch runs the model on one encoded batch and assembles the output
-// record (key, outputs, model_version, computed_at, params). It returns nil
-// when every row of the batch was rejected.
-func (j *Job) inferBatch(ctx context.Context, e encoded, consts *constColumns) (arrow.RecordBatch, error) {
+// record (key, outputs, model_version, computed_at, params). Rows whose
+// outputs are NaN or ±Inf become rejects and are left out; bad counts them.
+// It returns nil when no row of the batch is left.
+func (j *Job) inferBatch(ctx context.Context, e encoded, consts *constColumns, rejects RejectWriter) (out arrow.RecordBatch, bad int, err error) {
 	n := len(e.batch.Rows)
 	if n == 0 {
-		return nil, nil
+		return nil, 0, nil
 	}
 	outs, err := j.Model.Infer(ctx, e.batch)
 	if err != nil {
-		return nil, fmt.Errorf("infer: %w", err)
+		return nil, 0, fmt.Errorf("infer: %w", err)
 	}
 	defer outs.Release()
-	keys, err := gatherKeys(e.rec.Column(j.keyIndexIn(e.rec)), e.batch.Rows, int(e.rec.NumRows()))
+	keys, err := gatherKeys(e.kept.rec.Column(j.keyIndexIn(e.kept.rec)), e.batch.Rows, int(e.kept.rec.NumRows()))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer keys.Release()
 	cols := make([]arrow.Array, 0, j.Output.NumFields())
@@ -283,7 +298,23 @@ func (j *Job) inferBatch(ctx context.Context, e encoded, consts *constColumns) (
 	for _, a := range tail {
 		a.Release()
 	}
-	return rec, nil
+	badRows := nonFinite(rec, 1, 1+int(outs.NumCols()))
+	if len(badRows) == 0 {
+		return rec, 0, nil
+	}
+	defer rec.Release()
+	drop := make([]int, len(badRows))
+	for i, b := range badRows {
+		drop[i] = b.row
+		if err := rejects.Reject(keyString(keys, b.row), e.kept.source(e.batch.Rows[b.row]), b.reason); err != nil {
+			return nil, 0, fmt.Errorf("rejects: %w", err)
+		}
+	}
+	if len(drop) == n {
+		return nil, len(drop), nil
+	}
+	kept, _, err := dropRows(rec, drop)
+	return kept, len(drop), err
 }
 
 // gatherKeys returns the key column restricted to the kept rows, as String

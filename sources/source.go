@@ -48,5 +48,9 @@ type BatchReader interface {
 	// returned last, for rejects and errors naming a row:
 	// "data/dt=2026-11-01/part-0.parquet row 1234".
 	Position(row int) string
+	// Locate returns a function naming rows of the batch Next returned last
+	// as Position does, that stays valid after later calls to Next: later
+	// pipeline stages (output checks, duplicate keys) name rows with it.
+	Locate() func(row int) string
 	Close() error
 }

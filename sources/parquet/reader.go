@@ -407,6 +407,12 @@ func (r *reader) Position(row int) string {
 	return fmt.Sprintf("%s row %d", r.plan.File, r.last+int64(row))
 }
 
+// Locate implements sources.BatchReader.
+func (r *reader) Locate() func(row int) string {
+	file, last := r.plan.File, r.last
+	return func(row int) string { return fmt.Sprintf("%s row %d", file, last+int64(row)) }
+}
+
 // Close releases the column readers and closes the file.
 func (r *reader) Close() error {
 	if r.of == nil {

@@ -306,6 +306,22 @@ func (r *reader) Position(row int) string {
 	return pos
 }
 
+// Locate implements sources.BatchReader.
+func (r *reader) Locate() func(row int) string {
+	desc, last, col := r.plan.desc(), r.last, r.plan.Column
+	var keys []int64
+	if r.keyCol >= 0 {
+		keys = append([]int64(nil), r.keys...) // r.keys is reused by the next batch
+	}
+	return func(row int) string {
+		pos := fmt.Sprintf("postgres query shard %s row %d", desc, last+int64(row))
+		if row >= 0 && row < len(keys) {
+			pos += fmt.Sprintf(" (%s=%d)", col, keys[row])
+		}
+		return pos
+	}
+}
+
 // Close ends the shard's query and closes its connection. Closing before
 // the end does not drain the rest of the result: the connection is dropped,
 // which makes Postgres abandon the query.

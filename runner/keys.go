@@ -1,0 +1,165 @@
+package runner
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/precog-ml/precog/internal/hll"
+	"github.com/precog-ml/precog/sinks"
+)
+
+// keyGuard checks one shard attempt's keys before anything is encoded or
+// written. A key no store can hold (null, empty, over sinks.MaxKeyBytes,
+// NUL, invalid UTF-8) makes its row a reject. A key seen earlier in the shard
+// is a duplicate: the attempt fails naming both rows (duplicate_keys: fail)
+// or the repeat becomes a reject (duplicate_keys: reject). Every kept key
+// goes into the shard's HyperLogLog, merged across shards at publish.
+//
+// Memory is one map entry per key of the shard: bounded by
+// source.rows_per_shard, not by the dataset.
+type keyGuard struct {
+	column string
+	reject bool // duplicate_keys: reject
+	strs   map[string]uint64
+	ints   map[int64]uint64
+	// locs[b] names the rows of the shard's batch b (for duplicates).
+	locs   []func(int) string
+	sketch *hll.Sketch
+}
+
+func newKeyGuard(column, duplicatePolicy string) *keyGuard {
+	return &keyGuard{column: column, reject: duplicatePolicy == "reject",
+		strs: map[string]uint64{}, ints: map[int64]uint64{}, sketch: hll.New()}
+}
+
+// keptRows is a source batch with its rejected-key rows left out.
+type keptRows struct {
+	rec arrow.RecordBatch
+	// orig[r] is row r's index in the source batch; nil when no row was dropped.
+	orig []int
+	// loc names rows of the source batch (sources.BatchReader.Locate).
+	loc func(int) string
+}
+
+// source names row r of kept.rec in the source.
+func (k keptRows) source(r int) string {
+	if k.orig != nil {
+		r = k.orig[r]
+	}
+	return k.loc(r)
+}
+
+// check returns the batch's rows with good, first-seen keys (rec itself
+// when all are kept, else a new record; the caller releases both) and the
+// number of rows it rejected.
+func (g *keyGuard) check(rec arrow.RecordBatch, keyIdx int, loc func(int) string, rejects RejectWriter) (keptRows, int, error) {
+	batchNo := uint64(len(g.locs))
+	g.locs = append(g.locs, loc)
+	col := rec.Column(keyIdx)
+	text := isStringKey(col.DataType())
+	var drop []int
+	for r := range int(rec.NumRows()) {
+		place := batchNo<<32 | uint64(r)
+		reason, key, first, dup := "", "", uint64(0), false
+		if col.IsNull(r) {
+			reason = "null key"
+		} else if text {
+			key = keyString(col, r)
+			if reason = sinks.CheckKey(key); reason == "" {
+				if first, dup = g.strs[key]; !dup {
+					g.strs[strings.Clone(key)] = place
+					g.sketch.AddString(key)
+				}
+			}
+		} else {
+			v, err := keyInt(col, r)
+			key = fmt.Sprint(v)
+			if err != nil {
+				reason = err.Error()
+			} else if first, dup = g.ints[v]; !dup {
+				g.ints[v] = place
+				g.sketch.AddInt(v)
+			}
+		}
+		if dup {
+			firstAt := g.locs[first>>32](int(first & 0xffffffff))
+			if !g.reject {
+				return keptRows{}, 0, &sinks.DuplicateKeyError{Key: key, First: firstAt, Second: loc(r)}
+			}
+			reason = "duplicate key (first at " + firstAt + ")"
+		}
+		if reason == "" {
+			continue
+		}
+		if err := rejects.Reject(key, loc(r), fmt.Sprintf("column %s: %s", g.column, reason)); err != nil {
+			return keptRows{}, 0, fmt.Errorf("rejects: %w", err)
+		}
+		drop = append(drop, r)
+	}
+	if len(drop) == 0 {
+		rec.Retain()
+		return keptRows{rec: rec, loc: loc}, 0, nil
+	}
+	kept, orig, err := dropRows(rec, drop)
+	if err != nil {
+		return keptRows{}, 0, err
+	}
+	return keptRows{rec: kept, orig: orig, loc: loc}, len(drop), nil
+}
+
+// dropRows returns rec without the rows in drop (ascending) and the source
+// index of each kept row. Drops are rare (bad rows), so this copies through
+// slices and Concatenate rather than a general filter kernel.
+func dropRows(rec arrow.RecordBatch, drop []int) (arrow.RecordBatch, []int, error) {
+	n := int(rec.NumRows())
+	var spans [][2]int
+	orig := make([]int, 0, n-len(drop))
+	lo := 0
+	for _, d := range append(drop, n) {
+		if d > lo {
+			spans = append(spans, [2]int{lo, d})
+			for r := lo; r < d; r++ {
+				orig = append(orig, r)
+			}
+		}
+		lo = d + 1
+	}
+	cols := make([]arrow.Array, 0, rec.NumCols())
+	defer func() {
+		for _, c := range cols {
+			c.Release()
+		}
+	}()
+	for i := range int(rec.NumCols()) {
+		c, err := concatSpans(rec.Column(i), spans)
+		if err != nil {
+			return nil, nil, fmt.Errorf("drop rejected rows: column %s: %w", rec.ColumnName(i), err)
+		}
+		cols = append(cols, c)
+	}
+	return array.NewRecordBatch(rec.Schema(), cols, int64(len(orig))), orig, nil
+}
+
+func concatSpans(col arrow.Array, spans [][2]int) (arrow.Array, error) {
+	if len(spans) == 0 {
+		return array.NewSlice(col, 0, 0), nil
+	}
+	parts := make([]arrow.Array, len(spans))
+	for i, s := range spans {
+		parts[i] = array.NewSlice(col, int64(s[0]), int64(s[1]))
+	}
+	defer func() {
+		for _, p := range parts {
+			p.Release()
+		}
+	}()
+	if len(parts) == 1 {
+		parts[0].Retain()
+		return parts[0], nil
+	}
+	return array.Concatenate(parts, memory.DefaultAllocator)
+}

@@ -1,0 +1,148 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+
+	"github.com/precog-ml/precog/internal/hll"
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/sinks"
+)
+
+// maxRecomputeRounds bounds how often Stage may send lost shards back to be
+// recomputed before the run gives up: a store that keeps losing data (a
+// TTL shorter than the run, a Redis that keeps evicting) fails the run
+// instead of looping.
+const maxRecomputeRounds = 3
+
+// ErrDuplicateKeys means keys repeat across shards: the run failed and
+// nothing was published.
+var ErrDuplicateKeys = errors.New("duplicate keys")
+
+// errLost is what stageAll returns when sinks lost committed shards.
+type errLost struct {
+	shards []int
+	causes []string
+}
+
+func (e *errLost) Error() string {
+	return fmt.Sprintf("sinks lost %d committed shard(s): %v", len(e.shards), e.causes)
+}
+
+// committedShards lists the run's committed shards as the sinks verify them.
+func committedShards(shards []jobs.Shard) []sinks.CommittedShard {
+	out := make([]sinks.CommittedShard, 0, len(shards))
+	for _, s := range shards {
+		if s.State == jobs.ShardCommitted {
+			out = append(out, sinks.CommittedShard{Index: s.Index, Rows: s.Counts.RowsOut})
+		}
+	}
+	return out
+}
+
+// stageAll is phase one of the publish on every sink: nothing is visible
+// until every sink staged. Shards any sink lost come back as *errLost;
+// duplicates as an error wrapping ErrDuplicateKeys.
+func stageAll(ctx context.Context, led ledger.Ledger, snks []sinks.Sink, info sinks.RunInfo) error {
+	shards, err := led.Shards(ctx, info.RunID)
+	if err != nil {
+		return err
+	}
+	if err := checkSketches(shards); err != nil {
+		return err
+	}
+	committed := committedShards(shards)
+	lost := &errLost{}
+	for _, s := range snks {
+		err := s.Stage(ctx, info, committed)
+		var me *sinks.MissingError
+		var de *sinks.DuplicateKeyError
+		switch {
+		case err == nil:
+		case errors.As(err, &me):
+			lost.shards = append(lost.shards, me.Shards...)
+			lost.causes = append(lost.causes, me.Error())
+		case errors.As(err, &de):
+			return fmt.Errorf("%w: %w", ErrDuplicateKeys, err)
+		default:
+			return fmt.Errorf("sink %s: stage run %s: %w", s.Name(), info.RunID, err)
+		}
+	}
+	if len(lost.shards) > 0 {
+		slices.Sort(lost.shards)
+		lost.shards = slices.Compact(lost.shards)
+		return lost
+	}
+	return nil
+}
+
+// checkSketches merges the committed shards' key sketches and fails when
+// keys repeat across shards beyond the sketch's error (5 standard errors).
+// Within a shard duplicates are found exactly while it runs; stores that can
+// tell exactly (Postgres's unique index) report at their own Stage.
+func checkSketches(shards []jobs.Shard) error {
+	merged := hll.New()
+	for _, s := range shards {
+		if s.State != jobs.ShardCommitted || s.Counts.KeySketch == "" {
+			continue
+		}
+		sk, err := hll.Decode(s.Counts.KeySketch)
+		if err != nil {
+			return fmt.Errorf("shard %d: %w", s.Index, err)
+		}
+		merged.Merge(sk)
+	}
+	if dup, thr := merged.Duplicates(); dup > thr {
+		return fmt.Errorf("%w: about %.0f of %d keys appear in more than one shard (estimated from the shards' key sketches; keys must be unique per run)",
+			ErrDuplicateKeys, dup, merged.Count())
+	}
+	return nil
+}
+
+// publishAll is phase two: the atomic cutover of every sink, in order
+// (Redis last: it is what applications read).
+func publishAll(ctx context.Context, snks []sinks.Sink, info sinks.RunInfo, log *slog.Logger) error {
+	for _, s := range snks {
+		if err := s.Publish(ctx, info); err != nil {
+			return fmt.Errorf("sink %s: publish run %s (rerun the same command to retry the publish): %w", s.Name(), info.RunID, err)
+		}
+		log.Info("published", "sink", s.Name(), "run", info.RunID, "version", info.Version)
+	}
+	return nil
+}
+
+// lockAll takes every sink's writer lock. The returned context is cancelled
+// when any lock is lost; release gives every lock back.
+func lockAll(ctx context.Context, snks []sinks.Sink, info sinks.RunInfo) (context.Context, func(), error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	var held []sinks.Lock
+	release := func() {
+		cancel(nil)
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), lockReleaseTimeout)
+		defer rcancel()
+		for _, l := range held {
+			_ = l.Release(rctx)
+		}
+	}
+	holder := sinks.ThisProcess(info)
+	for _, s := range snks {
+		l, err := s.Lock(ctx, info, holder)
+		if err != nil {
+			release()
+			return nil, nil, fmt.Errorf("sink %s: %w", s.Name(), err)
+		}
+		held = append(held, l)
+		go func(name string) {
+			select {
+			case <-l.Lost():
+				cancel(fmt.Errorf("sink %s: writer lock lost; stopped writing so that another writer's data is not overwritten", name))
+			case <-ctx.Done():
+			}
+		}(s.Name())
+	}
+	return ctx, release, nil
+}
