@@ -67,7 +67,7 @@ func TestParseBadSpecs(t *testing.T) {
 			return baseSpec + "  redis: { adr: x, namespace: recs }\n"
 		}, nil, `sinks.redis.adr: unknown field "adr"; did you mean "addr"?`, 15},
 		{"unknown field lists known ones", func(t *testing.T) string { return baseSpec + "retry: { zzzzzz: 1 }\n" },
-			nil, `retry.zzzzzz: unknown field "zzzzzz" (known fields: max_attempts)`, 15},
+			nil, `retry.zzzzzz: unknown field "zzzzzz" (known fields: max_attempts, transient_window)`, 15},
 		{"wrong type", func(t *testing.T) string { return mutate(t, "batch_size: 256", "batch_size: lots") },
 			nil, `model.batch_size: expected an integer, got "lots"`, 12},
 		{"wrong kind", func(t *testing.T) string {

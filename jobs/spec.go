@@ -131,6 +131,10 @@ type ParquetSinkSpec struct {
 // RetrySpec bounds attempts per shard.
 type RetrySpec struct {
 	MaxAttempts int `yaml:"max_attempts"` // default 3
+	// TransientWindow is how long transient errors (a store restarting,
+	// connection refused or reset, timeouts) are retried with backoff before
+	// they count as a failed attempt. Default 60s.
+	TransientWindow Duration `yaml:"transient_window"`
 }
 
 // ServingSpec configures the lookup API for this job's namespace.

@@ -29,6 +29,7 @@ const (
 	DefaultMaxAttempts         = 3
 	DefaultMaxRejectedFraction = 0.01
 	DefaultDuplicateKeys       = "fail"
+	DefaultTransientWindow     = 60 * time.Second
 	// MaxBatchSize bounds model.batch_size (rows per inference call).
 	MaxBatchSize = 1 << 20
 )
@@ -103,6 +104,9 @@ func (d *decoder) applyDefaults(s *Spec) {
 	if absent("retry.max_attempts") {
 		s.Retry.MaxAttempts = DefaultMaxAttempts
 	}
+	if absent("retry.transient_window") {
+		s.Retry.TransientWindow.Duration = DefaultTransientWindow
+	}
 	if s.MaxRejectedFraction == nil {
 		f := DefaultMaxRejectedFraction
 		s.MaxRejectedFraction = &f
@@ -144,6 +148,9 @@ func (d *decoder) validate(s *Spec) {
 	d.validateSinks(s)
 	if s.Retry.MaxAttempts < 1 {
 		d.fail("retry.max_attempts", "must be >= 1 (got %d)", s.Retry.MaxAttempts)
+	}
+	if w := s.Retry.TransientWindow.Duration; w < 0 || w > 24*time.Hour {
+		d.fail("retry.transient_window", "must be between 0 (no retries of transient errors) and 24h (got %v)", w)
 	}
 	switch s.DuplicateKeys {
 	case "fail", "reject":

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/precog-ml/precog/internal/retry"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/ledger/bolt"
@@ -181,6 +182,14 @@ func RunLocal(ctx context.Context, spec *jobs.Spec, opts LocalOptions) (Result, 
 	return res, err
 }
 
+// policy is how transient store errors are retried (retry.transient_window).
+func (lr *localRun) policy() retry.Policy {
+	if w := lr.job.Spec.Retry.TransientWindow.Duration; w > 0 {
+		return retry.Policy{Window: w}
+	}
+	return retry.Policy{Window: -1}
+}
+
 // runAndPublish holds the sinks' locks while it prepares them, executes the
 // shards, stages and publishes.
 func (lr *localRun) runAndPublish(ctx context.Context, run jobs.Run) error {
@@ -190,7 +199,7 @@ func (lr *localRun) runAndPublish(ctx context.Context, run jobs.Run) error {
 	}
 	defer unlock()
 	for _, s := range lr.snks {
-		if err := s.Prepare(ctx, lr.info); err != nil {
+		if err := lr.policy().Do(ctx, func(ctx context.Context) error { return s.Prepare(ctx, lr.info) }); err != nil {
 			return fmt.Errorf("sink %s: prepare: %w", s.Name(), err)
 		}
 	}
@@ -200,7 +209,7 @@ func (lr *localRun) runAndPublish(ctx context.Context, run jobs.Run) error {
 				return err
 			}
 		}
-		err := stageAll(ctx, lr.led, lr.snks, lr.info)
+		err := stageAll(ctx, lr.led, lr.snks, lr.info, lr.policy())
 		var lost *errLost
 		switch {
 		case errors.As(err, &lost) && round < maxRecomputeRounds:
@@ -224,7 +233,7 @@ func (lr *localRun) runAndPublish(ctx context.Context, run jobs.Run) error {
 		}
 		break
 	}
-	if err := publishAll(ctx, lr.snks, lr.info, lr.log); err != nil {
+	if err := publishAll(ctx, lr.snks, lr.info, lr.policy(), lr.log); err != nil {
 		return err
 	}
 	if err := lr.led.SetRunState(ctx, run.ID, jobs.RunSucceeded, ""); err != nil {
@@ -418,6 +427,7 @@ func runShards(ctx context.Context, led ledger.Ledger, job *Job, snks []sinks.Si
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			streak := &transientStreak{policy: retry.Policy{Window: job.Spec.Retry.TransientWindow.Duration}}
 			for ctx.Err() == nil {
 				sh, err := led.Claim(ctx, run.ID, worker, opts.Lease)
 				if errors.Is(err, ledger.ErrNoShard) {
@@ -431,6 +441,7 @@ func runShards(ctx context.Context, led ledger.Ledger, job *Job, snks []sinks.Si
 				counts, err := execWithLease(ctx, led, job, snks, info, run, sh, worker, opts, stats, onRows)
 				switch {
 				case err == nil:
+					streak.reset()
 					shardsTotal.WithLabelValues("committed").Inc()
 					shardSeconds.Observe(time.Since(began).Seconds())
 					rowsTotal.WithLabelValues("read").Add(float64(counts.RowsIn))
@@ -450,6 +461,19 @@ func runShards(ctx context.Context, led ledger.Ledger, job *Job, snks []sinks.Si
 					shardsTotal.WithLabelValues("released").Inc()
 					_ = led.Release(context.WithoutCancel(ctx), run.ID, sh.Index, worker)
 					return
+				case retry.Classify(err) == retry.Permanent:
+					// Retrying cannot help (a full disk, a permission, bad
+					// data): fail at once with the cause.
+					shardsTotal.WithLabelValues("failed").Inc()
+					_ = led.Fail(ctx, run.ID, sh.Index, worker, err.Error(), false, maxAttempts)
+					cancel(fmt.Errorf("%w (a permanent error: not retried)", err))
+					return
+				case retry.Classify(err) == retry.Transient && streak.retry(ctx, err):
+					// A store restarting or a network blip: back off and try
+					// again without spending an attempt, within the window.
+					shardsTotal.WithLabelValues("released").Inc()
+					log.Warn("transient error; retrying the shard after a backoff", "shard", sh.Index, "err", err)
+					_ = led.Release(context.WithoutCancel(ctx), run.ID, sh.Index, worker)
 				default:
 					shardsTotal.WithLabelValues("failed").Inc()
 					log.Warn("shard failed", "shard", sh.Index, "attempt", sh.Attempts, "max_attempts", maxAttempts, "err", err)
@@ -479,6 +503,42 @@ func runShards(ctx context.Context, led ledger.Ledger, job *Job, snks []sinks.Si
 	}
 	return nil
 }
+
+// transientStreak is one shard loop's run of transient failures: retried
+// with backoff until the policy's window since the first one has passed.
+type transientStreak struct {
+	policy retry.Policy
+	first  time.Time
+	n      int
+}
+
+// retry sleeps the next backoff and reports true while the window allows
+// another try; false when it has passed (the failure then counts as an
+// attempt) or ctx ended.
+func (s *transientStreak) retry(ctx context.Context, _ error) bool {
+	if s.policy.Window <= 0 {
+		return false
+	}
+	if s.first.IsZero() {
+		s.first = time.Now()
+	}
+	d := s.policy.Delay(s.n)
+	if time.Since(s.first)+d > s.policy.Window {
+		s.reset()
+		return false
+	}
+	s.n++
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (s *transientStreak) reset() { s.first, s.n = time.Time{}, 0 }
 
 // execWithLease runs one shard attempt while heartbeating its lease; a lost
 // lease cancels the attempt before it can commit.

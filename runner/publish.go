@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/precog-ml/precog/internal/hll"
+	"github.com/precog-ml/precog/internal/retry"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/sinks"
@@ -47,7 +48,8 @@ func committedShards(shards []jobs.Shard) []sinks.CommittedShard {
 // stageAll is phase one of the publish on every sink: nothing is visible
 // until every sink staged. Shards any sink lost come back as *errLost;
 // duplicates as an error wrapping ErrDuplicateKeys.
-func stageAll(ctx context.Context, led ledger.Ledger, snks []sinks.Sink, info sinks.RunInfo) error {
+// Transient errors are retried under policy.
+func stageAll(ctx context.Context, led ledger.Ledger, snks []sinks.Sink, info sinks.RunInfo, policy retry.Policy) error {
 	shards, err := led.Shards(ctx, info.RunID)
 	if err != nil {
 		return err
@@ -58,7 +60,7 @@ func stageAll(ctx context.Context, led ledger.Ledger, snks []sinks.Sink, info si
 	committed := committedShards(shards)
 	lost := &errLost{}
 	for _, s := range snks {
-		err := s.Stage(ctx, info, committed)
+		err := policy.Do(ctx, func(ctx context.Context) error { return s.Stage(ctx, info, committed) })
 		var me *sinks.MissingError
 		var de *sinks.DuplicateKeyError
 		switch {
@@ -105,9 +107,9 @@ func checkSketches(shards []jobs.Shard) error {
 
 // publishAll is phase two: the atomic cutover of every sink, in order
 // (Redis last: it is what applications read).
-func publishAll(ctx context.Context, snks []sinks.Sink, info sinks.RunInfo, log *slog.Logger) error {
+func publishAll(ctx context.Context, snks []sinks.Sink, info sinks.RunInfo, policy retry.Policy, log *slog.Logger) error {
 	for _, s := range snks {
-		if err := s.Publish(ctx, info); err != nil {
+		if err := policy.Do(ctx, func(ctx context.Context) error { return s.Publish(ctx, info) }); err != nil {
 			return fmt.Errorf("sink %s: publish run %s (rerun the same command to retry the publish): %w", s.Name(), info.RunID, err)
 		}
 		log.Info("published", "sink", s.Name(), "run", info.RunID, "version", info.Version)

@@ -139,6 +139,9 @@ type NotOwnedError struct {
 	Hint string
 }
 
+// Permanent tells retry policies that retrying cannot help.
+func (e *NotOwnedError) Permanent() bool { return true }
+
 func (e *NotOwnedError) Error() string {
 	msg := fmt.Sprintf("%s target %s exists and was not created by precog; it is left untouched", e.Sink, e.Target)
 	if e.Hint != "" {
@@ -181,6 +184,9 @@ type DuplicateKeyError struct {
 	// First and Second name the two places (shard, file and row) when known.
 	First, Second string
 }
+
+// Permanent tells retry policies that retrying cannot help.
+func (e *DuplicateKeyError) Permanent() bool { return true }
 
 func (e *DuplicateKeyError) Error() string {
 	msg := fmt.Sprintf("duplicate key %q", e.Key)
