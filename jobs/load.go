@@ -135,6 +135,7 @@ func Parse(data []byte, file string, params map[string]string, lookupEnv func(st
 	var s Spec
 	d.decode(root, reflect.ValueOf(&s).Elem(), "")
 	s.File = file
+	s.Raw = append([]byte(nil), data...)
 	if len(params) > 0 {
 		s.Params = make(map[string]string, len(params))
 		for k, v := range params {

@@ -73,6 +73,9 @@ type Run struct {
 	// Spec is the job spec source (YAML) the run was created from, so that
 	// cluster workers execute exactly what was submitted.
 	Spec []byte `json:"spec,omitempty"`
+	// SpecFile is where Spec was loaded from (relative paths in it resolve
+	// against its directory).
+	SpecFile string `json:"spec_file,omitempty"`
 }
 
 // Shard is one unit of work and of resume: a slice of the source planned

@@ -29,6 +29,10 @@ type Spec struct {
 
 	// File is the path the spec was loaded from ("" when parsed from bytes).
 	File string `yaml:"-"`
+	// Raw is the spec's YAML as read, before ${ENV} expansion: what a run
+	// records so that it can be cancelled or resumed from another process
+	// without secrets ever reaching the ledger.
+	Raw []byte `yaml:"-"`
 	// Params are the run parameters the templates were rendered with.
 	Params map[string]string `yaml:"-"`
 

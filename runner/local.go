@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -19,6 +20,7 @@ import (
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/ledger/bolt"
 	"github.com/precog-ml/precog/sinks"
+	"github.com/precog-ml/precog/sources"
 )
 
 // ErrInterrupted means the run was stopped (Ctrl-C, SIGTERM) before it
@@ -321,6 +323,55 @@ func (lr *localRun) execute(ctx context.Context, run jobs.Run, recompute bool) e
 
 // succeededRun reports whether the newest run of the job with the same
 // params succeeded with the same spec and model.
+// checkUnchanged refuses to resume run when its spec, its model or its
+// source changed since it was planned: resuming would publish a mix, or
+// silently leave out files added since. It points at --restart.
+func checkUnchanged(ctx context.Context, led ledger.Ledger, job *Job, run jobs.Run) error {
+	spec := job.Spec
+	changed := ""
+	if run.SpecHash != spec.Hash() {
+		changed = "the job spec changed"
+	} else if run.ModelVersion != job.Model.Version() {
+		changed = fmt.Sprintf("the model changed (version %s, the run has %s)", job.Model.Version(), run.ModelVersion)
+	} else {
+		plans, err := job.Source.Plan(ctx, spec.Source.RowsPerShard)
+		if err != nil {
+			return fmt.Errorf("re-plan the source to resume run %s: %w", run.ID, err)
+		}
+		shards, err := led.Shards(ctx, run.ID)
+		if err != nil {
+			return err
+		}
+		if diff := planDiff(shards, plans); diff != "" {
+			changed = "the source changed since it was planned (" + diff + ")"
+		}
+	}
+	if changed == "" {
+		return nil
+	}
+	return fmt.Errorf("run %s of %s is unfinished but %s; rerun with --restart to abandon it and start a new run", run.ID, spec.Name, changed)
+}
+
+// planDiff describes how a fresh plan differs from a run's shards ("" when
+// it is the same plan).
+func planDiff(shards []jobs.Shard, plans []sources.ShardPlan) string {
+	var oldRows, newRows int64
+	differ := len(shards) != len(plans)
+	for i, s := range shards {
+		oldRows += s.EstRows
+		if i < len(plans) && !bytes.Equal(s.Plan, plans[i].Plan) {
+			differ = true
+		}
+	}
+	for _, p := range plans {
+		newRows += p.Rows
+	}
+	if !differ {
+		return ""
+	}
+	return fmt.Sprintf("it now plans %d shards and %d rows; the run has %d shards and %d rows", len(plans), newRows, len(shards), oldRows)
+}
+
 func succeededRun(ctx context.Context, led ledger.Ledger, job *Job) (jobs.Run, bool, error) {
 	runs, err := led.Runs(ctx, job.Spec.Name, 0)
 	if err != nil {
@@ -344,39 +395,33 @@ func openOrCreateRun(ctx context.Context, led ledger.Ledger, job *Job, snks []si
 	paramsKey := jobs.ParamsKey(spec.Params)
 	run, err := led.OpenRun(ctx, spec.Name, paramsKey)
 	switch {
+	case err == nil && opts.Restart:
+		info := sinks.RunInfo{Job: spec.Name, RunID: run.ID, Version: run.Version, Params: run.Params, Schema: job.Output, Key: spec.Source.Key}
+		log.Info("abandoning the unfinished run (--restart)", "run", run.ID)
+		endRun(ctx, led, snks, info, jobs.RunCancelled, errors.New("abandoned by --restart"), log)
 	case err == nil:
-		changed := ""
-		if run.SpecHash != spec.Hash() {
-			changed = "the job spec"
-		} else if run.ModelVersion != job.Model.Version() {
-			changed = fmt.Sprintf("the model (version %s, run has %s)", job.Model.Version(), run.ModelVersion)
+		if err := checkUnchanged(ctx, led, job, run); err != nil {
+			return run, false, err
 		}
-		if changed == "" {
-			// Only this process can hold the ledger: leases of a killed
-			// earlier process are stale, release them now.
-			shards, err := led.Shards(ctx, run.ID)
-			if err != nil {
-				return run, false, err
-			}
-			for _, s := range shards {
-				if s.State == jobs.ShardRunning {
-					if err := led.Release(ctx, run.ID, s.Index, s.Worker); err != nil && !errors.Is(err, ledger.ErrLeaseLost) {
-						return run, false, err
-					}
+		// Only this process can hold the ledger: leases of a killed
+		// earlier process are stale, release them now.
+		shards, err := led.Shards(ctx, run.ID)
+		if err != nil {
+			return run, false, err
+		}
+		for _, s := range shards {
+			if s.State == jobs.ShardRunning {
+				if err := led.Release(ctx, run.ID, s.Index, s.Worker); err != nil && !errors.Is(err, ledger.ErrLeaseLost) {
+					return run, false, err
 				}
 			}
-			if n, err := led.RetryFailed(ctx, run.ID); err != nil {
-				return run, false, err
-			} else if n > 0 {
-				log.Info("retrying failed shards", "run", run.ID, "shards", n)
-			}
-			return run, true, nil
 		}
-		if !opts.Restart {
-			return run, false, fmt.Errorf("run %s of %s is unfinished but %s changed since it started; rerun with --restart to abandon it and start over", run.ID, spec.Name, changed)
+		if n, err := led.RetryFailed(ctx, run.ID); err != nil {
+			return run, false, err
+		} else if n > 0 {
+			log.Info("retrying failed shards", "run", run.ID, "shards", n)
 		}
-		info := sinks.RunInfo{Job: spec.Name, RunID: run.ID, Version: run.Version, Params: run.Params, Schema: job.Output, Key: spec.Source.Key}
-		abortRun(ctx, led, snks, info, fmt.Errorf("abandoned: %s changed (--restart)", changed), log)
+		return run, true, nil
 	case !errors.Is(err, ledger.ErrNotFound):
 		return run, false, err
 	}
@@ -391,6 +436,7 @@ func openOrCreateRun(ctx context.Context, led ledger.Ledger, job *Job, snks []si
 		ID: spec.Name + "-" + version, Job: spec.Name, Version: version, Params: spec.Params,
 		ParamsKey: paramsKey, SpecHash: spec.Hash(), ModelVersion: job.Model.Version(),
 		State: jobs.RunPending, Shards: len(plans), CreatedAt: now, UpdatedAt: now,
+		Spec: spec.Raw, SpecFile: spec.File,
 	}
 	shards := make([]jobs.Shard, len(plans))
 	for i, p := range plans {
@@ -578,9 +624,16 @@ func execWithLease(ctx context.Context, led ledger.Ledger, job *Job, snks []sink
 
 // abortRun marks the run failed and removes what it wrote from every sink.
 func abortRun(ctx context.Context, led ledger.Ledger, snks []sinks.Sink, info sinks.RunInfo, cause error, log *slog.Logger) {
+	endRun(ctx, led, snks, info, jobs.RunFailed, cause, log)
+}
+
+// endRun moves an unpublished run to a terminal state (failed, cancelled)
+// and removes what it wrote from every sink, so no orphan tables, keys or
+// staging directories are left behind.
+func endRun(ctx context.Context, led ledger.Ledger, snks []sinks.Sink, info sinks.RunInfo, state jobs.RunState, cause error, log *slog.Logger) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	if err := led.SetRunState(actx, info.RunID, jobs.RunFailed, cause.Error()); err != nil {
+	if err := led.SetRunState(actx, info.RunID, state, cause.Error()); err != nil {
 		log.Warn("mark run failed", "run", info.RunID, "err", err)
 	}
 	for _, s := range snks {

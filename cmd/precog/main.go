@@ -130,7 +130,8 @@ Exit codes: 0 success, 1 run failed, 2 invalid input (nothing ran), 130 interrup
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
 	root.PersistentFlags().BoolVar(&g.logJSON, "log-json", false, "logs as JSON lines")
 	root.PersistentFlags().StringVar(&g.cpuProf, "cpu-profile", "", "write a Go CPU profile to this file (for performance reports)")
-	root.AddCommand(newRunCmd(g), newValidateCmd(g), newInspectCmd(g), newBackfillCmd(g), newRollbackCmd(g), newServeCmd(g))
+	root.AddCommand(newRunCmd(g), newValidateCmd(g), newInspectCmd(g), newBackfillCmd(g), newRollbackCmd(g), newServeCmd(g),
+		newRunsCmd(g), newStatusCmd(g), newCancelCmd(g))
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return invalid(err) })
 	for _, c := range root.Commands() {
 		if c.Args != nil {

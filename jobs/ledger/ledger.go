@@ -23,6 +23,9 @@ var (
 	ErrLeaseLost = errors.New("shard lease lost")
 	// ErrRunFinished: the run is terminal (succeeded, failed or cancelled).
 	ErrRunFinished = errors.New("run finished")
+	// ErrBusy: the ledger is held by another process (the embedded ledger
+	// admits one); retry later.
+	ErrBusy = errors.New("ledger busy")
 )
 
 // Ledger records runs and shards. Every method is safe for concurrent use.

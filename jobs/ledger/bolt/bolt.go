@@ -74,7 +74,7 @@ func Open(path string) (*Ledger, error) {
 			if b, rerr := os.ReadFile(pidFile); rerr == nil && len(bytes.TrimSpace(b)) > 0 {
 				pid = string(bytes.TrimSpace(b))
 			}
-			return nil, fmt.Errorf("ledger: state dir %s is in use by another precog process (pid %s)", dir, pid)
+			return nil, fmt.Errorf("ledger: state dir %s is in use by another precog process (pid %s): %w", dir, pid, ledger.ErrBusy)
 		}
 		return nil, fmt.Errorf("ledger: open %s: %w", path, err)
 	}
