@@ -209,8 +209,8 @@ func TestUnreachableSinks(t *testing.T) {
 	spec := writeSpec(t, dir, "job.yaml", body)
 	for _, verb := range []string{"validate", "run"} {
 		r := precog(t, dir, verb, spec, "--param", "date=2026-11-01")
-		if r.code == 0 || !strings.Contains(r.stderr, "127.0.0.1:1") {
-			t.Errorf("%s: exit %d, stderr %s", verb, r.code, r.stderr)
+		if r.code != 75 || !strings.Contains(r.stderr, "127.0.0.1:1") {
+			t.Errorf("%s: exit %d, want 75 (unavailable, retry later); stderr %s", verb, r.code, r.stderr)
 		}
 		if strings.Contains(r.stderr, "s3cret") {
 			t.Errorf("%s: the password leaked: %s", verb, r.stderr)

@@ -14,7 +14,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/runner"
+	"github.com/precog-ml/precog/sinks"
 )
 
 // Exit codes, stable for scripts and tests.
@@ -22,6 +24,7 @@ const (
 	exitOK          = 0
 	exitFailed      = 1   // the run (or command) failed while executing
 	exitInvalid     = 2   // bad spec, model, data schema or command line: nothing ran
+	exitUnavailable = 75  // a store unreachable, the state dir or a sink target busy: retry later (EX_TEMPFAIL)
 	exitInterrupted = 130 // Ctrl-C / SIGTERM: committed work is kept, rerun resumes
 )
 
@@ -72,9 +75,12 @@ func run(args []string) int {
 	}
 	fmt.Fprintln(os.Stderr, "error:", err)
 	var inv invalidError
+	var locked *sinks.LockedError
 	switch {
 	case errors.Is(err, runner.ErrInterrupted) || errors.Is(err, context.Canceled):
 		return exitInterrupted
+	case errors.Is(err, sinks.ErrUnreachable) || errors.Is(err, ledger.ErrBusy) || errors.As(err, &locked):
+		return exitUnavailable
 	case errors.As(err, &inv):
 		return exitInvalid
 	}
@@ -92,7 +98,9 @@ an ONNX model, and writes the predictions to Redis, Postgres and/or Parquet. Wor
 is split into shards recorded in a ledger: a run that is killed resumes where it
 stopped, and readers only ever see a complete run (atomic publish).
 
-Exit codes: 0 success, 1 run failed, 2 invalid input (nothing ran), 130 interrupted.`,
+Exit codes: 0 success, 1 run failed, 2 invalid input (nothing ran; do not retry),
+75 unavailable (a store unreachable, the state dir or a sink target busy; retry
+later), 130 interrupted (committed work kept; the same command resumes).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
