@@ -65,7 +65,8 @@ func (pg *PG) Exec(t testing.TB, sql string, args ...any) {
 	}
 }
 
-// pgServer is the shared Postgres server of this test binary.
+// pgServer is the shared Postgres server of this test binary, or a
+// private one (NewPostgres).
 type pgServer struct {
 	proc    *serverProc
 	host    string
@@ -73,6 +74,9 @@ type pgServer struct {
 	user    string
 	admin   *pgxpool.Pool // on database "postgres", for CREATE/DROP DATABASE
 	dataDir string
+	// command makes the server's command line again, for Restart.
+	command func() *exec.Cmd
+	logPath string
 }
 
 var (
@@ -177,6 +181,73 @@ func runAs() (*syscall.Credential, int, int, error) {
 
 // startPostgres initialises a cluster in a temp dir and starts it on a free
 // port, retrying with another port if one was taken meanwhile.
+// PGServer is a private Postgres server for one test (NewPostgres), which
+// the test may restart to check that clients ride it out.
+type PGServer struct {
+	PG
+	srv *pgServer
+	mu  sync.Mutex
+}
+
+// NewPostgres starts a private Postgres server with one empty database
+// (PG.Database), stopped and removed at cleanup.
+func NewPostgres(t testing.TB) *PGServer {
+	t.Helper()
+	srv, err := startPostgres()
+	if err != nil {
+		if pgMissing {
+			missingBinary(t, "postgres", err)
+		}
+		t.Fatalf("%v", err)
+	}
+	p := &PGServer{srv: srv}
+	t.Cleanup(func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.srv.admin != nil {
+			p.srv.admin.Close()
+		}
+		p.srv.proc.removeDir = true
+		p.srv.proc.stop()
+	})
+	const name = "private"
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := srv.admin.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C'"); err != nil {
+		t.Fatalf("testservers: create database %s: %v", name, err)
+	}
+	p.PG = PG{DSN: pgDSN(srv.user, srv.host, srv.port, name), Database: name, Host: srv.host, Port: srv.port, User: srv.user}
+	return p
+}
+
+// Restart stops the server (a fast shutdown, as an operator's restart:
+// every connection is cut, committed data kept), keeps it down for down, and
+// starts it again on the same port and data.
+func (p *PGServer) Restart(t testing.TB, down time.Duration) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.srv
+	if s.admin != nil {
+		s.admin.Close()
+		s.admin = nil
+	}
+	dir := s.proc.dir
+	s.proc.removeDir = false
+	s.proc.stopSig = syscall.SIGINT
+	s.proc.stop()
+	time.Sleep(down)
+	proc, err := startProc("postgres", s.command(), s.logPath, syscall.SIGQUIT)
+	if err != nil {
+		t.Fatalf("testservers: restart postgres: %v", err)
+	}
+	proc.dir = dir
+	s.proc = proc
+	if err := s.waitReady(30 * time.Second); err != nil {
+		t.Fatalf("testservers: restart postgres: %v", err)
+	}
+}
+
 func startPostgres() (*pgServer, error) {
 	bin, err := pgBinDir()
 	if err != nil {
@@ -221,14 +292,18 @@ func startPostgres() (*pgServer, error) {
 		if err != nil {
 			return fail(err)
 		}
-		cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-k", sock, "-p", strconv.Itoa(port),
-			"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
-			"-c", "full_page_writes=off", "-c", "shared_buffers=64MB", "-c", "max_connections=400",
-			"-c", "log_min_messages=warning",
-			// mmap segments live in the data dir, so a killed server leaks none.
-			"-c", "dynamic_shared_memory_type=mmap")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-		cmd.Env = append(os.Environ(), "LC_ALL=C")
+		command := func() *exec.Cmd {
+			cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-k", sock, "-p", strconv.Itoa(port),
+				"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
+				"-c", "full_page_writes=off", "-c", "shared_buffers=64MB", "-c", "max_connections=400",
+				"-c", "log_min_messages=warning",
+				// mmap segments live in the data dir, so a killed server leaks none.
+				"-c", "dynamic_shared_memory_type=mmap")
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+			cmd.Env = append(os.Environ(), "LC_ALL=C")
+			return cmd
+		}
+		cmd := command()
 		logPath := filepath.Join(dir, fmt.Sprintf("postgres-%d.log", attempt))
 		if cred != nil {
 			f, err := os.Create(logPath)
@@ -244,7 +319,7 @@ func startPostgres() (*pgServer, error) {
 		}
 		proc.dir = dir
 		proc.removeDir = true
-		srv := &pgServer{proc: proc, host: "127.0.0.1", port: port, user: superuser, dataDir: data}
+		srv := &pgServer{proc: proc, host: "127.0.0.1", port: port, user: superuser, dataDir: data, command: command, logPath: logPath}
 		if err := srv.waitReady(20 * time.Second); err != nil {
 			lastErr = err
 			tail := proc.logTail()

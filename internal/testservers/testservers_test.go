@@ -126,3 +126,18 @@ func TestNewRedisPassword(t *testing.T) {
 		t.Fatal("PING without password succeeded")
 	}
 }
+
+func TestNewPostgresRestart(t *testing.T) {
+	pg := NewPostgres(t)
+	pg.Exec(t, "CREATE TABLE kept (x int); INSERT INTO kept VALUES (1)")
+	pg.Restart(t, 200*time.Millisecond)
+	var n int
+	conn, err := pgx.Connect(context.Background(), pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM kept").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("after restart: %d rows, %v", n, err)
+	}
+}
