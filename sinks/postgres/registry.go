@@ -223,7 +223,7 @@ func (s *Sink) dropOwned(ctx context.Context, tx pgx.Tx, name string) (untouched
 		return false, err
 	}
 	if !o.ours(s.job) {
-		s.log.Warn("not dropping a table precog did not create", "table", s.schema+"."+name)
+		s.log.Warn("not dropping a table precog did not create", "object", s.schema+"."+name)
 		return true, nil
 	}
 	if _, err := tx.Exec(ctx, "DROP TABLE "+s.ident(name)); err != nil {
