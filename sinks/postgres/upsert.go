@@ -22,7 +22,8 @@ func (s *Sink) upsertKey(run sinks.RunInfo) []string {
 }
 
 // partition is the upsert table's rows a run replaces: those of its
-// params and, with model_version_in_key, of the model versions it staged.
+// params and, with model_version_in_key, of the model versions it staged
+// (so an empty run replaces nothing in that mode: it names no model).
 func (s *Sink) partition(run sinks.RunInfo) (where string, args []any) {
 	conds := []string{"true"}
 	for _, p := range paramCols(run) {
