@@ -115,7 +115,7 @@ func OpenSinks(ctx context.Context, spec *jobs.Spec) ([]sinks.Sink, error) {
 		out = append(out, s)
 	}
 	if spec.Sinks.Postgres != nil {
-		s, err := pgsink.New(ctx, *spec.Sinks.Postgres)
+		s, err := pgsink.New(ctx, spec.Name, *spec.Sinks.Postgres)
 		if err != nil {
 			return fail(fmt.Errorf("sinks.postgres: %w", err))
 		}

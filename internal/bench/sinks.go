@@ -217,7 +217,7 @@ func rawPipelinedSet(ctx context.Context, c *goredis.Client, keys []string, vals
 
 func (h *harness) pgSink(ctx context.Context, s *section, dsn string) error {
 	const table = "bench_sink"
-	sk, err := pgsink.New(ctx, jobs.PostgresSinkSpec{DSN: dsn, Table: table, Mode: pgsink.ModeReplace, Retain: reps + 1})
+	sk, err := pgsink.New(ctx, "bench", jobs.PostgresSinkSpec{DSN: dsn, Table: table, Mode: pgsink.ModeReplace, Retain: reps + 1})
 	if err != nil {
 		return err
 	}

@@ -1,43 +1,48 @@
 // Package postgres is the Postgres sink: predictions in a table analysts
 // query and the lookup API falls back to (contract 2 of DESIGN.md).
 //
-// # mode: replace (default)
+// # Writing
 //
 // Each run writes into its own run table {table}__{version} (shortened with a
-// hash where that exceeds Postgres' 63 bytes). Readers query the view
-// {table}, which Publish re-points at the new run table in one transaction
-// (DROP VIEW + CREATE VIEW: atomic for readers, and unlike CREATE OR REPLACE
-// VIEW it allows column types to change between runs). A reader sees the old
-// run until the commit, then the new one, never a mix. The key index is
-// built after the load, before the switch. Run tables beyond Retain are
-// dropped at Publish; Rollback points the view back at a retained one.
-//
-// Run tables carry a hidden _shard column the view does not expose. Each
-// shard attempt is one transaction: it locks the shard's row in
+// hash where that exceeds Postgres' 63 bytes) with a hidden _shard column.
+// Each shard attempt is one transaction: it locks the shard's row in
 // precog_shards, deletes the rows an earlier committed attempt left (only
 // when there was one, so a first attempt never scans), and streams its rows
 // with a binary COPY encoded straight from the Arrow columns. A retried
 // shard thus replaces its own rows exactly; an attempt that never commits
 // leaves nothing.
 //
-// # mode: upsert
+// # Two-phase publish
 //
-// {table} is a real table with primary key (run params…, key) and a
-// _precog_version column. Each shard COPYs into a temporary table and merges
-// it with INSERT … ON CONFLICT DO UPDATE in one transaction, so a retried
-// shard or a re-run overwrites rows in place. Publish deletes the rows of the
-// same params that the run did not rewrite, so re-running a date replaces
-// that date's rows and nothing else. Rows are visible as each shard commits
-// (there is no atomic cutover in this mode), Abort cannot undo them, and
-// there is no version to roll back to.
+// Stage (stage.go) does every fallible step: it deletes rows of shards the
+// ledger did not commit (abandoned attempts), compares the rows per shard
+// with the ledger (*sinks.MissingError), builds the unique key index (the
+// exact cross-shard duplicate check, *sinks.DuplicateKeyError), ANALYZEs,
+// and in upsert mode checks the staged rows fit the target table. Publish
+// is then one transaction that only switches what readers see.
 //
-// # Bookkeeping
+// mode: replace (default): readers query the view {table}, which Publish
+// re-points at the run table (view.go): CREATE OR REPLACE VIEW when the
+// columns allow, otherwise DROP + CREATE re-applying the old view's grants,
+// owner and comment, so readers' privileges survive every publish and
+// rollback. Run tables beyond Retain are dropped at Publish; Rollback points
+// the view back at a retained one.
 //
-// precog_versions (in the sink's schema) records each published version:
-// table, version, job, run id, run table, published_at and whether it is
-// current. precog_shards counts committed attempts per run table and shard.
-// DDL runs under a transaction-scoped advisory lock per table, so several
-// workers may Prepare and Publish concurrently.
+// mode: upsert (upsert.go): {table} is a real table keyed by (run params…,
+// [model_version,] key). Publish deletes the partition's rows and inserts
+// the staged ones in one transaction, so a reader sees the whole old
+// partition or the whole new one, and an interrupted run changes nothing.
+//
+// # Safety
+//
+// precog_objects (registry.go) records, by oid, every table and view the
+// sink created and for which job. Nothing is written into, replaced or
+// dropped unless it is registered to the same job: a user's object by
+// that name is a *sinks.NotOwnedError from Check and Prepare, and retention
+// and Abort leave it alone. precog_locks (lock.go) holds one writer per
+// target with a renewed lease. precog_versions records each published
+// version; DDL runs under a transaction-scoped advisory lock per table, so
+// several workers may Prepare, Stage and Publish concurrently.
 package postgres
 
 import (
@@ -50,6 +55,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -76,10 +82,13 @@ const (
 // the shard writers of one process.
 type Sink struct {
 	spec   jobs.PostgresSinkSpec
+	job    string // owner of what the sink creates, in precog_objects
 	pool   *pgxpool.Pool
 	schema string
 	vector map[string]bool
 	log    *slog.Logger
+	// lockTTL is the lease of a writer lock; renewed every lockTTL/3.
+	lockTTL time.Duration
 
 	mu     sync.Mutex
 	active map[string]*shardWriter // in-flight attempt per version/shard
@@ -90,11 +99,16 @@ type Sink struct {
 var (
 	_ sinks.Sink       = (*Sink)(nil)
 	_ sinks.Rollbacker = (*Sink)(nil)
+	_ sinks.Checker    = (*Sink)(nil)
 )
 
-// New validates spec and returns a sink. It does not connect: Prepare checks
-// reachability, so a spec can be validated offline.
-func New(ctx context.Context, spec jobs.PostgresSinkSpec) (*Sink, error) {
+// New validates spec and returns a sink for job (the owner recorded for
+// every object the sink creates, and checked before it touches one). It
+// does not connect: Check and Prepare do, so a spec can be validated offline.
+func New(ctx context.Context, job string, spec jobs.PostgresSinkSpec) (*Sink, error) {
+	if job == "" {
+		return nil, errors.New("sinks.postgres: empty job name (it owns the tables the sink creates)")
+	}
 	if spec.Schema == "" {
 		spec.Schema = "public"
 	}
@@ -104,6 +118,9 @@ func New(ctx context.Context, spec jobs.PostgresSinkSpec) (*Sink, error) {
 	case ModeReplace, ModeUpsert:
 	default:
 		return nil, fmt.Errorf("sinks.postgres.mode: %q is not replace or upsert", spec.Mode)
+	}
+	if spec.ModelVersionInKey && spec.Mode != ModeUpsert {
+		return nil, errors.New("sinks.postgres.model_version_in_key: only for mode upsert")
 	}
 	if spec.Retain == 0 {
 		spec.Retain = 2
@@ -142,16 +159,17 @@ func New(ctx context.Context, spec jobs.PostgresSinkSpec) (*Sink, error) {
 		return nil, fmt.Errorf("sinks.postgres: %w", err)
 	}
 	return &Sink{
-		spec:   spec,
-		pool:   pool,
-		schema: spec.Schema,
-		vector: vector,
-		log:    slog.Default().With("sink", "postgres", "table", spec.Schema+"."+spec.Table),
-		active: map[string]*shardWriter{},
+		spec:    spec,
+		job:     job,
+		pool:    pool,
+		schema:  spec.Schema,
+		vector:  vector,
+		log:     slog.Default().With("sink", "postgres", "table", spec.Schema+"."+spec.Table),
+		lockTTL: defaultLockTTL,
+		active:  map[string]*shardWriter{},
 	}, nil
 }
 
-// Name is "postgres".
 func (s *Sink) Name() string { return "postgres" }
 
 // Close closes the connection pool, aborting in-flight attempts.
@@ -304,6 +322,11 @@ func paramCols(run sinks.RunInfo) []string {
 // Check implements sinks.Checker for `precog validate`: the server answers
 // with the DSN's credentials, and the user may create tables in the schema
 // (or create the schema) — what Prepare will need.
+// Check implements sinks.Checker for `precog validate`; it writes nothing.
+// The server answers with the DSN's credentials, the user may create tables
+// in the schema (or create the schema) — what Prepare will need — and
+// {table}, if it exists, is precog's for this job (a *sinks.NotOwnedError
+// otherwise).
 func (s *Sink) Check(ctx context.Context) error {
 	if err := s.pool.Ping(ctx); err != nil {
 		return s.wrap("connect", err)
@@ -317,12 +340,16 @@ func (s *Sink) Check(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("postgres sink: user may not create tables in schema %q", s.schema)
 	}
+	if _, err := s.owned(ctx, s.pool, s.spec.Table); err != nil {
+		return s.wrap("check ownership", err)
+	}
 	return nil
 }
 
-// Prepare checks that Postgres is reachable and creates the bookkeeping
-// tables and the run table (replace) or the target table (upsert).
-// Idempotent and safe to call from several workers at once.
+// Prepare checks reachability and ownership (writing nothing when {table}
+// is not precog's), then creates the bookkeeping tables, the run table and,
+// in upsert mode, the target table. Idempotent and safe to call from
+// several workers at once.
 func (s *Sink) Prepare(ctx context.Context, run sinks.RunInfo) error {
 	if err := s.Check(ctx); err != nil {
 		return err
@@ -336,363 +363,38 @@ func (s *Sink) Prepare(ctx context.Context, run sinks.RunInfo) error {
 			return fmt.Errorf("postgres sink %s.%s: run parameter %q has no column in the output schema", s.schema, s.spec.Table, p)
 		}
 	}
+	rt := s.runTable(run.Version)
 	return s.ddl(ctx, "prepare run "+run.Version, func(tx pgx.Tx) error {
-		var exists bool
-		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", s.schema).Scan(&exists); err != nil {
-			return err
-		}
-		if !exists {
-			if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+quote(s.schema)); err != nil {
-				return fmt.Errorf("create schema %s: %w", s.schema, err)
-			}
-		}
-		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+s.ident("precog_versions")+` (
-			table_name   text NOT NULL,
-			version      text NOT NULL,
-			job          text NOT NULL,
-			run_id       text NOT NULL,
-			run_table    text NOT NULL,
-			mode         text NOT NULL,
-			published_at timestamptz NOT NULL DEFAULT now(),
-			is_current   boolean NOT NULL DEFAULT false,
-			PRIMARY KEY (table_name, version))`); err != nil {
-			return fmt.Errorf("create precog_versions: %w", err)
-		}
-		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+s.ident("precog_shards")+` (
-			run_table text NOT NULL,
-			shard     integer NOT NULL,
-			commits   integer NOT NULL,
-			PRIMARY KEY (run_table, shard))`); err != nil {
-			return fmt.Errorf("create precog_shards: %w", err)
-		}
-		kind, err := s.relKind(ctx, tx, s.spec.Table)
+		// Ownership again under the lock, before anything is created.
+		target, err := s.owned(ctx, tx, s.spec.Table)
 		if err != nil {
 			return err
 		}
-		if s.spec.Mode == ModeUpsert {
-			if kind != "" && kind != "r" && kind != "p" {
-				return fmt.Errorf("%s exists and is not a table (upsert mode writes into a table)", s.spec.Table)
-			}
-			return s.createUpsertTable(ctx, tx, run, cols)
+		if o, err := s.owned(ctx, tx, rt); err != nil {
+			return err
+		} else if o.exists && o.relkind != "r" {
+			return fmt.Errorf("run table %s is not a table", rt)
 		}
-		if kind != "" && kind != "v" {
+		if s.spec.Mode == ModeReplace && target.exists && target.relkind != "v" {
 			return fmt.Errorf("%s exists and is not a view (replace mode publishes a view; drop or rename the table)", s.spec.Table)
 		}
-		var defs []string
+		if s.spec.Mode == ModeUpsert && target.exists && target.relkind != "r" && target.relkind != "p" {
+			return fmt.Errorf("%s exists and is not a table (upsert mode writes into a table)", s.spec.Table)
+		}
+		if err := s.createBookkeeping(ctx, tx); err != nil {
+			return err
+		}
+		if s.spec.Mode == ModeUpsert {
+			if err := s.createUpsertTable(ctx, tx, run, cols); err != nil {
+				return err
+			}
+		}
+		defs := make([]string, 0, len(cols)+1)
 		for _, c := range cols {
 			defs = append(defs, quote(c.name)+" "+c.sqlTyp)
 		}
 		defs = append(defs, quote(colShard)+" integer NOT NULL")
-		if _, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+s.ident(s.runTable(run.Version))+" ("+strings.Join(defs, ", ")+")"); err != nil {
-			return fmt.Errorf("create run table %s: %w", s.runTable(run.Version), err)
-		}
-		return nil
-	})
-}
-
-// relKind returns pg_class.relkind of name in the sink's schema, "" when
-// absent.
-func (s *Sink) relKind(ctx context.Context, tx pgx.Tx, name string) (string, error) {
-	var kind string
-	err := tx.QueryRow(ctx, `SELECT c.relkind::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = $1 AND c.relname = $2`, s.schema, name).Scan(&kind)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil
-	}
-	return kind, err
-}
-
-// createUpsertTable creates the upsert target keyed by (params…, key).
-func (s *Sink) createUpsertTable(ctx context.Context, tx pgx.Tx, run sinks.RunInfo, cols []column) error {
-	pk := make([]string, 0, len(run.Params)+1)
-	for _, p := range paramCols(run) {
-		pk = append(pk, quote(p))
-	}
-	pk = append(pk, quote(run.Key))
-	var defs []string
-	for _, c := range cols {
-		d := quote(c.name) + " " + c.sqlTyp
-		if slices.Contains(pk, quote(c.name)) {
-			d += " NOT NULL"
-		}
-		defs = append(defs, d)
-	}
-	defs = append(defs, quote(colVersion)+" text NOT NULL")
-	defs = append(defs, "PRIMARY KEY ("+strings.Join(pk, ", ")+")")
-	if _, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+s.ident(s.spec.Table)+" ("+strings.Join(defs, ", ")+")"); err != nil {
-		return fmt.Errorf("create table %s: %w", s.spec.Table, err)
-	}
-	return nil
-}
-
-// Publish makes run the current version. Replace: builds the key index,
-// then re-points the view in one transaction and drops run tables beyond
-// Retain. Upsert: deletes the params' rows the run did not rewrite. A
-// version published before (even if since rolled back) is left alone, so a
-// retried Publish never undoes a later one.
-func (s *Sink) Publish(ctx context.Context, run sinks.RunInfo) error {
-	cols, err := s.columns(ctx, run)
-	if err != nil {
-		return err
-	}
-	if s.spec.Mode == ModeUpsert {
-		return s.publishUpsert(ctx, run)
-	}
-	rt := s.runTable(run.Version)
-	// The index is built before the switch, outside the transaction that
-	// locks the view, so readers wait only for the switch itself.
-	if err := s.ddl(ctx, "index run table "+rt, func(tx pgx.Tx) error {
-		kind, err := s.relKind(ctx, tx, rt)
-		if err != nil {
-			return err
-		}
-		if kind == "" {
-			return fmt.Errorf("run table %s of version %s does not exist (run not prepared, aborted, or dropped by retention)", rt, run.Version)
-		}
-		idx := shortName("precog_idx", rt, run.Key)
-		if _, err := tx.Exec(ctx, "CREATE INDEX IF NOT EXISTS "+quote(idx)+" ON "+s.ident(rt)+" ("+quote(run.Key)+")"); err != nil {
-			return fmt.Errorf("create index on %s: %w", rt, err)
-		}
-		if _, err := tx.Exec(ctx, "ANALYZE "+s.ident(rt)); err != nil {
-			return fmt.Errorf("analyze %s: %w", rt, err)
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	var dropped []string
-	err = s.ddl(ctx, "publish version "+run.Version, func(tx pgx.Tx) error {
-		dropped = nil
-		var published bool
-		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+s.ident("precog_versions")+" WHERE table_name = $1 AND version = $2)",
-			s.spec.Table, run.Version).Scan(&published); err != nil {
-			return err
-		}
-		if published {
-			return nil
-		}
-		if err := s.pointView(ctx, tx, rt, cols); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, "UPDATE "+s.ident("precog_versions")+" SET is_current = false WHERE table_name = $1 AND is_current", s.spec.Table); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, "INSERT INTO "+s.ident("precog_versions")+
-			" (table_name, version, job, run_id, run_table, mode, is_current) VALUES ($1, $2, $3, $4, $5, $6, true)",
-			s.spec.Table, run.Version, run.Job, run.RunID, rt, s.spec.Mode); err != nil {
-			return err
-		}
-		// Retention: the newest Retain published versions stay (the
-		// current one always does); older run tables go.
-		rows, err := tx.Query(ctx, "SELECT version, run_table FROM "+s.ident("precog_versions")+
-			" WHERE table_name = $1 AND NOT is_current ORDER BY published_at DESC, version DESC OFFSET $2", s.spec.Table, s.spec.Retain-1)
-		if err != nil {
-			return err
-		}
-		var old [][2]string
-		for rows.Next() {
-			var v, t string
-			if err := rows.Scan(&v, &t); err != nil {
-				return err
-			}
-			old = append(old, [2]string{v, t})
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		for _, o := range old {
-			if _, err := tx.Exec(ctx, "DROP TABLE IF EXISTS "+s.ident(o[1])); err != nil {
-				return fmt.Errorf("drop old run table %s: %w", o[1], err)
-			}
-			if _, err := tx.Exec(ctx, "DELETE FROM "+s.ident("precog_versions")+" WHERE table_name = $1 AND version = $2", s.spec.Table, o[0]); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, "DELETE FROM "+s.ident("precog_shards")+" WHERE run_table = $1", o[1]); err != nil {
-				return err
-			}
-			dropped = append(dropped, o[0])
-		}
-		_, err = tx.Exec(ctx, "DELETE FROM "+s.ident("precog_shards")+" WHERE run_table = $1", rt)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	s.log.Info("published", "version", run.Version, "run_table", rt, "dropped_versions", dropped)
-	return nil
-}
-
-// pointView replaces the view {table} by one over run table rt. DROP +
-// CREATE in the caller's transaction is atomic for readers and, unlike
-// CREATE OR REPLACE VIEW, lets column types change between runs.
-func (s *Sink) pointView(ctx context.Context, tx pgx.Tx, rt string, cols []column) error {
-	kind, err := s.relKind(ctx, tx, s.spec.Table)
-	if err != nil {
-		return err
-	}
-	if kind != "" && kind != "v" {
-		return fmt.Errorf("%s exists and is not a view", s.spec.Table)
-	}
-	if kind == "v" {
-		if _, err := tx.Exec(ctx, "DROP VIEW "+s.ident(s.spec.Table)); err != nil {
-			return fmt.Errorf("drop view %s: %w", s.spec.Table, err)
-		}
-	}
-	names := make([]string, len(cols))
-	for i, c := range cols {
-		names[i] = quote(c.name)
-	}
-	if _, err := tx.Exec(ctx, "CREATE VIEW "+s.ident(s.spec.Table)+" AS SELECT "+strings.Join(names, ", ")+" FROM "+s.ident(rt)); err != nil {
-		return fmt.Errorf("create view %s over %s: %w", s.spec.Table, rt, err)
-	}
-	return nil
-}
-
-// publishUpsert deletes the rows of run's params that the run did not
-// write and records the version.
-func (s *Sink) publishUpsert(ctx context.Context, run sinks.RunInfo) error {
-	return s.ddl(ctx, "publish version "+run.Version, func(tx pgx.Tx) error {
-		var published bool
-		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+s.ident("precog_versions")+" WHERE table_name = $1 AND version = $2)",
-			s.spec.Table, run.Version).Scan(&published); err != nil {
-			return err
-		}
-		if published {
-			return nil
-		}
-		where := []string{quote(colVersion) + " <> $1"}
-		args := []any{run.Version}
-		for _, p := range paramCols(run) {
-			args = append(args, run.Params[p])
-			where = append(where, fmt.Sprintf("%s = $%d", quote(p), len(args)))
-		}
-		tag, err := tx.Exec(ctx, "DELETE FROM "+s.ident(s.spec.Table)+" WHERE "+strings.Join(where, " AND "), args...)
-		if err != nil {
-			return fmt.Errorf("delete stale rows: %w", err)
-		}
-		if _, err := tx.Exec(ctx, "UPDATE "+s.ident("precog_versions")+" SET is_current = false WHERE table_name = $1 AND is_current", s.spec.Table); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, "INSERT INTO "+s.ident("precog_versions")+
-			" (table_name, version, job, run_id, run_table, mode, is_current) VALUES ($1, $2, $3, $4, $5, $6, true)",
-			s.spec.Table, run.Version, run.Job, run.RunID, s.spec.Table, s.spec.Mode); err != nil {
-			return err
-		}
-		s.log.Info("published", "version", run.Version, "stale_rows_deleted", tag.RowsAffected())
-		return nil
-	})
-}
-
-// Abort drops the run table of an unpublished run (replace mode). Aborting
-// a published version is an error: it is what readers see. In upsert mode
-// the rows already merged stay (they replaced earlier rows in place).
-func (s *Sink) Abort(ctx context.Context, run sinks.RunInfo) error {
-	s.mu.Lock()
-	var ws []*shardWriter
-	for _, w := range s.active {
-		if w.version == run.Version {
-			ws = append(ws, w)
-		}
-	}
-	s.mu.Unlock()
-	for _, w := range ws {
-		_ = w.Abort(ctx)
-	}
-	if s.spec.Mode == ModeUpsert {
-		return nil
-	}
-	rt := s.runTable(run.Version)
-	return s.ddl(ctx, "abort run "+run.Version, func(tx pgx.Tx) error {
-		kind, err := s.relKind(ctx, tx, "precog_versions")
-		if err != nil || kind == "" {
-			return err // never prepared: nothing to drop
-		}
-		var published bool
-		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+s.ident("precog_versions")+" WHERE table_name = $1 AND version = $2)",
-			s.spec.Table, run.Version).Scan(&published); err != nil {
-			return err
-		}
-		if published {
-			return fmt.Errorf("version %s is published; roll back instead of aborting", run.Version)
-		}
-		if _, err := tx.Exec(ctx, "DROP TABLE IF EXISTS "+s.ident(rt)); err != nil {
-			return fmt.Errorf("drop run table %s: %w", rt, err)
-		}
-		_, err = tx.Exec(ctx, "DELETE FROM "+s.ident("precog_shards")+" WHERE run_table = $1", rt)
-		return err
-	})
-}
-
-// Versions lists the retained published versions, newest first.
-func (s *Sink) Versions(ctx context.Context, run sinks.RunInfo) ([]string, error) {
-	rows, err := s.pool.Query(ctx, "SELECT version FROM "+s.ident("precog_versions")+
-		" WHERE table_name = $1 ORDER BY published_at DESC, version DESC", s.spec.Table)
-	if err != nil {
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table: nothing published yet
-			return nil, nil
-		}
-		return nil, s.wrap("list versions", err)
-	}
-	vs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	return vs, s.wrap("list versions", err)
-}
-
-// Current returns the version the view shows now ("" when none).
-func (s *Sink) Current(ctx context.Context, run sinks.RunInfo) (string, error) {
-	var v string
-	err := s.pool.QueryRow(ctx, "SELECT version FROM "+s.ident("precog_versions")+" WHERE table_name = $1 AND is_current",
-		s.spec.Table).Scan(&v)
-	var pe *pgconn.PgError
-	if errors.Is(err, pgx.ErrNoRows) || (errors.As(err, &pe) && pe.Code == "42P01") {
-		return "", nil // nothing published yet
-	}
-	return v, s.wrap("current version", err)
-}
-
-// Rollback points the view back at a retained version's run table in one
-// transaction. Upsert mode keeps no earlier versions.
-func (s *Sink) Rollback(ctx context.Context, run sinks.RunInfo, version string) error {
-	if s.spec.Mode == ModeUpsert {
-		return fmt.Errorf("postgres sink %s.%s: upsert mode keeps no earlier versions to roll back to", s.schema, s.spec.Table)
-	}
-	return s.ddl(ctx, "roll back to "+version, func(tx pgx.Tx) error {
-		var rt string
-		err := tx.QueryRow(ctx, "SELECT run_table FROM "+s.ident("precog_versions")+" WHERE table_name = $1 AND version = $2",
-			s.spec.Table, version).Scan(&rt)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("version %q is not a retained published version", version)
-		}
-		if err != nil {
-			return err
-		}
-		// The view's columns are those of the run table (minus _shard).
-		rows, err := tx.Query(ctx, `SELECT a.attname FROM pg_attribute a
-			JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-			WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, s.schema, rt)
-		if err != nil {
-			return err
-		}
-		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return err
-		}
-		var cols []column
-		for _, n := range names {
-			if n != colShard {
-				cols = append(cols, column{name: n})
-			}
-		}
-		if len(cols) == 0 {
-			return fmt.Errorf("run table %s of version %s is missing", rt, version)
-		}
-		if err := s.pointView(ctx, tx, rt, cols); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, "UPDATE "+s.ident("precog_versions")+" SET is_current = (version = $2) WHERE table_name = $1", s.spec.Table, version); err != nil {
-			return err
-		}
-		s.log.Info("rolled back", "version", version, "run_table", rt)
-		return nil
+		return s.createOwned(ctx, tx, rt, kindRunTable, run.Version,
+			"CREATE TABLE "+s.ident(rt)+" ("+strings.Join(defs, ", ")+")")
 	})
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -20,10 +22,13 @@ func TestMain(m *testing.M) { testservers.Main(m) }
 
 var schemaSeq atomic.Int64
 
+// testJob owns the sinks' objects; it is sinktest.NewRun's job.
+const testJob = "sinktest"
+
 // newSink returns a sink writing into a fresh schema of pg's database.
 func newSink(t testing.TB, pg *testservers.PG, mode, table string) *Sink {
 	t.Helper()
-	s, err := New(context.Background(), jobs.PostgresSinkSpec{
+	s, err := New(context.Background(), testJob, jobs.PostgresSinkSpec{
 		DSN:    pg.DSN,
 		Table:  table,
 		Schema: fmt.Sprintf("sink_%d", schemaSeq.Add(1)),
@@ -114,6 +119,11 @@ func TestConformance(t *testing.T) {
 			}
 			return snap, err
 		},
+		LoseShard: func(ctx context.Context, sk sinks.Sink, run sinks.RunInfo, index int) error {
+			s := sk.(*Sink)
+			_, err := s.pool.Exec(ctx, "DELETE FROM "+s.ident(s.runTable(run.Version))+" WHERE "+quote(colShard)+" = $1", index)
+			return err
+		},
 	})
 }
 
@@ -176,6 +186,51 @@ func writeRows(t *testing.T, s *Sink, run sinks.RunInfo, shard, from, to int, co
 	if err := w.Commit(ctx); err != nil {
 		t.Fatalf("Commit: %v", err)
 	}
+	commits.record(s, run, shard, int64(to-from))
+}
+
+// ledger stands in for the runner's ledger: the rows of each committed
+// shard per sink and version, what publish hands to Stage.
+type ledger struct {
+	mu   sync.Mutex
+	rows map[*Sink]map[string]map[int]int64
+}
+
+var commits = ledger{rows: map[*Sink]map[string]map[int]int64{}}
+
+func (l *ledger) record(s *Sink, run sinks.RunInfo, shard int, rows int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.rows[s] == nil {
+		l.rows[s] = map[string]map[int]int64{}
+	}
+	if l.rows[s][run.Version] == nil {
+		l.rows[s][run.Version] = map[int]int64{}
+	}
+	l.rows[s][run.Version][shard] = rows
+}
+
+func (l *ledger) committed(s *Sink, run sinks.RunInfo) []sinks.CommittedShard {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []sinks.CommittedShard
+	for i, n := range l.rows[s][run.Version] {
+		out = append(out, sinks.CommittedShard{Index: i, Rows: n})
+	}
+	slices.SortFunc(out, func(a, b sinks.CommittedShard) int { return a.Index - b.Index })
+	return out
+}
+
+// publish stages run with the shards writeRows committed, then publishes.
+func publish(t *testing.T, s *Sink, run sinks.RunInfo) {
+	t.Helper()
+	ctx := context.Background()
+	if err := s.Stage(ctx, run, commits.committed(s, run)); err != nil {
+		t.Fatalf("Stage(%s): %v", run.Version, err)
+	}
+	if err := s.Publish(ctx, run); err != nil {
+		t.Fatalf("Publish(%s): %v", run.Version, err)
+	}
 }
 
 // Upsert: retried shards and re-runs leave one row per (date, key); a re-run
@@ -197,17 +252,13 @@ func TestUpsertIdempotent(t *testing.T) {
 	writeRows(t, s, run1, 0, 0, 60, true)
 	writeRows(t, s, run1, 0, 0, 60, true) // committed twice
 	writeRows(t, s, run1, 1, 60, 100, true)
-	if err := s.Publish(ctx, run1); err != nil {
-		t.Fatal(err)
-	}
+	publish(t, s, run1)
 	run2 := sinktest.NewRun("v2", false, d2)
 	if err := s.Prepare(ctx, run2); err != nil {
 		t.Fatal(err)
 	}
 	writeRows(t, s, run2, 0, 0, 50, true)
-	if err := s.Publish(ctx, run2); err != nil {
-		t.Fatal(err)
-	}
+	publish(t, s, run2)
 	if diff := diff(upsertRows(t, s, run1, "2024-11-01"), sinktest.Want(run1, 0, 100)); diff != "" {
 		t.Fatalf("date 1 after run 1: %s", diff)
 	}
@@ -218,9 +269,7 @@ func TestUpsertIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeRows(t, s, run3, 0, 20, 100, true)
-	if err := s.Publish(ctx, run3); err != nil {
-		t.Fatal(err)
-	}
+	publish(t, s, run3)
 	if diff := diff(upsertRows(t, s, run3, "2024-11-01"), sinktest.Want(run3, 20, 100)); diff != "" {
 		t.Fatalf("date 1 after re-run: %s", diff)
 	}
@@ -257,7 +306,7 @@ func TestWeirdIdentifiers(t *testing.T) {
 	t.Parallel()
 	pg := testservers.Postgres(t)
 	ctx := context.Background()
-	s, err := New(ctx, jobs.PostgresSinkSpec{
+	s, err := New(ctx, testJob, jobs.PostgresSinkSpec{
 		DSN: pg.DSN, Table: `preds"; DROP TABLE victim; --`, Schema: `My "Schema"`,
 	})
 	if err != nil {
@@ -270,9 +319,7 @@ func TestWeirdIdentifiers(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeRows(t, s, run, 0, 0, 10, true)
-	if err := s.Publish(ctx, run); err != nil {
-		t.Fatal(err)
-	}
+	publish(t, s, run)
 	snap, err := readSnapshot(ctx, s, run)
 	if err != nil {
 		t.Fatal(err)
@@ -283,11 +330,11 @@ func TestWeirdIdentifiers(t *testing.T) {
 	pg.Exec(t, "SELECT * FROM victim") // still there
 
 	for _, bad := range []string{"", string(make([]byte, 64)), "a\x00b"} {
-		if _, err := New(ctx, jobs.PostgresSinkSpec{DSN: pg.DSN, Table: bad}); err == nil {
+		if _, err := New(ctx, testJob, jobs.PostgresSinkSpec{DSN: pg.DSN, Table: bad}); err == nil {
 			t.Errorf("table %q accepted", bad)
 		}
 	}
-	if _, err := New(ctx, jobs.PostgresSinkSpec{DSN: pg.DSN, Table: "t", Mode: "merge"}); err == nil {
+	if _, err := New(ctx, testJob, jobs.PostgresSinkSpec{DSN: pg.DSN, Table: "t", Mode: "merge"}); err == nil {
 		t.Error("mode merge accepted")
 	}
 }
@@ -309,9 +356,7 @@ func TestLongVersion(t *testing.T) {
 			t.Fatal(err)
 		}
 		writeRows(t, s, run, 0, 0, 5, true)
-		if err := s.Publish(ctx, run); err != nil {
-			t.Fatal(err)
-		}
+		publish(t, s, run)
 	}
 	vs, err := s.Versions(ctx, sinks.RunInfo{})
 	if err != nil || len(vs) != 2 {
@@ -332,9 +377,7 @@ func TestRetention(t *testing.T) {
 			t.Fatal(err)
 		}
 		writeRows(t, s, run, 0, 0, 5, true)
-		if err := s.Publish(ctx, run); err != nil {
-			t.Fatal(err)
-		}
+		publish(t, s, run)
 	}
 	vs, err := s.Versions(ctx, sinks.RunInfo{})
 	if err != nil || fmt.Sprint(vs) != "[v4 v3]" {
@@ -367,9 +410,7 @@ func TestTypeChange(t *testing.T) {
 			t.Fatal(err)
 		}
 		writeRows(t, s, run, 0, 0, 5, true)
-		if err := s.Publish(ctx, run); err != nil {
-			t.Fatal(err)
-		}
+		publish(t, s, run)
 	}
 	snap, err := readSnapshot(ctx, s, run2)
 	if err != nil || snap.Version != "v2" || len(snap.Rows) != 5 {
@@ -388,7 +429,7 @@ func TestTypeChange(t *testing.T) {
 // carry the password.
 func TestUnreachable(t *testing.T) {
 	t.Parallel()
-	s, err := New(context.Background(), jobs.PostgresSinkSpec{
+	s, err := New(context.Background(), testJob, jobs.PostgresSinkSpec{
 		DSN: "postgres://precog:s3cretpw@127.0.0.1:1/db?sslmode=disable&connect_timeout=2", Table: "preds",
 	})
 	if err != nil {
@@ -402,7 +443,7 @@ func TestUnreachable(t *testing.T) {
 	if strings.Contains(err.Error(), "s3cretpw") {
 		t.Fatalf("error shows the password: %v", err)
 	}
-	if _, err := New(context.Background(), jobs.PostgresSinkSpec{DSN: "postgres://u:s3cretpw@h:notaport/db", Table: "t"}); err == nil || strings.Contains(err.Error(), "s3cretpw") {
+	if _, err := New(context.Background(), testJob, jobs.PostgresSinkSpec{DSN: "postgres://u:s3cretpw@h:notaport/db", Table: "t"}); err == nil || strings.Contains(err.Error(), "s3cretpw") {
 		t.Fatalf("bad DSN: %v", err)
 	}
 }
@@ -444,9 +485,7 @@ func TestKilledConnectionRetry(t *testing.T) {
 	}
 	writeRows(t, s, run, 1, 100, 200, true)
 	writeRows(t, s, run, 0, 0, 100, true) // and a committed shard redone
-	if err := s.Publish(ctx, run); err != nil {
-		t.Fatal(err)
-	}
+	publish(t, s, run)
 	snap, err := readSnapshot(ctx, s, run)
 	if err != nil {
 		t.Fatal(err)

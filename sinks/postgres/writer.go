@@ -63,8 +63,8 @@ type shardWriter struct {
 }
 
 // Shard starts an attempt at shard index: one transaction that first removes
-// an earlier committed attempt's rows (replace) and then streams rows with a
-// binary COPY. An earlier attempt of the same shard still open in this
+// an earlier committed attempt's rows from the run table and then streams
+// rows with a binary COPY. An earlier attempt of the same shard still open in this
 // process (abandoned by its caller) is aborted first.
 func (s *Sink) Shard(ctx context.Context, run sinks.RunInfo, index int) (sinks.ShardWriter, error) {
 	cols, err := s.columns(ctx, run)
@@ -120,14 +120,6 @@ func (w *shardWriter) begin(ctx context.Context) (string, error) {
 	names := make([]string, len(w.cols))
 	for i, c := range w.cols {
 		names[i] = quote(c.name)
-	}
-	if s.spec.Mode == ModeUpsert {
-		stage := quote("_precog_stage")
-		if _, err := tx.Exec(ctx, "CREATE TEMP TABLE "+stage+" ON COMMIT DROP AS SELECT "+strings.Join(names, ", ")+
-			" FROM "+s.ident(s.spec.Table)+" LIMIT 0"); err != nil {
-			return "", fmt.Errorf("create staging table: %w", err)
-		}
-		return "COPY " + stage + " (" + strings.Join(names, ", ") + ") FROM STDIN (FORMAT binary)", nil
 	}
 	rt := s.runTable(w.version)
 	// The row lock serialises attempts of one shard across workers; the
@@ -237,11 +229,7 @@ func (w *shardWriter) write(ctx context.Context, batch arrow.RecordBatch) error 
 		encs[i] = enc
 	}
 	be := binary.BigEndian
-	replace := w.s.spec.Mode != ModeUpsert
-	nfields := uint16(len(encs))
-	if replace {
-		nfields++
-	}
+	nfields := uint16(len(encs) + 1) // and _shard
 	shard := uint32(int32(w.index))
 	n := int(batch.NumRows())
 	for row := 0; row < n; row++ {
@@ -252,9 +240,7 @@ func (w *shardWriter) write(ctx context.Context, batch arrow.RecordBatch) error 
 				return fmt.Errorf("row %d (of the shard: %d) column %q: %w", row, w.rows+int64(row), w.cols[c].name, err)
 			}
 		}
-		if replace {
-			b = be.AppendUint32(be.AppendUint32(b, 4), shard)
-		}
+		b = be.AppendUint32(be.AppendUint32(b, 4), shard)
 		w.buf = b
 		if len(w.buf) >= chunkSize {
 			if err := w.send(ctx); err != nil {
@@ -297,52 +283,7 @@ func (w *shardWriter) commit(ctx context.Context) error {
 	if got := w.tag.RowsAffected(); got != w.rows {
 		return fmt.Errorf("COPY stored %d rows, %d were written", got, w.rows)
 	}
-	if w.s.spec.Mode == ModeUpsert {
-		if err := w.merge(ctx); err != nil {
-			return err
-		}
-	}
 	return w.tx.Commit(ctx)
-}
-
-// merge upserts the staging table into the target in the open transaction.
-func (w *shardWriter) merge(ctx context.Context) error {
-	s := w.s
-	pk := make([]string, 0, len(w.run.Params)+1)
-	for _, p := range paramCols(w.run) {
-		pk = append(pk, quote(p))
-	}
-	pk = append(pk, quote(w.run.Key))
-	names := make([]string, 0, len(w.cols)+1)
-	var sets []string
-	for _, c := range w.cols {
-		q := quote(c.name)
-		names = append(names, q)
-		if !contains(pk, q) {
-			sets = append(sets, q+" = EXCLUDED."+q)
-		}
-	}
-	sets = append(sets, quote(colVersion)+" = EXCLUDED."+quote(colVersion))
-	sql := "INSERT INTO " + s.ident(s.spec.Table) + " (" + strings.Join(names, ", ") + ", " + quote(colVersion) + ") SELECT " +
-		strings.Join(names, ", ") + ", $1 FROM " + quote("_precog_stage") +
-		" ON CONFLICT (" + strings.Join(pk, ", ") + ") DO UPDATE SET " + strings.Join(sets, ", ")
-	if _, err := w.tx.Exec(ctx, sql, w.version); err != nil {
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "21000" {
-			return fmt.Errorf("merge into %s: the shard holds a key twice for the same params: %w", s.spec.Table, err)
-		}
-		return fmt.Errorf("merge into %s: %w", s.spec.Table, err)
-	}
-	return nil
-}
-
-func contains(xs []string, x string) bool {
-	for _, v := range xs {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }
 
 // Abort discards the attempt: the COPY fails, the transaction rolls back.

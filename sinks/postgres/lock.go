@@ -1,0 +1,171 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/precog-ml/precog/sinks"
+)
+
+// defaultLockTTL is the lease of a writer lock. A writer killed without
+// Release blocks the target for at most this long.
+const defaultLockTTL = 30 * time.Second
+
+// lockTarget names what one writer may hold: the table in replace mode
+// (all params share one view), the table and params in upsert mode.
+func (s *Sink) lockTarget(run sinks.RunInfo) string {
+	t := s.schema + "." + s.spec.Table
+	if s.spec.Mode == ModeUpsert && len(run.Params) > 0 {
+		v := url.Values{}
+		for k, p := range run.Params {
+			v.Set(k, p)
+		}
+		t += "?" + v.Encode() // sorted by name
+	}
+	return t
+}
+
+// Lock takes the target's row in precog_locks: inserted, or taken over
+// only when its lease expired (the holder died). A goroutine renews the
+// lease every ttl/3; Lost closes when a renewal finds the row gone or
+// another holder's, or cannot renew before the lease ends.
+func (s *Sink) Lock(ctx context.Context, run sinks.RunInfo, holder sinks.Holder) (sinks.Lock, error) {
+	target := s.lockTarget(run)
+	if err := s.createLockTable(ctx); err != nil {
+		return nil, err
+	}
+	h, err := json.Marshal(holder)
+	if err != nil {
+		return nil, err
+	}
+	var tok [16]byte
+	_, _ = rand.Read(tok[:])
+	l := &pgLock{s: s, target: target, token: hex.EncodeToString(tok[:]), ttl: s.lockTTL,
+		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+	for range 3 { // the holder may release between our insert and our read
+		start := time.Now()
+		var got bool
+		err := s.pool.QueryRow(ctx, `INSERT INTO `+s.ident(tabLocks)+` AS l (target, holder, token, expires_at)
+			VALUES ($1, $2, $3, now() + $4 * interval '1 microsecond')
+			ON CONFLICT (target) DO UPDATE SET holder = EXCLUDED.holder, token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
+			WHERE l.expires_at < now() RETURNING true`, target, h, l.token, l.ttl.Microseconds()).Scan(&got)
+		if err == nil {
+			go l.renew(start.Add(l.ttl))
+			return l, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, s.wrap("lock "+target, err)
+		}
+		var other sinks.Holder
+		err = s.pool.QueryRow(ctx, "SELECT holder FROM "+s.ident(tabLocks)+" WHERE target = $1", target).Scan(&other)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return nil, s.wrap("read the holder of "+target, err)
+		}
+		return nil, &sinks.LockedError{Sink: "postgres", Target: target, Holder: other}
+	}
+	return nil, s.wrap("lock "+target, errors.New("the lock row kept changing hands"))
+}
+
+// createLockTable creates the schema and precog_locks when missing (Lock
+// comes before Prepare).
+func (s *Sink) createLockTable(ctx context.Context) error {
+	var ok bool
+	if err := s.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", s.ident(tabLocks)).Scan(&ok); err != nil {
+		return s.wrap("find "+tabLocks, err)
+	}
+	if ok {
+		return nil
+	}
+	return s.ddl(ctx, "create "+tabLocks, func(tx pgx.Tx) error {
+		if err := s.createSchema(ctx, tx); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+s.ident(tabLocks)+` (
+			target     text PRIMARY KEY,
+			holder     jsonb NOT NULL,
+			token      text NOT NULL,
+			expires_at timestamptz NOT NULL)`)
+		return err
+	})
+}
+
+// pgLock is a held row of precog_locks, identified by its random token.
+type pgLock struct {
+	s      *Sink
+	target string
+	token  string
+	ttl    time.Duration
+
+	lost     chan struct{}
+	lostOnce sync.Once
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
+}
+
+// Lost is closed when the lease can no longer be guaranteed.
+func (l *pgLock) Lost() <-chan struct{} { return l.lost }
+
+func (l *pgLock) markLost(why string) {
+	l.lostOnce.Do(func() {
+		l.s.log.Error("writer lock lost; stop writing", "target", l.target, "reason", why)
+		close(l.lost)
+	})
+}
+
+// renew extends the lease every ttl/3 until Release. expiry is the local
+// time by which the lease ends unless renewed (taken before each renewal
+// was sent, so never later than the server's).
+func (l *pgLock) renew(expiry time.Time) {
+	defer close(l.done)
+	tick := time.NewTicker(l.ttl / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-time.After(time.Until(expiry)):
+			l.markLost("the lease expired before it could be renewed")
+			return
+		case <-tick.C:
+		}
+		start := time.Now()
+		ctx, cancel := context.WithDeadline(context.Background(), expiry)
+		tag, err := l.s.pool.Exec(ctx, "UPDATE "+l.s.ident(tabLocks)+" SET expires_at = now() + $3 * interval '1 microsecond' WHERE target = $1 AND token = $2",
+			l.target, l.token, l.ttl.Microseconds())
+		cancel()
+		switch {
+		case err == nil && tag.RowsAffected() == 1:
+			expiry = start.Add(l.ttl)
+		case err == nil:
+			l.markLost("the lock row was removed or taken over by another writer")
+			return
+		case time.Now().After(expiry):
+			l.markLost(fmt.Sprintf("renewal failed until the lease expired: %v", err))
+			return
+		default:
+			l.s.log.Warn("writer lock renewal failed; retrying", "target", l.target, "err", err)
+		}
+	}
+}
+
+// Release stops renewing and deletes the row if it is still ours.
+// Idempotent.
+func (l *pgLock) Release(ctx context.Context) error {
+	l.stopOnce.Do(func() { close(l.stop) })
+	<-l.done
+	_, err := l.s.pool.Exec(ctx, "DELETE FROM "+l.s.ident(tabLocks)+" WHERE target = $1 AND token = $2", l.target, l.token)
+	return l.s.wrap("release lock "+l.target, err)
+}

@@ -1,0 +1,119 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/precog-ml/precog/internal/testservers"
+	"github.com/precog-ml/precog/sinks"
+	"github.com/precog-ml/precog/sinks/sinktest"
+)
+
+func waitLost(t *testing.T, l sinks.Lock, within time.Duration) {
+	t.Helper()
+	select {
+	case <-l.Lost():
+	case <-time.After(within):
+		t.Fatalf("Lost not closed within %s", within)
+	}
+}
+
+// A killed holder's lock is taken over once its lease expires, not before.
+func TestLockTakeoverAfterExpiry(t *testing.T) {
+	t.Parallel()
+	pg := testservers.Postgres(t)
+	ctx := context.Background()
+	a := newSink(t, pg, ModeReplace, "preds")
+	a.lockTTL = 900 * time.Millisecond
+	b, err := New(ctx, testJob, a.spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	run := sinktest.NewRun("v1", false, nil)
+	ha := sinks.ThisProcess(run)
+	la, err := a.Lock(ctx, run, ha)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close() // the process dies: no renewal, no release
+	hb := ha
+	hb.PID++
+	_, err = b.Lock(ctx, run, hb)
+	var le *sinks.LockedError
+	if !errors.As(err, &le) || le.Holder != ha {
+		t.Fatalf("Lock during the lease = %v, want a LockedError naming %+v", err, ha)
+	}
+	waitLost(t, la, 2*time.Second) // the dead holder could not renew
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		lb, err := b.Lock(ctx, run, hb)
+		if err == nil {
+			_ = lb.Release(ctx)
+			return
+		}
+		if !errors.As(err, &le) || time.Now().After(deadline) {
+			t.Fatalf("Lock after expiry: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A renewal that finds the row taken over closes Lost, and Release then
+// leaves the new holder's row alone.
+func TestLockLostOnTheft(t *testing.T) {
+	t.Parallel()
+	pg := testservers.Postgres(t)
+	ctx := context.Background()
+	s := newSink(t, pg, ModeUpsert, "scores")
+	defer s.Close()
+	s.lockTTL = 600 * time.Millisecond
+	run := sinktest.NewRun("v1", false, map[string]string{"date": "2024-11-01"})
+	l, err := s.Lock(ctx, run, sinks.ThisProcess(run))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another date is another target in upsert mode.
+	other := sinktest.NewRun("v2", false, map[string]string{"date": "2024-11-02"})
+	l2, err := s.Lock(ctx, other, sinks.ThisProcess(other))
+	if err != nil {
+		t.Fatalf("Lock of another partition: %v", err)
+	}
+	defer l2.Release(ctx)
+	pg.Exec(t, "UPDATE "+s.ident(tabLocks)+" SET token = 'thief' WHERE target = $1", s.lockTarget(run))
+	waitLost(t, l, 2*time.Second)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, s, "SELECT count(*) FROM "+s.ident(tabLocks)+" WHERE token = 'thief'"); n != 1 {
+		t.Fatal("Release deleted the new holder's row")
+	}
+}
+
+// A renewal that cannot complete before the lease ends (the lock table is
+// blocked) closes Lost.
+func TestLockLostWhenRenewalBlocked(t *testing.T) {
+	t.Parallel()
+	pg := testservers.Postgres(t)
+	ctx := context.Background()
+	s := newSink(t, pg, ModeReplace, "preds")
+	defer s.Close()
+	s.lockTTL = 600 * time.Millisecond
+	run := sinktest.NewRun("v1", false, nil)
+	l, err := s.Lock(ctx, run, sinks.ThisProcess(run))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	tx, err := pg.Pool(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+s.ident(tabLocks)+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	waitLost(t, l, 2*time.Second)
+}
