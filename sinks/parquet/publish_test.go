@@ -18,8 +18,17 @@ import (
 	"github.com/precog-ml/precog/sinks/sinktest"
 )
 
-// writeRun prepares run and commits rows [0, n) as one shard.
+// writeRun prepares run, commits rows [0, n) as one shard and stages it.
 func writeRun(t *testing.T, s *Sink, run sinks.RunInfo, n int) {
+	t.Helper()
+	writeShard0(t, s, run, n)
+	if err := s.Stage(context.Background(), run, []sinks.CommittedShard{{Index: 0, Rows: int64(n)}}); err != nil {
+		t.Fatalf("Stage: %v", err)
+	}
+}
+
+// writeShard0 prepares run and commits rows [0, n) as shard 0.
+func writeShard0(t *testing.T, s *Sink, run sinks.RunInfo, n int) {
 	t.Helper()
 	ctx := context.Background()
 	if err := s.Prepare(ctx, run); err != nil {
@@ -152,7 +161,7 @@ func TestNewRejects(t *testing.T) {
 		{Path: "out", Compression: "lz5"},
 		{Path: "out/{{.date"},
 	} {
-		if _, err := New(spec); err == nil {
+		if _, err := New(testJob, spec); err == nil {
 			t.Errorf("New(%+v) succeeded", spec)
 		}
 	}
@@ -308,7 +317,7 @@ func BenchmarkWrite(b *testing.B) {
 			b.Run(shape+"/"+comp, func(b *testing.B) {
 				ctx := context.Background()
 				run := benchRun(shape)
-				s, err := New(jobs.ParquetSinkSpec{Path: filepath.Join(b.TempDir(), "out"), Compression: comp})
+				s, err := New(testJob, jobs.ParquetSinkSpec{Path: filepath.Join(b.TempDir(), "out"), Compression: comp})
 				if err != nil {
 					b.Fatal(err)
 				}
