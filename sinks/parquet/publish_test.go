@@ -30,11 +30,17 @@ func writeRun(t *testing.T, s *Sink, run sinks.RunInfo, n int) {
 // writeShard0 prepares run and commits rows [0, n) as shard 0.
 func writeShard0(t *testing.T, s *Sink, run sinks.RunInfo, n int) {
 	t.Helper()
-	ctx := context.Background()
-	if err := s.Prepare(ctx, run); err != nil {
+	if err := s.Prepare(context.Background(), run); err != nil {
 		t.Fatalf("Prepare: %v", err)
 	}
-	w, err := s.Shard(ctx, run, 0)
+	commitShard(t, s, run, 0, n)
+}
+
+// commitShard commits rows [0, n) of run as shard index.
+func commitShard(t *testing.T, s *Sink, run sinks.RunInfo, index, n int) {
+	t.Helper()
+	ctx := context.Background()
+	w, err := s.Shard(ctx, run, index)
 	if err != nil {
 		t.Fatalf("Shard: %v", err)
 	}
