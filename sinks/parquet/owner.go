@@ -100,8 +100,8 @@ const hintChoose = "choose a new or empty directory for sinks.parquet.path, or r
 // changes nothing.
 func checkOwned(target, job string) error {
 	fi, err := os.Lstat(target)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
+		return nil // nothing there to own; creating it fails on its own
 	}
 	if err != nil {
 		return fmt.Errorf("parquet: %w", err)
@@ -270,7 +270,7 @@ func (s *Sink) Check(ctx context.Context) error {
 		if err == nil {
 			break
 		}
-		if !errors.Is(err, fs.ErrNotExist) {
+		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ENOTDIR) {
 			return fmt.Errorf("parquet: %s: %w", target, err)
 		}
 		up := filepath.Dir(dir)

@@ -405,3 +405,29 @@ func TestAbortKeepsForeignFiles(t *testing.T) {
 		t.Fatalf("staging after Abort holds %v, want keep.txt alone", got)
 	}
 }
+
+// TestCheckCannotCreate: validate reports a target that cannot be created,
+// naming the directory in the way.
+func TestCheckCannotCreate(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	file := filepath.Join(root, "plain")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := newSink(t, jobs.ParquetSinkSpec{Path: filepath.Join(file, "out", "recs")})
+	if err := s.Check(ctx); err == nil || !strings.Contains(err.Error(), file+" is not a directory") {
+		t.Fatalf("Check under a file = %v, want an error naming %s", err, file)
+	}
+	if os.Geteuid() == 0 {
+		t.Skip("root may write anywhere: the read-only case cannot be observed")
+	}
+	ro := filepath.Join(root, "ro")
+	if err := os.Mkdir(ro, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	s = newSink(t, jobs.ParquetSinkSpec{Path: filepath.Join(ro, "out", "recs")})
+	if err := s.Check(ctx); err == nil || !strings.Contains(err.Error(), "cannot create it in "+ro) {
+		t.Fatalf("Check under a read-only dir = %v, want an error naming %s", err, ro)
+	}
+}
