@@ -108,7 +108,7 @@ func OpenSinks(ctx context.Context, spec *jobs.Spec) ([]sinks.Sink, error) {
 		return nil, err
 	}
 	if spec.Sinks.Parquet != nil {
-		s, err := pqsink.New(*spec.Sinks.Parquet)
+		s, err := pqsink.New(spec.Name, *spec.Sinks.Parquet)
 		if err != nil {
 			return fail(fmt.Errorf("sinks.parquet: %w", err))
 		}

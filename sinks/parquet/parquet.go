@@ -3,19 +3,23 @@
 //
 // Layout, for path out/recs/date=2024-11-01 and run version V:
 //
+//	out/recs/.date=2024-11-01.precog.lock           the writer lock (lock.go)
 //	out/recs/.date=2024-11-01.precog-V/              staging (hidden, same filesystem)
 //	    part-00003.parquet.tmp-1f2e…                 an attempt being written
 //	    part-00003.parquet                           a committed shard
 //	out/recs/date=2024-11-01/                        the published run
-//	    part-00000.parquet … _SUCCESS
+//	    part-00000.parquet … _SUCCESS _PRECOG
 //
 // A shard's Commit fsyncs its temporary file and renames it over
-// part-<i>.parquet, so a retried shard replaces its earlier attempt. Publish
-// writes _SUCCESS into staging and swaps it with the published directory in
-// one atomic rename (renameat2 RENAME_EXCHANGE on Linux; two renames where
-// the filesystem lacks it), so a reader that resolves the directory sees the
-// old run or the new one, never a mix. A re-run replaces the directory's
-// contents.
+// part-<i>.parquet, so a retried shard replaces its earlier attempt. Stage
+// (stage.go) verifies the committed shards and writes _SUCCESS and the
+// _PRECOG ownership marker into staging; Publish (publish.go) swaps staging
+// with the published directory in one atomic rename, so a reader that
+// resolves the directory sees the old run or the new one, never a mix.
+//
+// Precog replaces only a directory it published for the same job, and
+// deletes only the file names it writes (owner.go): a directory holding
+// anything else is refused with a *sinks.NotOwnedError and left untouched.
 package parquet
 
 import (
@@ -27,7 +31,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -65,6 +68,7 @@ type Success struct {
 // Sink writes one job's Parquet output. Safe for concurrent use: shards of a
 // run may be written in parallel.
 type Sink struct {
+	job   string
 	spec  jobs.ParquetSinkSpec
 	codec compress.Compression
 	// RowGroupRows and RowGroupBytes bound a row group (and so a shard
@@ -75,9 +79,10 @@ type Sink struct {
 
 var _ sinks.Sink = (*Sink)(nil)
 
-// New checks spec and returns a sink. Path may still hold {{.param}}
+// New checks spec and returns the sink of job (whose name Check looks for
+// in the target's ownership marker). Path may still hold {{.param}}
 // templates; they are rendered with each run's parameters.
-func New(spec jobs.ParquetSinkSpec) (*Sink, error) {
+func New(job string, spec jobs.ParquetSinkSpec) (*Sink, error) {
 	if strings.TrimSpace(spec.Path) == "" {
 		return nil, errors.New("sinks.parquet.path: empty")
 	}
@@ -101,7 +106,7 @@ func New(spec jobs.ParquetSinkSpec) (*Sink, error) {
 	default:
 		return nil, fmt.Errorf("sinks.parquet.compression: %q is not one of zstd, snappy, gzip, none", spec.Compression)
 	}
-	return &Sink{spec: spec, codec: codec, RowGroupRows: DefaultRowGroupRows, RowGroupBytes: DefaultRowGroupBytes}, nil
+	return &Sink{job: job, spec: spec, codec: codec, RowGroupRows: DefaultRowGroupRows, RowGroupBytes: DefaultRowGroupBytes}, nil
 }
 
 // Name is "parquet".
@@ -116,6 +121,7 @@ type dirs struct {
 	parent  string
 	staging string // .<base>.precog-<version>
 	old     string // .<base>.precog-old-<version>, only without RENAME_EXCHANGE
+	lock    string // .<base>.precog.lock
 }
 
 // Target returns the published directory of run: the spec's path rendered
@@ -155,11 +161,14 @@ func (s *Sink) dirs(run sinks.RunInfo) (dirs, error) {
 		parent:  parent,
 		staging: filepath.Join(parent, "."+base+".precog-"+v),
 		old:     filepath.Join(parent, "."+base+".precog-old-"+v),
+		lock:    filepath.Join(parent, "."+base+".precog.lock"),
 	}, nil
 }
 
-// Prepare creates the run's staging directory (keeping shards an earlier
-// process committed there, which is what makes a resume cheap).
+// Prepare checks that precog may replace the target (a *sinks.NotOwnedError
+// otherwise, with nothing created) and creates the run's staging directory
+// (keeping shards an earlier process committed there, which is what makes a
+// resume cheap).
 func (s *Sink) Prepare(ctx context.Context, run sinks.RunInfo) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -171,8 +180,11 @@ func (s *Sink) Prepare(ctx context.Context, run sinks.RunInfo) error {
 	if run.Schema == nil {
 		return fmt.Errorf("parquet: run %s: no output schema", run.RunID)
 	}
-	if succ, err := ReadSuccess(d.target); err == nil && succ.Version == run.Version {
-		return nil // already published
+	if published(d.target, run) {
+		return nil
+	}
+	if err := checkOwned(d.target, run.Job); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(d.staging, 0o755); err != nil {
 		return fmt.Errorf("parquet: prepare %s: %w", d.staging, err)
@@ -216,7 +228,7 @@ func (s *Sink) Shard(ctx context.Context, run sinks.RunInfo, index int) (sinks.S
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return nil, fmt.Errorf("parquet: shard %d: random name: %w", index, err)
 	}
-	final := filepath.Join(d.staging, fmt.Sprintf("part-%05d.parquet", index))
+	final := filepath.Join(d.staging, partName(index))
 	tmp := final + ".tmp-" + hex.EncodeToString(rnd[:])
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
@@ -395,152 +407,6 @@ func (w *shardWriter) Abort(ctx context.Context) error {
 	w.f.Close()
 	if err := os.Remove(w.tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("parquet: shard %d: abort: %w", w.index, err)
-	}
-	return nil
-}
-
-// Publish marks staging with _SUCCESS and swaps it into place. Called again
-// after a crash at any point, it finishes the job: a target already holding
-// the run's version means the swap happened, and what is left in staging is
-// the previous run, to be removed.
-func (s *Sink) Publish(ctx context.Context, run sinks.RunInfo) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	d, err := s.dirs(run)
-	if err != nil {
-		return err
-	}
-	if succ, err := ReadSuccess(d.target); err == nil && succ.Version == run.Version {
-		if err := removeAll(d.staging, d.old); err != nil {
-			return fmt.Errorf("parquet: publish %s: clean up: %w", d.target, err)
-		}
-		return nil
-	}
-	if _, err := os.Stat(d.staging); err != nil {
-		return fmt.Errorf("parquet: publish run %s to %s: staging dir: %w", run.RunID, d.target, err)
-	}
-	if err := removeTemps(d.staging); err != nil {
-		return fmt.Errorf("parquet: publish %s: %w", d.target, err)
-	}
-	succ, err := json.Marshal(Success{Job: run.Job, RunID: run.RunID, Version: run.Version, PublishedAt: time.Now().UTC()})
-	if err != nil {
-		return fmt.Errorf("parquet: publish %s: %w", d.target, err)
-	}
-	if err := writeFileSync(filepath.Join(d.staging, SuccessFile), succ); err != nil {
-		return fmt.Errorf("parquet: publish %s: %w", d.target, err)
-	}
-	if err := syncDir(d.staging); err != nil {
-		return fmt.Errorf("parquet: publish %s: %w", d.target, err)
-	}
-	_, statErr := os.Stat(d.target)
-	switch {
-	case statErr == nil:
-		err := exchangeDirs(d.staging, d.target)
-		if err == nil {
-			// staging now holds the previous run.
-			if err := syncDir(d.parent); err != nil {
-				return fmt.Errorf("parquet: publish %s: %w", d.target, err)
-			}
-			if err := os.RemoveAll(d.staging); err != nil {
-				slog.Warn("parquet: previous run left behind", "dir", d.staging, "err", err)
-			}
-			return nil
-		}
-		if !errors.Is(err, errNoExchange) {
-			return fmt.Errorf("parquet: publish %s: swap with %s: %w", d.target, d.staging, err)
-		}
-		// Two renames: readers may briefly find no directory, never a mix.
-		if err := os.RemoveAll(d.old); err != nil {
-			return fmt.Errorf("parquet: publish %s: %w", d.target, err)
-		}
-		if err := os.Rename(d.target, d.old); err != nil {
-			return fmt.Errorf("parquet: publish %s: move previous run aside: %w", d.target, err)
-		}
-	case !errors.Is(statErr, fs.ErrNotExist):
-		return fmt.Errorf("parquet: publish: %w", statErr)
-	}
-	if err := os.Rename(d.staging, d.target); err != nil {
-		return fmt.Errorf("parquet: publish %s: rename %s: %w", d.target, d.staging, err)
-	}
-	if err := syncDir(d.parent); err != nil {
-		return fmt.Errorf("parquet: publish %s: %w", d.target, err)
-	}
-	if err := os.RemoveAll(d.old); err != nil {
-		slog.Warn("parquet: previous run left behind", "dir", d.old, "err", err)
-	}
-	return nil
-}
-
-// Abort removes the run's staging directory; a published run is untouched.
-func (s *Sink) Abort(ctx context.Context, run sinks.RunInfo) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	d, err := s.dirs(run)
-	if err != nil {
-		return err
-	}
-	if err := os.RemoveAll(d.staging); err != nil {
-		return fmt.Errorf("parquet: abort run %s: %w", run.RunID, err)
-	}
-	return nil
-}
-
-// removeTemps deletes abandoned attempts' temporary files from staging so
-// they are not published.
-func removeTemps(dir string) error {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		if strings.Contains(e.Name(), ".tmp-") {
-			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func removeAll(paths ...string) error {
-	for _, p := range paths {
-		if err := os.RemoveAll(p); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func writeFileSync(path string, b []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("fsync %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("fsync dir: %w", err)
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("fsync dir %s: %w", dir, err)
 	}
 	return nil
 }

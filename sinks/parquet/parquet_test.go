@@ -21,9 +21,12 @@ import (
 	"github.com/precog-ml/precog/sinks/sinktest"
 )
 
+// testJob is the job name sinktest.NewRun gives its runs.
+const testJob = "sinktest"
+
 func newSink(t *testing.T, spec jobs.ParquetSinkSpec) *Sink {
 	t.Helper()
-	s, err := New(spec)
+	s, err := New(testJob, spec)
 	if err != nil {
 		t.Fatalf("New(%+v): %v", spec, err)
 	}
@@ -43,6 +46,13 @@ func TestConformance(t *testing.T) {
 						return sinktest.Snapshot{}, err
 					}
 					return readDir(ctx, dir, run.Key)
+				},
+				LoseShard: func(ctx context.Context, s sinks.Sink, run sinks.RunInfo, index int) error {
+					d, err := s.(*Sink).dirs(run)
+					if err != nil {
+						return err
+					}
+					return os.Remove(filepath.Join(d.staging, partName(index)))
 				},
 			})
 		})
@@ -94,7 +104,7 @@ func readDirOnce(dir, key string) (sinktest.Snapshot, error) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		if n == SuccessFile {
+		if n == SuccessFile || n == MarkerFile {
 			continue
 		}
 		if !strings.HasPrefix(n, "part-") || !strings.HasSuffix(n, ".parquet") {

@@ -18,14 +18,29 @@ import (
 	"github.com/precog-ml/precog/sinks/sinktest"
 )
 
-// writeRun prepares run and commits rows [0, n) as one shard.
+// writeRun prepares run, commits rows [0, n) as one shard and stages it.
 func writeRun(t *testing.T, s *Sink, run sinks.RunInfo, n int) {
 	t.Helper()
-	ctx := context.Background()
-	if err := s.Prepare(ctx, run); err != nil {
+	writeShard0(t, s, run, n)
+	if err := s.Stage(context.Background(), run, []sinks.CommittedShard{{Index: 0, Rows: int64(n)}}); err != nil {
+		t.Fatalf("Stage: %v", err)
+	}
+}
+
+// writeShard0 prepares run and commits rows [0, n) as shard 0.
+func writeShard0(t *testing.T, s *Sink, run sinks.RunInfo, n int) {
+	t.Helper()
+	if err := s.Prepare(context.Background(), run); err != nil {
 		t.Fatalf("Prepare: %v", err)
 	}
-	w, err := s.Shard(ctx, run, 0)
+	commitShard(t, s, run, 0, n)
+}
+
+// commitShard commits rows [0, n) of run as shard index.
+func commitShard(t *testing.T, s *Sink, run sinks.RunInfo, index, n int) {
+	t.Helper()
+	ctx := context.Background()
+	w, err := s.Shard(ctx, run, index)
 	if err != nil {
 		t.Fatalf("Shard: %v", err)
 	}
@@ -152,7 +167,7 @@ func TestNewRejects(t *testing.T) {
 		{Path: "out", Compression: "lz5"},
 		{Path: "out/{{.date"},
 	} {
-		if _, err := New(spec); err == nil {
+		if _, err := New(testJob, spec); err == nil {
 			t.Errorf("New(%+v) succeeded", spec)
 		}
 	}
@@ -308,7 +323,7 @@ func BenchmarkWrite(b *testing.B) {
 			b.Run(shape+"/"+comp, func(b *testing.B) {
 				ctx := context.Background()
 				run := benchRun(shape)
-				s, err := New(jobs.ParquetSinkSpec{Path: filepath.Join(b.TempDir(), "out"), Compression: comp})
+				s, err := New(testJob, jobs.ParquetSinkSpec{Path: filepath.Join(b.TempDir(), "out"), Compression: comp})
 				if err != nil {
 					b.Fatal(err)
 				}
