@@ -32,8 +32,16 @@ func TestConformance(t *testing.T) {
 			}
 			return s
 		},
-		Read: readSnapshot,
+		Read:      readSnapshot,
+		LoseShard: loseShardMarker,
 	})
+}
+
+// loseShardMarker deletes a shard's commit marker, as a restart without
+// persistence or an eviction of the marker would.
+func loseShardMarker(ctx context.Context, ss sinks.Sink, run sinks.RunInfo, index int) error {
+	s := ss.(*Sink)
+	return s.client.HDel(ctx, s.layout.Shards(run.Version), ShardField(index)).Err()
 }
 
 // readSnapshot reads like an application: resolve current, then every

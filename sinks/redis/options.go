@@ -95,7 +95,7 @@ func newConfig(spec jobs.RedisSinkSpec) (config, error) {
 			return c, fmt.Errorf("sinks.redis.addrs[%d]: %q is not host:port: %v", i, a, err)
 		}
 	}
-	if err := validNamespace(c.namespace); err != nil {
+	if err := ValidNamespace(c.namespace); err != nil {
 		return c, fmt.Errorf("sinks.redis.namespace: %w", err)
 	}
 	switch c.publish {
@@ -142,40 +142,6 @@ func newConfig(spec jobs.RedisSinkSpec) (config, error) {
 		return c, fmt.Errorf("sinks.redis.db: Redis Cluster (addrs) has only DB 0, got %d", c.db)
 	}
 	return c, nil
-}
-
-// validNamespace rejects names that would make keys ambiguous or SCAN
-// patterns unsafe: empty, whitespace, control characters, ':' (the key
-// separator), glob metacharacters, or hash-tag braces.
-func validNamespace(ns string) error {
-	if ns == "" {
-		return errors.New("required")
-	}
-	if len(ns) > 128 {
-		return fmt.Errorf("%q longer than 128 bytes", ns)
-	}
-	for _, r := range ns {
-		if r <= ' ' || r == 0x7f || strings.ContainsRune(":*?[]\\{}", r) {
-			return fmt.Errorf("%q: character %q not allowed (no whitespace, ':', glob characters or braces)", ns, r)
-		}
-	}
-	return nil
-}
-
-// validVersion applies the namespace rules to a run version, which becomes
-// the middle part of every key and of SCAN patterns.
-func validVersion(v string) error {
-	if v == "" {
-		return errors.New("run version is empty")
-	}
-	if err := validNamespace(v); err != nil {
-		return fmt.Errorf("run version %w", err)
-	}
-	switch v {
-	case "current", "versions", "gc", "meta":
-		return fmt.Errorf("run version %q is reserved", v)
-	}
-	return nil
 }
 
 // clusterMode reports whether the config addresses a Redis Cluster.

@@ -67,54 +67,34 @@ import (
 )
 
 // CloseTimeout bounds how long Close waits for background retention
-// cleanup before cancelling it; the next Publish resumes what is left.
-const CloseTimeout = 30 * time.Second
-
-// scanCount is the COUNT hint of cleanup SCANs and so the size of one
-// UNLINK pipeline.
-const scanCount = 1000
-
-// Key layout, shared with readers such as the lookup API.
-
-// CurrentKey holds the published version of namespace.
-func CurrentKey(namespace string) string { return namespace + ":current" }
-
-// VersionsKey is the sorted set of retained published versions.
-func VersionsKey(namespace string) string { return namespace + ":versions" }
-
-// Channel is the pub/sub channel on which Publish and Rollback announce the
-// new current version (the message is the version).
-func Channel(namespace string) string { return namespace + ":published" }
-
-// RecordKey is where a record lives: {ns}:{version}:{key} for atomic
-// publish, {ns}:{key} for in_place (version "").
-func RecordKey(namespace, version, key string) string {
-	if version == "" {
-		return namespace + ":" + key
-	}
-	return namespace + ":" + version + ":" + key
-}
-
-func gcKey(ns string) string   { return ns + ":gc" }
-func metaKey(ns string) string { return ns + ":meta" }
+// cleanup before cancelling it, so that cleanup never holds a command's
+// exit; the next run's Prepare or Publish resumes what is left.
+const CloseTimeout = 2 * time.Second
 
 // Sink writes runs to one Redis server or cluster. It is safe for
 // concurrent use by several shard writers.
 type Sink struct {
 	cfg    config
+	layout Layout
 	client goredis.UniversalClient
 	log    *slog.Logger
 	retry  retryPolicy
+	// lockTTL is the lease of Lock (DefaultLockTTL; shorter in tests).
+	lockTTL time.Duration
+	// closeWait is how long Close waits for cleanup (CloseTimeout).
+	closeWait time.Duration
 
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
 	bg       sync.WaitGroup
+	bgMu     sync.Mutex // orders startGC's bg.Add before Close's bg.Wait
 	gcMu     sync.Mutex // one collector at a time
 	closed   sync.Once
 	isClosed atomic.Bool
 
 	activeMu sync.Mutex
 	active   map[shardID]*shardWriter // open attempts, by run version and shard
+	locks    map[*redisLock]bool      // held locks, released at Close
 }
 
 // shardID names a shard of a run.
@@ -137,13 +117,16 @@ func New(spec jobs.RedisSinkSpec) (*Sink, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Sink{
-		cfg:      cfg,
-		client:   cfg.newClient(),
-		log:      logger().With("addr", cfg.where(), "namespace", cfg.namespace),
-		retry:    defaultRetry,
-		active:   map[shardID]*shardWriter{},
-		bgCtx:    ctx,
-		bgCancel: cancel,
+		cfg:       cfg,
+		layout:    Layout{Namespace: cfg.namespace, InPlace: cfg.publish == PublishInPlace},
+		lockTTL:   DefaultLockTTL,
+		closeWait: CloseTimeout,
+		client:    cfg.newClient(),
+		log:       logger().With("addr", cfg.where(), "namespace", cfg.namespace),
+		retry:     defaultRetry,
+		active:    map[shardID]*shardWriter{},
+		bgCtx:     ctx,
+		bgCancel:  cancel,
 	}, nil
 }
 
@@ -154,12 +137,8 @@ func (s *Sink) Name() string { return "redis" }
 // tests that read back what was written).
 func (s *Sink) Client() goredis.UniversalClient { return s.client }
 
-func (s *Sink) keyPrefix(version string) string {
-	if s.cfg.publish == PublishInPlace {
-		return s.cfg.namespace + ":"
-	}
-	return s.cfg.namespace + ":" + version + ":"
-}
+// Layout is where this sink's keys live.
+func (s *Sink) Layout() Layout { return s.layout }
 
 // Ping checks that the server answers and the credentials are accepted.
 func (s *Sink) Ping(ctx context.Context) error {
@@ -173,7 +152,10 @@ func (s *Sink) Ping(ctx context.Context) error {
 // with the configured credentials.
 func (s *Sink) Check(ctx context.Context) error { return s.Ping(ctx) }
 
-// Prepare checks the run's schema and version and that Redis is reachable.
+// Prepare checks the run's schema and version and that Redis is reachable,
+// creates the version's shard-marker hash (whose existence tells cleanup
+// that the version keeps a key record), and resumes any retention cleanup
+// an earlier run left unfinished, in the background.
 func (s *Sink) Prepare(ctx context.Context, run sinks.RunInfo) error {
 	if err := s.checkRun(run); err != nil {
 		return err
@@ -181,12 +163,28 @@ func (s *Sink) Prepare(ctx context.Context, run sinks.RunInfo) error {
 	if _, err := newRecordEncoder(run.Schema, run.Key); err != nil {
 		return fmt.Errorf("redis sink: %w", err)
 	}
-	return s.Ping(ctx)
+	if err := s.Ping(ctx); err != nil {
+		return err
+	}
+	if s.layout.InPlace {
+		return nil
+	}
+	key := s.layout.Shards(run.Version)
+	pipe := s.client.Pipeline()
+	pipe.HSet(ctx, key, "format", 1)
+	if s.cfg.ttl > 0 {
+		pipe.PExpire(ctx, key, s.cfg.ttl)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return s.cfg.sanitize("prepare: create "+key, err)
+	}
+	s.startGC("")
+	return nil
 }
 
 func (s *Sink) checkRun(run sinks.RunInfo) error {
 	if s.cfg.publish == PublishAtomic {
-		if err := validVersion(run.Version); err != nil {
+		if err := ValidVersion(run.Version); err != nil {
 			return fmt.Errorf("redis sink: run %s: %w", run.RunID, err)
 		}
 	}
@@ -202,7 +200,13 @@ func (s *Sink) Shard(ctx context.Context, run sinks.RunInfo, index int) (sinks.S
 	if err != nil {
 		return nil, fmt.Errorf("redis sink: shard %d: %w", index, err)
 	}
-	w := newShardWriter(s, run, index, enc)
+	// The servers' state before the first write goes into the commit
+	// marker: Stage compares it to detect a restart or evictions since.
+	nodes, err := s.nodeStates(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("shard %d: %w", index, err)
+	}
+	w := newShardWriter(s, run, index, enc, nodes)
 	// An earlier attempt of this shard in this process (abandoned by its
 	// caller) is discarded first: its pipelines in flight must not land
 	// after this attempt's writes of the same keys.
@@ -225,9 +229,18 @@ func (s *Sink) release(w *shardWriter) {
 	s.activeMu.Unlock()
 }
 
-// Publish makes the run current (atomic mode: one SET of {ns}:current),
-// announces it, and starts deleting versions beyond retention in the
-// background. Publishing the current version again is a no-op cutover.
+// Publish is phase two: one SET of {ns}:current makes the staged run
+// current (atomic mode), then the run is announced and versions beyond
+// retention are deleted in the background. Publishing the current version
+// again is a no-op cutover.
+//
+// The version is added to {ns}:versions (ZADD NX) just before the SET, not
+// at Stage: the list is what Rollback offers, and a staged run that another
+// sink then refuses must never become a rollback target. The ZADD goes to
+// the same server as the SET and changes nothing readers see, so it adds
+// no failure that leaves anything half visible. Once the SET succeeded,
+// Publish succeeds: a failed notice or meta update is logged (readers poll
+// current too), and retention runs later.
 func (s *Sink) Publish(ctx context.Context, run sinks.RunInfo) error {
 	if s.isClosed.Load() {
 		return fmt.Errorf("redis sink %s: publish after Close", s.cfg.where())
@@ -235,33 +248,39 @@ func (s *Sink) Publish(ctx context.Context, run sinks.RunInfo) error {
 	if err := s.checkRun(run); err != nil {
 		return err
 	}
-	ns := s.cfg.namespace
+	l := s.layout
 	now := time.Now().UTC()
-	if s.cfg.publish == PublishInPlace {
-		if err := s.writeMeta(ctx, run.Version, now); err != nil {
-			return err
+	if !l.InPlace {
+		if err := s.client.ZAddNX(ctx, l.Versions(), goredis.Z{Score: float64(now.UnixMilli()), Member: run.Version}).Err(); err != nil {
+			return s.cfg.sanitize("publish: list version "+run.Version, err)
 		}
-		return s.notify(ctx, run.Version)
+		if err := s.client.Set(ctx, l.Current(), run.Version, 0).Err(); err != nil {
+			return s.cfg.sanitize("publish: set "+l.Current(), err)
+		}
 	}
-	// Listed first, so that a current version is always a retained one.
-	if err := s.client.ZAddNX(ctx, VersionsKey(ns), goredis.Z{Score: float64(now.UnixMilli()), Member: run.Version}).Err(); err != nil {
-		return s.cfg.sanitize("publish: list version "+run.Version, err)
+	s.log.Info("redis run published", "version", run.Version, "run", run.RunID, "mode", s.cfg.publish)
+	s.announce(ctx, run.Version, now)
+	if l.InPlace {
+		// In place, the markers served Stage only: records are not
+		// deleted by version.
+		if err := s.client.Unlink(ctx, l.Shards(run.Version)).Err(); err != nil {
+			s.log.Warn("redis in_place: could not delete the run's shard markers; they expire with the TTL", "key", l.Shards(run.Version), "err", s.cfg.sanitize("unlink", err))
+		}
+		return nil
 	}
-	if err := s.client.Set(ctx, CurrentKey(ns), run.Version, 0).Err(); err != nil {
-		return s.cfg.sanitize("publish: set "+CurrentKey(ns), err)
-	}
-	s.log.Info("redis run published", "version", run.Version, "run", run.RunID)
-	if err := s.writeMeta(ctx, run.Version, now); err != nil {
-		return err
-	}
-	if err := s.notify(ctx, run.Version); err != nil {
-		return err
-	}
-	if err := s.expire(ctx, run.Version); err != nil {
-		return err
-	}
-	s.startGC()
+	s.startGC(run.Version)
 	return nil
+}
+
+// announce records {ns}:meta and sends the published notice; failures are
+// logged, since the cutover has already happened.
+func (s *Sink) announce(ctx context.Context, version string, at time.Time) {
+	if err := s.writeMeta(ctx, version, at); err != nil {
+		s.log.Warn("redis publish: meta not updated", "err", err)
+	}
+	if err := s.notify(ctx, version); err != nil {
+		s.log.Warn("redis publish: notice not sent; readers see the new version at their next poll", "err", err)
+	}
 }
 
 func (s *Sink) writeMeta(ctx context.Context, version string, at time.Time) error {
@@ -275,146 +294,15 @@ func (s *Sink) notify(ctx context.Context, version string) error {
 		s.client.Publish(ctx, Channel(s.cfg.namespace), version).Err())
 }
 
-// expire moves versions beyond retention (never current) from the
-// versions list to the gc set: added to gc first, so a crash in between
-// leaves a version listed twice rather than forgotten with its keys.
-func (s *Sink) expire(ctx context.Context, current string) error {
-	ns := s.cfg.namespace
-	all, err := s.client.ZRevRange(ctx, VersionsKey(ns), 0, -1).Result()
-	if err != nil {
-		return s.cfg.sanitize("retention: list versions", err)
-	}
-	kept := 0
-	for _, v := range all {
-		if v == current || kept < s.cfg.retain-1 {
-			if v != current {
-				kept++
-			}
-			continue
-		}
-		if err := s.client.SAdd(ctx, gcKey(ns), v).Err(); err != nil {
-			return s.cfg.sanitize("retention: mark "+v, err)
-		}
-		if err := s.client.ZRem(ctx, VersionsKey(ns), v).Err(); err != nil {
-			return s.cfg.sanitize("retention: unlist "+v, err)
-		}
-		s.log.Info("redis version expired; deleting its keys in the background", "version", v)
-	}
-	return nil
-}
-
-// startGC deletes the keys of every version in {ns}:gc in the background.
-func (s *Sink) startGC() {
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		s.gcMu.Lock()
-		defer s.gcMu.Unlock()
-		if err := s.collect(s.bgCtx); err != nil && s.bgCtx.Err() == nil {
-			s.log.Error("redis retention cleanup failed; the next publish retries", "err", err)
-		}
-	}()
-}
-
-// collect deletes the keys of the versions listed in {ns}:gc, then the
-// list entries themselves.
-func (s *Sink) collect(ctx context.Context) error {
-	ns := s.cfg.namespace
-	vs, err := s.client.SMembers(ctx, gcKey(ns)).Result()
-	if err != nil {
-		return s.cfg.sanitize("retention: read "+gcKey(ns), err)
-	}
-	for _, v := range vs {
-		if validVersion(v) != nil {
-			s.log.Warn("redis gc: skipping malformed version", "version", v)
-			continue
-		}
-		start := time.Now()
-		n, err := s.deleteVersion(ctx, v)
-		if err != nil {
-			return err
-		}
-		if err := s.client.SRem(ctx, gcKey(ns), v).Err(); err != nil {
-			return s.cfg.sanitize("retention: unmark "+v, err)
-		}
-		s.log.Info("redis version deleted", "version", v, "keys", n, "took", time.Since(start).Round(time.Millisecond))
-	}
-	return nil
-}
-
-// WaitCleanup waits for background retention cleanup to finish, or ctx.
-func (s *Sink) WaitCleanup(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() { s.bg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// deleteVersion removes {ns}:{version}:* with SCAN + pipelined UNLINK, a
-// page at a time, on every master of a cluster.
-func (s *Sink) deleteVersion(ctx context.Context, version string) (int64, error) {
-	pattern := s.cfg.namespace + ":" + version + ":*"
-	var total int64
-	var mu sync.Mutex
-	scanNode := func(ctx context.Context, c *goredis.Client) error {
-		n, err := scanUnlink(ctx, c, pattern)
-		mu.Lock()
-		total += n
-		mu.Unlock()
-		return err
-	}
-	var err error
-	switch c := s.client.(type) {
-	case *goredis.ClusterClient:
-		err = c.ForEachMaster(ctx, scanNode)
-	case *goredis.Client:
-		err = scanNode(ctx, c)
-	default:
-		err = fmt.Errorf("unsupported client type %T", s.client)
-	}
-	if err != nil {
-		return total, s.cfg.sanitize("delete keys "+pattern, err)
-	}
-	return total, nil
-}
-
-// scanUnlink deletes the keys matching pattern on one node, one SCAN page
-// (about scanCount keys) per UNLINK pipeline, so Redis never blocks long.
-func scanUnlink(ctx context.Context, c *goredis.Client, pattern string) (int64, error) {
-	var cursor uint64
-	var total int64
-	for {
-		keys, next, err := c.Scan(ctx, cursor, pattern, scanCount).Result()
-		if err != nil {
-			return total, err
-		}
-		if len(keys) > 0 {
-			pipe := c.Pipeline()
-			for _, k := range keys {
-				pipe.Unlink(ctx, k)
-			}
-			if _, err := pipe.Exec(ctx); err != nil {
-				return total, err
-			}
-			total += int64(len(keys))
-		}
-		if next == 0 {
-			return total, nil
-		}
-		cursor = next
-	}
-}
-
 // Abort deletes everything an unpublished atomic run wrote. It refuses a
 // published version (use Rollback). In in_place mode writes cannot be
 // undone; Abort logs that and returns nil.
 func (s *Sink) Abort(ctx context.Context, run sinks.RunInfo) error {
-	if s.cfg.publish == PublishInPlace {
+	if s.layout.InPlace {
 		s.log.Warn("redis in_place run aborted: keys already written stay (in_place has no atomicity)", "run", run.RunID)
+		if err := s.client.Unlink(ctx, s.layout.Shards(run.Version)).Err(); err != nil {
+			return s.cfg.sanitize("abort: delete "+s.layout.Shards(run.Version), err)
+		}
 		return nil
 	}
 	if err := s.checkRun(run); err != nil {
@@ -499,19 +387,27 @@ func (s *Sink) Rollback(ctx context.Context, run sinks.RunInfo, version string) 
 	return s.notify(ctx, version)
 }
 
-// Close waits up to CloseTimeout for background cleanup (cancelling it
-// after that; the next Publish resumes it) and closes the connections.
+// Close waits up to CloseTimeout for background cleanup, then cancels it
+// and logs the versions left for the next run (whose Prepare or Publish
+// resumes them), stops renewing any lock still held, and closes the
+// connections. Cleanup therefore never holds a command's exit for long.
 func (s *Sink) Close() error {
 	var err error
 	s.closed.Do(func() {
+		s.bgMu.Lock()
 		s.isClosed.Store(true)
-		ctx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
+		s.bgMu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), s.closeWait)
 		if s.WaitCleanup(ctx) != nil {
-			s.log.Warn("redis retention cleanup still running at close; cancelled, resumes at the next publish")
+			s.bgCancel()
+			s.bg.Wait()
+			s.log.Warn("redis retention cleanup cut off at close; the next run finishes it",
+				"waited", s.closeWait, "versions_left", s.leftForNextRun())
 		}
 		cancel()
 		s.bgCancel()
 		s.bg.Wait()
+		s.releaseLocks()
 		if cerr := s.client.Close(); cerr != nil {
 			err = fmt.Errorf("redis %s: close: %s", s.cfg.where(), redact(cerr.Error(), s.cfg.password))
 		}

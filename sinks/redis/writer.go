@@ -2,6 +2,8 @@ package redis
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -33,6 +35,9 @@ var defaultRetry = retryPolicy{attempts: 10, base: 25 * time.Millisecond, max: 2
 type pipeBatch struct {
 	arena []byte
 	spans []span
+	// keyRec is the batch's part of the version's key record (see
+	// Layout.Keys), built once before the first send.
+	keyRec []byte
 }
 
 // span locates one key and its value in the arena.
@@ -41,6 +46,18 @@ type span struct{ k0, k1, v0, v1 int32 }
 func (b *pipeBatch) reset() {
 	b.arena = b.arena[:0]
 	b.spans = b.spans[:0]
+	b.keyRec = b.keyRec[:0]
+}
+
+// buildKeyRecord encodes the batch's entity keys (each record key without
+// its prefixLen-byte prefix) as uvarint length + bytes into b.keyRec.
+func (b *pipeBatch) buildKeyRecord(prefixLen int) {
+	b.keyRec = b.keyRec[:0]
+	for _, s := range b.spans {
+		k := b.arena[int(s.k0)+prefixLen : s.k1]
+		b.keyRec = binary.AppendUvarint(b.keyRec, uint64(len(k)))
+		b.keyRec = append(b.keyRec, k...)
+	}
 }
 
 // key and value view the arena without copying; they are valid until the
@@ -81,20 +98,32 @@ type shardWriter struct {
 	noRetry atomic.Bool
 	// id identifies the attempt in Sink.active.
 	id shardID
+	// keysKey is the version's key record (atomic mode; "" for in_place,
+	// whose records are never deleted by version).
+	keysKey string
+	// shardsKey holds the commit markers; nodes is the servers' state when
+	// the attempt started, which the marker carries for Stage.
+	shardsKey string
+	nodes     []NodeState
 }
 
-func newShardWriter(s *Sink, run sinks.RunInfo, index int, enc *recordEncoder) *shardWriter {
+func newShardWriter(s *Sink, run sinks.RunInfo, index int, enc *recordEncoder, nodes []NodeState) *shardWriter {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &shardWriter{
-		s:      s,
-		index:  index,
-		id:     shardID{run.Version, index},
-		enc:    enc,
-		prefix: s.keyPrefix(run.Version),
-		ctx:    ctx,
-		cancel: cancel,
-		sem:    make(chan struct{}, s.cfg.depth),
-		free:   make(chan *pipeBatch, s.cfg.depth+1),
+		s:         s,
+		index:     index,
+		id:        shardID{run.Version, index},
+		enc:       enc,
+		prefix:    s.layout.RecordPrefix(run.Version),
+		shardsKey: s.layout.Shards(run.Version),
+		nodes:     nodes,
+		ctx:       ctx,
+		cancel:    cancel,
+		sem:       make(chan struct{}, s.cfg.depth),
+		free:      make(chan *pipeBatch, s.cfg.depth+1),
+	}
+	if !s.layout.InPlace {
+		w.keysKey = s.layout.Keys(run.Version)
 	}
 	return w
 }
@@ -224,7 +253,10 @@ func (w *shardWriter) acquire(ctx context.Context) error {
 
 // send writes b (holding a token) and then recycles it.
 func (w *shardWriter) send(b *pipeBatch) {
-	err := w.s.sendBatch(w.ctx, b, &w.retries, &w.noRetry)
+	if w.keysKey != "" {
+		b.buildKeyRecord(len(w.prefix))
+	}
+	err := w.s.sendBatch(w.ctx, b, w.keysKey, &w.retries, &w.noRetry)
 	<-w.sem
 	if err != nil {
 		w.setErr(fmt.Errorf("redis shard %d: %w", w.index, err))
@@ -300,12 +332,58 @@ func (w *shardWriter) Commit(ctx context.Context) error {
 		return fmt.Errorf("redis shard %d: commit: %w", w.index, ctx.Err())
 	}
 	err := w.failed()
+	if err == nil {
+		err = w.writeMarker(ctx)
+	}
 	w.finish()
 	if err != nil {
 		return err
 	}
 	w.s.log.Debug("redis shard committed", "shard", w.index, "rows", w.rows.Load(), "retries", w.retries.Load())
 	return nil
+}
+
+// writeMarker records the commit in the version's shard markers (with the
+// data's TTL), once every pipeline is acknowledged: the marker is what Stage
+// checks, so it never exists for a shard whose records were not all
+// written. It carries the servers' state from before the first write, so a
+// restart or eviction during or after the writes is detected at Stage.
+func (w *shardWriter) writeMarker(ctx context.Context) error {
+	m, err := json.Marshal(Marker{Rows: w.rows.Load(), Nodes: w.nodes})
+	if err != nil {
+		return fmt.Errorf("redis shard %d: marker: %w", w.index, err)
+	}
+	err = w.s.retryDo(ctx, func(ctx context.Context) error {
+		pipe := w.s.client.Pipeline()
+		pipe.HSet(ctx, w.shardsKey, ShardField(w.index), m)
+		if w.s.cfg.ttl > 0 {
+			pipe.PExpire(ctx, w.shardsKey, w.s.cfg.ttl)
+		}
+		_, err := pipe.Exec(ctx)
+		return err
+	})
+	if err != nil {
+		return w.s.cfg.sanitize(fmt.Sprintf("shard %d: write commit marker in %s", w.index, w.shardsKey), err)
+	}
+	return nil
+}
+
+// retryDo runs fn, again with backoff while it fails transiently (fn must
+// be idempotent).
+func (s *Sink) retryDo(ctx context.Context, fn func(context.Context) error) error {
+	for attempt := 1; ; attempt++ {
+		err := fn(ctx)
+		if err == nil || !isTransient(err) || attempt >= s.retry.attempts {
+			return err
+		}
+		t := time.NewTimer(s.retry.backoff(attempt))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(ctx.Err(), err)
+		}
+	}
 }
 
 // Abort discards the attempt: no pipeline is re-sent any more, and Abort
@@ -339,10 +417,10 @@ func (w *shardWriter) finish() {
 // sendBatch sends one pipeline of SETs (with the TTL), re-sending the whole
 // pipeline on transient failures: SET is idempotent, so a re-send neither
 // loses nor duplicates a record.
-func (s *Sink) sendBatch(ctx context.Context, b *pipeBatch, retries *atomic.Int64, noRetry *atomic.Bool) error {
+func (s *Sink) sendBatch(ctx context.Context, b *pipeBatch, keysKey string, retries *atomic.Int64, noRetry *atomic.Bool) error {
 	var last error
 	for attempt := 1; ; attempt++ {
-		err := s.execSets(ctx, b)
+		err := s.execSets(ctx, b, keysKey)
 		if err == nil {
 			return nil
 		}
@@ -366,9 +444,17 @@ func (s *Sink) sendBatch(ctx context.Context, b *pipeBatch, retries *atomic.Int6
 }
 
 // execSets runs one pipeline and returns the first failure, either of the
-// exchange or of any single SET.
-func (s *Sink) execSets(ctx context.Context, b *pipeBatch) error {
+// exchange or of any single command. With a keysKey the pipeline first
+// appends its keys to the version's key record (and refreshes its TTL), so
+// that a key is recorded before it is written, even if the process dies.
+func (s *Sink) execSets(ctx context.Context, b *pipeBatch, keysKey string) error {
 	pipe := s.client.Pipeline()
+	if keysKey != "" {
+		pipe.Append(ctx, keysKey, unsafe.String(unsafe.SliceData(b.keyRec), len(b.keyRec)))
+		if s.cfg.ttl > 0 {
+			pipe.PExpire(ctx, keysKey, s.cfg.ttl)
+		}
+	}
 	for i := range b.spans {
 		pipe.Set(ctx, b.key(i), b.value(i), s.cfg.ttl)
 	}

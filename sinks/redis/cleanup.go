@@ -1,0 +1,285 @@
+package redis
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// unlinkBatch is the number of keys per UNLINK command (or per pipeline of
+// single-key UNLINKs in a cluster), and the COUNT hint of fallback SCANs.
+const unlinkBatch = 1000
+
+// keyRecordChunk is how much of a key record one GETRANGE reads.
+const keyRecordChunk = 1 << 20
+
+// expire moves versions beyond retention (never current) from the
+// versions list to the gc set: added to gc first, so a crash in between
+// leaves a version listed twice rather than forgotten with its keys.
+func (s *Sink) expire(ctx context.Context, current string) error {
+	ns := s.cfg.namespace
+	all, err := s.client.ZRevRange(ctx, VersionsKey(ns), 0, -1).Result()
+	if err != nil {
+		return s.cfg.sanitize("retention: list versions", err)
+	}
+	kept := 0
+	for _, v := range all {
+		if v == current || kept < s.cfg.retain-1 {
+			if v != current {
+				kept++
+			}
+			continue
+		}
+		if err := s.client.SAdd(ctx, gcKey(ns), v).Err(); err != nil {
+			return s.cfg.sanitize("retention: mark "+v, err)
+		}
+		if err := s.client.ZRem(ctx, VersionsKey(ns), v).Err(); err != nil {
+			return s.cfg.sanitize("retention: unlist "+v, err)
+		}
+		s.log.Info("redis version expired; deleting its keys in the background", "version", v)
+	}
+	return nil
+}
+
+// startGC applies retention (when current is set) and deletes the keys of
+// every version in {ns}:gc in the background; Close bounds how long it is
+// waited for, and the next Prepare or Publish resumes what is left.
+func (s *Sink) startGC(current string) {
+	s.bgMu.Lock()
+	defer s.bgMu.Unlock()
+	if s.isClosed.Load() {
+		return
+	}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		s.gcMu.Lock()
+		defer s.gcMu.Unlock()
+		ctx := s.bgCtx
+		err := ctx.Err()
+		if err == nil && current != "" {
+			err = s.expire(ctx, current)
+		}
+		if err == nil {
+			err = s.collect(ctx)
+		}
+		if err != nil && ctx.Err() == nil {
+			s.log.Error("redis retention cleanup failed; the next run retries", "err", err)
+		}
+	}()
+}
+
+// collect deletes the keys of the versions listed in {ns}:gc, then the
+// list entries themselves.
+func (s *Sink) collect(ctx context.Context) error {
+	ns := s.cfg.namespace
+	vs, err := s.client.SMembers(ctx, gcKey(ns)).Result()
+	if err != nil {
+		return s.cfg.sanitize("retention: read "+gcKey(ns), err)
+	}
+	for _, v := range vs {
+		if ValidVersion(v) != nil {
+			s.log.Warn("redis gc: skipping malformed version", "version", v)
+			continue
+		}
+		start := time.Now()
+		n, err := s.deleteVersion(ctx, v)
+		if err != nil {
+			return err
+		}
+		if err := s.client.SRem(ctx, gcKey(ns), v).Err(); err != nil {
+			return s.cfg.sanitize("retention: unmark "+v, err)
+		}
+		s.log.Info("redis version deleted", "version", v, "keys", n, "took", time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// WaitCleanup waits for background retention cleanup to finish, or ctx.
+func (s *Sink) WaitCleanup(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { s.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// deleteVersion removes every record of version, its key record and its
+// shard markers. It reads the key record ({ns}:keys:{version}) and UNLINKs
+// what it lists in batches, so its cost is proportional to the version,
+// not to the keyspace. A version without a key record and without markers
+// was written by a precog older than key records: its keys are found with
+// SCAN over the whole keyspace (logged, as it can be slow).
+func (s *Sink) deleteVersion(ctx context.Context, version string) (int64, error) {
+	keysKey, shardsKey := s.layout.Keys(version), s.layout.Shards(version)
+	recorded, err := s.client.Exists(ctx, keysKey).Result()
+	if err != nil {
+		return 0, s.cfg.sanitize("delete version "+version+": EXISTS "+keysKey, err)
+	}
+	marked, err := s.client.Exists(ctx, shardsKey).Result()
+	if err != nil {
+		return 0, s.cfg.sanitize("delete version "+version+": EXISTS "+shardsKey, err)
+	}
+	var n int64
+	switch {
+	case recorded > 0:
+		n, err = s.unlinkRecorded(ctx, version)
+	case marked > 0: // prepared, nothing sent
+	default:
+		s.log.Warn("redis version has no key record (written by an older precog, or expired): deleting its keys with a SCAN of the whole keyspace",
+			"version", version)
+		n, err = s.scanDelete(ctx, version)
+	}
+	if err != nil {
+		return n, err
+	}
+	// The record and markers go last: a crash before leaves them for the
+	// next attempt, which then finds nothing left to delete but themselves.
+	for _, k := range []string{keysKey, shardsKey} {
+		if err := s.client.Unlink(ctx, k).Err(); err != nil {
+			return n, s.cfg.sanitize("delete version "+version+": UNLINK "+k, err)
+		}
+	}
+	return n, nil
+}
+
+// unlinkRecorded reads the version's key record a chunk at a time and
+// UNLINKs the keys it lists in batches of unlinkBatch. It returns the number
+// of keys named (a retried pipeline records its keys twice; UNLINK of a
+// missing key is harmless).
+func (s *Sink) unlinkRecorded(ctx context.Context, version string) (int64, error) {
+	keysKey, prefix := s.layout.Keys(version), s.layout.RecordPrefix(version)
+	var total int64
+	var carry []byte
+	batch := make([]string, 0, unlinkBatch)
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		err := s.unlinkKeys(ctx, batch)
+		total += int64(len(batch))
+		batch = batch[:0]
+		return err
+	}
+	for off := int64(0); ; off += keyRecordChunk {
+		chunk, err := s.client.GetRange(ctx, keysKey, off, off+keyRecordChunk-1).Bytes()
+		if err != nil {
+			return total, s.cfg.sanitize(fmt.Sprintf("delete version %s: GETRANGE %s %d", version, keysKey, off), err)
+		}
+		buf := append(carry, chunk...)
+		for {
+			klen, n := binary.Uvarint(buf)
+			if n <= 0 || uint64(len(buf)-n) < klen {
+				break // an entry continues in the next chunk
+			}
+			batch = append(batch, prefix+string(buf[n:n+int(klen)]))
+			buf = buf[n+int(klen):]
+			if len(batch) == unlinkBatch {
+				if err := flush(); err != nil {
+					return total, s.cfg.sanitize("delete version "+version+": UNLINK", err)
+				}
+			}
+		}
+		carry = append([]byte(nil), buf...)
+		if len(chunk) < keyRecordChunk {
+			break
+		}
+	}
+	if len(carry) > 0 {
+		return total, fmt.Errorf("redis sink: delete version %s: key record %s ends in a truncated entry (%d bytes)", version, keysKey, len(carry))
+	}
+	if err := flush(); err != nil {
+		return total, s.cfg.sanitize("delete version "+version+": UNLINK", err)
+	}
+	return total, nil
+}
+
+// unlinkKeys deletes keys: one UNLINK on a single server, a pipeline of
+// single-key UNLINKs on a cluster (keys of one batch span all slots).
+func (s *Sink) unlinkKeys(ctx context.Context, keys []string) error {
+	if _, ok := s.client.(*goredis.ClusterClient); !ok {
+		return s.client.Unlink(ctx, keys...).Err()
+	}
+	pipe := s.client.Pipeline()
+	for _, k := range keys {
+		pipe.Unlink(ctx, k)
+	}
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+// scanDelete removes {ns}:{version}:* with SCAN + pipelined UNLINK, a page
+// at a time, on every master of a cluster: the fallback for versions
+// without a key record.
+func (s *Sink) scanDelete(ctx context.Context, version string) (int64, error) {
+	pattern := s.layout.RecordPrefix(version) + "*"
+	var total int64
+	var mu sync.Mutex
+	scanNode := func(ctx context.Context, c *goredis.Client) error {
+		n, err := scanUnlink(ctx, c, pattern)
+		mu.Lock()
+		total += n
+		mu.Unlock()
+		return err
+	}
+	var err error
+	switch c := s.client.(type) {
+	case *goredis.ClusterClient:
+		err = c.ForEachMaster(ctx, scanNode)
+	case *goredis.Client:
+		err = scanNode(ctx, c)
+	default:
+		err = fmt.Errorf("unsupported client type %T", s.client)
+	}
+	if err != nil {
+		return total, s.cfg.sanitize("delete keys "+pattern, err)
+	}
+	return total, nil
+}
+
+// scanUnlink deletes the keys matching pattern on one node, one SCAN page
+// (about unlinkBatch keys) per UNLINK, so Redis never blocks long.
+func scanUnlink(ctx context.Context, c *goredis.Client, pattern string) (int64, error) {
+	var cursor uint64
+	var total int64
+	for {
+		keys, next, err := c.Scan(ctx, cursor, pattern, unlinkBatch).Result()
+		if err != nil {
+			return total, err
+		}
+		if len(keys) > 0 { // one key per UNLINK: a node's keys span slots
+			pipe := c.Pipeline()
+			for _, k := range keys {
+				pipe.Unlink(ctx, k)
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				return total, err
+			}
+			total += int64(len(keys))
+		}
+		if next == 0 {
+			return total, nil
+		}
+		cursor = next
+	}
+}
+
+// leftForNextRun lists the versions still waiting for deletion (for the
+// log line of a Close that cut cleanup off).
+func (s *Sink) leftForNextRun() []string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	vs, err := s.client.SMembers(ctx, s.layout.GC()).Result()
+	if err != nil && !errors.Is(err, goredis.Nil) {
+		return []string{"(unknown: " + redact(err.Error(), s.cfg.password) + ")"}
+	}
+	return vs
+}
