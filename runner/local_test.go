@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -72,6 +73,25 @@ type faultSink struct {
 	failWrite func(shard, attempt int) bool
 	// onCommit runs before shard i commits.
 	onCommit func(shard int)
+	// onStage runs before each Stage (1-based call number); an error it
+	// returns is Stage's.
+	onStage func(call int, run sinks.RunInfo) error
+	stages  int
+	// writeErr is the injected write error (default: an unclassified one).
+	writeErr error
+}
+
+func (f *faultSink) Stage(ctx context.Context, run sinks.RunInfo, committed []sinks.CommittedShard) error {
+	f.mu.Lock()
+	f.stages++
+	n := f.stages
+	f.mu.Unlock()
+	if f.onStage != nil {
+		if err := f.onStage(n, run); err != nil {
+			return err
+		}
+	}
+	return f.Sink.Stage(ctx, run, committed)
 }
 
 func (f *faultSink) Shard(ctx context.Context, run sinks.RunInfo, index int) (sinks.ShardWriter, error) {
@@ -99,6 +119,9 @@ type faultWriter struct {
 func (w *faultWriter) Write(ctx context.Context, b arrow.RecordBatch) error {
 	w.writes++
 	if w.writes == 2 && w.f.failWrite != nil && w.f.failWrite(w.shard, w.attempt) {
+		if w.f.writeErr != nil {
+			return w.f.writeErr
+		}
 		return errors.New("injected write failure")
 	}
 	return w.ShardWriter.Write(ctx, b)
@@ -113,7 +136,7 @@ func (w *faultWriter) Commit(ctx context.Context) error {
 
 func parquetSink(t *testing.T, spec *jobs.Spec) sinks.Sink {
 	t.Helper()
-	s, err := pqsink.New(*spec.Sinks.Parquet)
+	s, err := pqsink.New(spec.Name, *spec.Sinks.Parquet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,5 +303,76 @@ func TestParallelShards(t *testing.T) {
 	}
 	if rows := published(t, spec.Sinks.Parquet.Path); len(rows) != 3000 {
 		t.Fatalf("published %d keys", len(rows))
+	}
+}
+
+// TestLostShardIsRecomputed: a shard the store lost between its commit and
+// the publish (Stage reports it missing) is recomputed, then the run
+// publishes whole; a store that keeps losing it fails the run and publishes
+// nothing.
+func TestLostShardIsRecomputed(t *testing.T) {
+	dir, spec := fixture(t, dataset)
+	fs := &faultSink{Sink: parquetSink(t, spec)}
+	fs.onStage = func(call int, _ sinks.RunInfo) error {
+		if call == 1 {
+			return &sinks.MissingError{Sink: "parquet", Shards: []int{1}, Reason: "injected: file gone"}
+		}
+		return nil
+	}
+	res, err := RunLocal(context.Background(), spec, LocalOptions{StateDir: filepath.Join(dir, "state"), Sinks: []sinks.Sink{fs}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fs.attempts[1] != 2 || fs.attempts[0] != 1 {
+		t.Errorf("attempts %v: want shard 1 recomputed once, the others not", fs.attempts)
+	}
+	if res.Run.Counts.RowsOut != 3000 {
+		t.Errorf("run counts %+v after the recompute, want 3000 out (not double-counted)", res.Run.Counts)
+	}
+	if rows := published(t, spec.Sinks.Parquet.Path); len(rows) != 3000 {
+		t.Fatalf("published %d keys, want 3000", len(rows))
+	}
+
+	dir2, spec2 := fixture(t, dataset)
+	always := &faultSink{Sink: parquetSink(t, spec2), onStage: func(int, sinks.RunInfo) error {
+		return &sinks.MissingError{Sink: "parquet", Shards: []int{0}, Reason: "injected: keeps losing it"}
+	}}
+	_, err = RunLocal(context.Background(), spec2, LocalOptions{StateDir: filepath.Join(dir2, "state"), Sinks: []sinks.Sink{always}})
+	if err == nil || !strings.Contains(err.Error(), "lost committed shards") {
+		t.Fatalf("err = %v, want the run to fail after repeated losses", err)
+	}
+	if _, err := os.Stat(spec2.Sinks.Parquet.Path); !os.IsNotExist(err) {
+		t.Fatalf("a run whose store kept losing shards published: %v", err)
+	}
+}
+
+// TestPermanentErrorFailsAtOnce: a full disk is not retried three times.
+func TestPermanentErrorFailsAtOnce(t *testing.T) {
+	dir, spec := fixture(t, dataset)
+	fs := &faultSink{Sink: parquetSink(t, spec)}
+	fs.failWrite = func(shard, attempt int) bool { return shard == 0 }
+	fs.writeErr = &os.PathError{Op: "write", Path: "part-00000", Err: syscall.ENOSPC}
+	_, err := RunLocal(context.Background(), spec, LocalOptions{StateDir: filepath.Join(dir, "state"), Parallel: 1, Sinks: []sinks.Sink{fs}})
+	if err == nil || !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "permanent") {
+		t.Fatalf("err = %v, want the ENOSPC cause, not retried", err)
+	}
+	if fs.attempts[0] != 1 {
+		t.Fatalf("shard 0 was attempted %d times, want 1", fs.attempts[0])
+	}
+}
+
+// TestTransientErrorRetriedWithoutSpendingAttempts: connection resets ride
+// out within retry.transient_window and do not use up max_attempts.
+func TestTransientErrorRetriedWithoutSpendingAttempts(t *testing.T) {
+	dir, spec := fixture(t, dataset)
+	fs := &faultSink{Sink: parquetSink(t, spec)}
+	fs.failWrite = func(shard, attempt int) bool { return shard == 0 && attempt <= 5 }
+	fs.writeErr = fmt.Errorf("write: %w", syscall.ECONNRESET)
+	res, err := RunLocal(context.Background(), spec, LocalOptions{StateDir: filepath.Join(dir, "state"), Parallel: 1, Sinks: []sinks.Sink{fs}})
+	if err != nil {
+		t.Fatalf("5 transient failures with max_attempts 3: %v", err)
+	}
+	if fs.attempts[0] != 6 || res.Run.Counts.RowsOut != 3000 {
+		t.Fatalf("shard 0 attempts %d, counts %+v; want 6 attempts and every row", fs.attempts[0], res.Run.Counts)
 	}
 }
