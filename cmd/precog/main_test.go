@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -115,10 +116,14 @@ func precog(t *testing.T, dir string, args ...string) result {
 // precogState runs the binary in dir with the state dir dir/state.
 func precogState(t *testing.T, dir, state string, args ...string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, precogBin, append([]string{"--state-dir", filepath.Join(dir, state)}, args...)...)
 	cmd.Dir = dir
+	// A hung command dumps its goroutines (SIGQUIT) into stderr before it is
+	// killed, so the failure shows where it hung.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
+	cmd.WaitDelay = 5 * time.Second
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -130,6 +135,15 @@ func precogState(t *testing.T, dir, state string, args ...string) result {
 	}
 	return result{out.String(), errb.String(), code}
 }
+
+// commandTimeout bounds one command of a test (PRECOG_TEST_COMMAND_TIMEOUT
+// shortens it when hunting a hang).
+var commandTimeout = func() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("PRECOG_TEST_COMMAND_TIMEOUT")); err == nil && d > 0 {
+		return d
+	}
+	return 3 * time.Minute
+}()
 
 const rankerSpec = `name: scores
 source:

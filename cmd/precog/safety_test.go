@@ -194,7 +194,7 @@ func TestDuplicateKeyPublishesNothing(t *testing.T) {
 	badRowsFile(t, filepath.Join(dir, "in", "part-1.parquet"), 500, map[int]*string{0: strp("user-7")}, nil)
 	body := strings.NewReplacer("data/users/dt={{.date}}", "in", "out/scores/date={{.date}}", "out/dup").Replace(rankerSpec) +
 		"  postgres: { dsn: \"${TEST_DATABASE_URL}\", table: scores }\n" +
-		"  redis: { addr: \"${TEST_REDIS_ADDR}\", db: ${TEST_REDIS_DB}, namespace: \"${TEST_NS}\", ttl: 1h }\n"
+		"  redis: { addr: \"${TEST_REDIS_ADDR}\", db: \"${TEST_REDIS_DB}\", namespace: \"${TEST_NS}\", ttl: 1h }\n"
 	spec := writeSpec(t, dir, "job.yaml", body)
 	env := []string{"TEST_DATABASE_URL=" + pg.DSN, "TEST_REDIS_ADDR=" + rd.Addr, fmt.Sprintf("TEST_REDIS_DB=%d", rd.DB), "TEST_NS=" + ns}
 	r := precogEnv(t, dir, env, "run", spec)
