@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,6 +27,28 @@ func TestConformance(t *testing.T) {
 			rs := testservers.Redis(t)
 			s, err := New(jobs.RedisSinkSpec{
 				Addr: rs.Addr, DB: rs.DB, Namespace: rs.Prefix,
+				TTL: jobs.Duration{Duration: time.Hour}, PipelineBatch: 16, PipelineDepth: 3,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+		Read:      readSnapshot,
+		LoseShard: loseShardMarker,
+	})
+}
+
+// TestConformanceCluster runs the suite against a three-master Redis
+// Cluster (one for all cases, a namespace each): markers, key records and
+// server state checks span nodes there.
+func TestConformanceCluster(t *testing.T) {
+	addrs := newCluster(t)
+	var seq atomic.Int64
+	sinktest.Exercise(t, sinktest.Harness{
+		New: func(t *testing.T) sinks.Sink {
+			s, err := New(jobs.RedisSinkSpec{
+				Addrs: addrs, Namespace: fmt.Sprintf("c%d", seq.Add(1)),
 				TTL: jobs.Duration{Duration: time.Hour}, PipelineBatch: 16, PipelineDepth: 3,
 			})
 			if err != nil {
@@ -58,23 +82,35 @@ func readSnapshot(ctx context.Context, ss sinks.Sink, run sinks.RunInfo) (sinkte
 		return sinktest.Snapshot{}, err
 	}
 	prefix := ns + ":" + version + ":"
+	var mu sync.Mutex
 	seen := map[string]bool{}
 	var keys []string
-	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		if k := iter.Val(); !seen[k] { // SCAN may repeat a key
-			seen[k] = true
-			keys = append(keys, k)
+	scan := func(ctx context.Context, c *goredis.Client) error {
+		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			mu.Lock()
+			if k := iter.Val(); !seen[k] { // SCAN may repeat a key
+				seen[k] = true
+				keys = append(keys, k)
+			}
+			mu.Unlock()
 		}
+		return iter.Err()
 	}
-	if err := iter.Err(); err != nil {
+	switch cc := c.(type) {
+	case *goredis.ClusterClient:
+		err = cc.ForEachMaster(ctx, scan)
+	case *goredis.Client:
+		err = scan(ctx, cc)
+	}
+	if err != nil {
 		return sinktest.Snapshot{}, err
 	}
 	snap := sinktest.Snapshot{Version: version, Rows: map[string]sinktest.Row{}}
 	keyType := run.Schema.Field(run.Schema.FieldIndices(run.Key)[0]).Type
 	for lo := 0; lo < len(keys); lo += 500 {
 		hi := min(lo+500, len(keys))
-		vals, err := c.MGet(ctx, keys[lo:hi]...).Result()
+		vals, err := getAll(ctx, c, keys[lo:hi])
 		if err != nil {
 			return snap, err
 		}
@@ -112,4 +148,24 @@ func readSnapshot(ctx context.Context, ss sinks.Sink, run sinks.RunInfo) (sinkte
 		}
 	}
 	return snap, nil
+}
+
+// getAll reads keys with pipelined GETs (a cluster has no cross-slot
+// MGET); a missing key reads as nil.
+func getAll(ctx context.Context, c goredis.UniversalClient, keys []string) ([]any, error) {
+	pipe := c.Pipeline()
+	cmds := make([]*goredis.StringCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.Get(ctx, k)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
+		return nil, err
+	}
+	out := make([]any, len(keys))
+	for i, cmd := range cmds {
+		if v, err := cmd.Result(); err == nil {
+			out[i] = v
+		}
+	}
+	return out, nil
 }

@@ -3,34 +3,50 @@
 //
 // # Layout (contract 2 of DESIGN.md)
 //
+// Layout (layout.go) is the one definition of every key; readers import it.
 // With publish: atomic (the default) a run writes every record to
 //
 //	{namespace}:{version}:{key}   a JSON object: every output field, model_version,
 //	                              computed_at (RFC 3339, UTC) and the run's params
 //
-// and, once every shard is committed, Publish cuts readers over with one SET:
+// and the protocol of package sinks around it:
 //
-//	{namespace}:current    the published version (readers GET it first)
-//	{namespace}:versions   sorted set of retained published versions, score = publish time (ms)
-//	{namespace}:gc         set of versions whose keys are being deleted
-//	{namespace}:meta       hash: version, published_at, mode (informational)
+//	Lock      {ns}:lock: SET NX PX with the holder and a token, renewed every
+//	          ttl/3 by a compare-and-extend script; Release deletes it only
+//	          if the token still matches
+//	Shard     records the servers' run_id and evicted_keys (INFO) before the
+//	          first write; every pipeline also APPENDs its keys to the key
+//	          record {ns}:keys:{version}
+//	Commit    once every pipeline is acknowledged, writes the shard's marker
+//	          (rows, server state) into the hash {ns}:shards:{version}
+//	Stage     checks each committed shard's marker and row count, and that no
+//	          server restarted or evicted keys since the shard started:
+//	          anything wrong is a *sinks.MissingError listing the shards
+//	Publish   ZADD NX {ns}:versions, then one SET of {ns}:current (the
+//	          cutover), then {ns}:meta and a PUBLISH on {ns}:published so
+//	          that caches (the lookup API) refresh at once
 //
-// and PUBLISHes the version on channel {namespace}:published so that caches
-// (the lookup API) refresh at once. The key column is not repeated inside
-// the JSON object: it is the last part of the Redis key.
+// The key column is not repeated inside the JSON object: it is the last
+// part of the Redis key. Markers and key records carry the data's TTL.
 //
 // The version is added to {namespace}:versions before current moves, so a
 // current version is always listed and retention never deletes it. Versions
 // beyond Retain move to {namespace}:gc before they leave the list, and a
-// background collector deletes their keys with SCAN MATCH + UNLINK in
-// batches of about a thousand keys (never KEYS, never one giant DEL); a
-// collector interrupted by a crash resumes at the next Publish.
+// background collector deletes their keys: it reads the version's key
+// record and UNLINKs what it lists in batches of a thousand, so deleting a
+// version costs in proportion to the version, not the keyspace. Versions
+// without a key record (written by an older precog) fall back to SCAN
+// MATCH + UNLINK, logged. Close waits for the collector at most
+// CloseTimeout; the next run's Prepare or Publish finishes what is left.
 //
 // With publish: in_place records go to {namespace}:{key} directly, a retried
 // shard simply overwrites its keys, readers see each key change as it is
 // written (no atomicity), Abort cannot undo writes, and there is nothing to
 // roll back to; Publish only records {namespace}:meta and sends the notice.
-// In this mode an entity key equal to "meta" collides with the metadata.
+// Stage checks markers and server state as in atomic mode; no key record
+// is kept (records are never deleted by version). In this mode an entity
+// key equal to "meta", "lock" or starting with "shards:" collides with the
+// bookkeeping.
 //
 // # Writes
 //
@@ -39,15 +55,18 @@
 // SET carrying the TTL (so a re-materialised key gets a fresh one). A
 // pipeline that fails transiently (connection reset or EOF, timeouts,
 // LOADING, READONLY, TRYAGAIN, CLUSTERDOWN, MASTERDOWN) is re-sent whole
-// with exponential backoff; SET is idempotent, so nothing is lost or doubled.
+// with exponential backoff; SET is idempotent, so nothing is lost or doubled
+// (a re-sent key record entry only names a key twice).
 //
 // # Redis Cluster
 //
 // Several addrs select go-redis's cluster client. Record keys spread over
-// all slots; current, versions, gc and meta hash to different slots, which
-// is why publish uses no multi-key command: the single SET of current is the
-// cutover, and the ordering above keeps the bookkeeping safe. SCAN runs on
-// every master and UNLINK goes one key per command (pipelined).
+// all slots; current, versions, gc, meta, markers and key records hash to
+// different slots, which is why publish uses no multi-key command: the
+// single SET of current is the cutover, and the ordering above keeps the
+// bookkeeping safe. Server state (run_id, evicted_keys) is read from every
+// master and compared by address at Stage. Deletion UNLINKs one key per
+// command (pipelined); the SCAN fallback runs on every master.
 package redis
 
 import (
@@ -125,6 +144,7 @@ func New(spec jobs.RedisSinkSpec) (*Sink, error) {
 		log:       logger().With("addr", cfg.where(), "namespace", cfg.namespace),
 		retry:     defaultRetry,
 		active:    map[shardID]*shardWriter{},
+		locks:     map[*redisLock]bool{},
 		bgCtx:     ctx,
 		bgCancel:  cancel,
 	}, nil

@@ -18,6 +18,19 @@ import (
 // nodeStates reads run_id (INFO server) and evicted_keys (INFO stats) of
 // the server, or of every master of a cluster, sorted by address.
 func (s *Sink) nodeStates(ctx context.Context) ([]NodeState, error) {
+	var out []NodeState
+	err := s.retryDo(ctx, func(ctx context.Context) error {
+		var err error
+		out, err = s.readNodeStates(ctx)
+		return err
+	})
+	if err != nil {
+		return nil, s.cfg.sanitize("INFO server stats", err)
+	}
+	return out, nil
+}
+
+func (s *Sink) readNodeStates(ctx context.Context) ([]NodeState, error) {
 	var mu sync.Mutex
 	var out []NodeState
 	read := func(ctx context.Context, c *goredis.Client) error {
@@ -44,7 +57,7 @@ func (s *Sink) nodeStates(ctx context.Context) ([]NodeState, error) {
 		err = fmt.Errorf("unsupported client type %T", s.client)
 	}
 	if err != nil {
-		return nil, s.cfg.sanitize("INFO server stats", err)
+		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Addr < out[j].Addr })
 	return out, nil
