@@ -77,6 +77,7 @@ fails only when they exceed max_rejected_fraction (default 0.01).`,
 				return err
 			}
 			defer stopMetrics()
+			g.runningJob()
 			bar := newProgressBar(os.Stderr, !noProgress, g.log)
 			res, err := runner.RunLocal(cmd.Context(), spec, runner.LocalOptions{
 				StateDir: g.stateDir, Parallel: parallel, Restart: restart, Logger: g.log,

@@ -82,3 +82,15 @@ func TestModelFileSizeLimit(t *testing.T) {
 		t.Errorf("bad limit: %v", lerr)
 	}
 }
+
+func TestRuntimeVersion(t *testing.T) {
+	v, err := RuntimeVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The library make ort fetches is onnxruntime-node-X.Y.Z: its version
+	// is in its directory name.
+	if dir := filepath.Base(filepath.Dir(LibraryPath())); !strings.HasSuffix(dir, "-"+v) || strings.Count(v, ".") != 2 {
+		t.Errorf("RuntimeVersion = %q, library %s", v, LibraryPath())
+	}
+}
