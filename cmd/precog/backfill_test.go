@@ -101,7 +101,9 @@ func TestCheckRangePublish(t *testing.T) {
 		}
 		return s
 	}
-	two := func(extra string) []*jobs.Spec { return []*jobs.Spec{load(extra, "2026-11-01"), load(extra, "2026-11-02")} }
+	two := func(extra string) []*jobs.Spec {
+		return []*jobs.Spec{load(extra, "2026-11-01"), load(extra, "2026-11-02")}
+	}
 	if err := checkRangePublish(two(""), "dt"); err != nil {
 		t.Errorf("parquet per dt: %v", err)
 	}
