@@ -102,8 +102,8 @@ func TestParseBadSpecs(t *testing.T) {
 		{"neither columns nor column", func(t *testing.T) string {
 			return mutate(t, "{ columns: [f0, f1, f2] }", "{}")
 		}, nil, `model.inputs.features: needs columns: [..]`, 9},
-		{"duplicate column", func(t *testing.T) string { return mutate(t, "[f0, f1, f2]", "[f0, f1, f0]") },
-			nil, `model.inputs.features.columns[2]: column "f0" already listed at columns[0]`, 9},
+		{"redis ttl below the minimum", func(t *testing.T) string { return baseSpec + "  redis: { addr: x, namespace: recs, ttl: 1ms }\n" },
+			nil, `sinks.redis.ttl: 1ms is shorter than the minimum 1m0s`, 15},
 		{"empty column", func(t *testing.T) string { return mutate(t, "[f0, f1, f2]", `[f0, "", f2]`) },
 			nil, `model.inputs.features.columns[1]: column name must not be empty`, 9},
 		{"no inputs", func(t *testing.T) string {
@@ -277,7 +277,7 @@ func TestAllProblemsSortedByLine(t *testing.T) {
 		"name: recs", "name: Recs",
 		"key: user_id", "key: user_id\n  rows_per_shard: -1",
 		"batch_size: 256", "batch_size: 0\n  device: tpu",
-		"[f0, f1, f2]", "[f0, f0]",
+		"[f0, f1, f2]", `[f0, ""]`,
 	).Replace(baseSpec) + "bogus: 1\n"
 	_, err := Parse([]byte(y), "job.yaml", dateParam, nil)
 	probs := Problems(err)

@@ -3,6 +3,7 @@ package jobs
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"regexp"
 	"sort"
@@ -89,6 +90,25 @@ func (s *Spec) ParamNames() []string { return sortedKeys(s.Params) }
 // so that backfill can insist that {{.date}} is used.
 func (s *Spec) TemplateParams() []string {
 	return append([]string(nil), s.templateParams...)
+}
+
+// CheckParams refuses run params that no template of the spec references:
+// a misspelt --param (dte=…) would otherwise be accepted silently, and
+// stored as an extra output column, while the template's param is missing
+// or taken from elsewhere. Each unused param is one *SpecError.
+func (s *Spec) CheckParams() error {
+	uses := "none"
+	if len(s.templateParams) > 0 {
+		uses = strings.Join(s.templateParams, ", ")
+	}
+	var errs []error
+	for _, name := range s.ParamNames() {
+		if !contains(s.templateParams, name) {
+			errs = append(errs, &SpecError{File: s.File, Field: "--param " + name,
+				Msg: fmt.Sprintf("not used by the job spec (it uses: %s)", uses)})
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Hash is the sha256 (hex) of the canonical rendered spec, Params and File

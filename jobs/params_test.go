@@ -109,3 +109,61 @@ func TestDuration(t *testing.T) {
 		t.Errorf("marshal: %q, %v", out, err)
 	}
 }
+
+func TestCheckParams(t *testing.T) {
+	s, err := Parse([]byte(baseSpec), "job.yaml", map[string]string{"date": "2026-11-01", "dte": "2026-11-02"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.CheckParams()
+	if want := "job.yaml: --param dte: not used by the job spec (it uses: date)"; err == nil || err.Error() != want {
+		t.Fatalf("CheckParams = %v, want %q", err, want)
+	}
+	if p := Problems(err); len(p) != 1 || p[0].Field != "--param dte" {
+		t.Errorf("Problems = %v", p)
+	}
+	s, err = Parse([]byte(baseSpec), "job.yaml", dateParam, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CheckParams(); err != nil {
+		t.Errorf("every param used: %v", err)
+	}
+	// A spec without templates uses none: every param is reported.
+	plain := strings.Replace(baseSpec, "{{.date}}", "2026", -1)
+	s, err = Parse([]byte(plain), "", map[string]string{"b": "1", "a": "2"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "--param a: not used by the job spec (it uses: none)\n--param b: not used by the job spec (it uses: none)"
+	if err := s.CheckParams(); err == nil || err.Error() != want {
+		t.Errorf("CheckParams = %v, want %q", err, want)
+	}
+}
+
+func TestRedisTTLBounds(t *testing.T) {
+	for _, tc := range []struct {
+		ttl string
+		ok  bool
+	}{{"0s", true}, {"1m", true}, {"48h", true}, {"59s", false}, {"1ms", false}} {
+		y := baseSpec + "  redis: { addr: x, namespace: recs, ttl: " + tc.ttl + " }\n"
+		_, err := Parse([]byte(y), "job.yaml", dateParam, nil)
+		if (err == nil) != tc.ok {
+			t.Errorf("ttl %s: err = %v, want ok=%v", tc.ttl, err, tc.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "sinks.redis.ttl: ") {
+			t.Errorf("ttl %s: error %v does not name sinks.redis.ttl", tc.ttl, err)
+		}
+	}
+}
+
+func TestDuplicateInputColumns(t *testing.T) {
+	y := strings.Replace(baseSpec, "features: { columns: [f0, f1, f2] }", "features: { columns: [f0, f1, f0] }\n    other: { columns: [f1] }", 1)
+	s, err := Parse([]byte(y), "job.yaml", dateParam, nil)
+	if err != nil {
+		t.Fatalf("a column used twice: %v", err)
+	}
+	if got := s.Model.Inputs["features"].Columns; len(got) != 3 || got[2] != "f0" {
+		t.Errorf("columns = %v", got)
+	}
+}

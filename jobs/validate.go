@@ -30,6 +30,10 @@ const (
 	DefaultMaxRejectedFraction = 0.01
 	DefaultDuplicateKeys       = "fail"
 	DefaultTransientWindow     = 60 * time.Second
+	// MinRedisTTL is the shortest sinks.redis.ttl (other than 0, no
+	// expiry): a shorter one expires records while the run is still
+	// writing, publishing a version with keys missing.
+	MinRedisTTL = time.Minute
 	// MaxBatchSize bounds model.batch_size (rows per inference call).
 	MaxBatchSize = 1 << 20
 )
@@ -223,18 +227,12 @@ func (d *decoder) validateModel(s *Spec) {
 		case len(in.Columns) == 0 && in.Column == "":
 			d.fail(p, "needs columns: [..] (numeric columns stacked) or column: NAME (one list column)")
 		}
-		seen := map[string]int{}
+		// A column may appear twice (in one input or in several): models
+		// trained on duplicated or derived features exist.
 		for i, c := range in.Columns {
-			cp := p + ".columns[" + strconv.Itoa(i) + "]"
 			if c == "" {
-				d.fail(cp, "column name must not be empty")
-				continue
+				d.fail(p+".columns["+strconv.Itoa(i)+"]", "column name must not be empty")
 			}
-			if j, dup := seen[c]; dup {
-				d.fail(cp, "column %q already listed at columns[%d]", c, j)
-				continue
-			}
-			seen[c] = i
 		}
 	}
 	if len(m.Outputs) == 0 {
@@ -302,8 +300,10 @@ func (d *decoder) validateSinks(s *Spec) {
 		default:
 			d.fail("sinks.redis.publish", "must be atomic or in_place (got %q)", r.Publish)
 		}
-		if r.TTL.Duration < 0 {
-			d.fail("sinks.redis.ttl", "must be >= 0, 0 = no expiry (got %v)", r.TTL.Duration)
+		if ttl := r.TTL.Duration; ttl < 0 {
+			d.fail("sinks.redis.ttl", "must be >= 0, 0 = no expiry (got %v)", ttl)
+		} else if ttl > 0 && ttl < MinRedisTTL {
+			d.fail("sinks.redis.ttl", "%v is shorter than the minimum %v: records would expire before or soon after the publish (0 = no expiry)", ttl, MinRedisTTL)
 		}
 		if r.Retain < 1 {
 			d.fail("sinks.redis.retain", "must be >= 1 (got %d)", r.Retain)

@@ -1,118 +1,389 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/runner"
+	parquetsrc "github.com/precog-ml/precog/sources/parquet"
 )
 
+// backfillFlags are the command line of `precog backfill`.
+type backfillFlags struct {
+	params        []string
+	from, to      string
+	step          string
+	paramName     string
+	parallel      int
+	shardParallel int
+	noProgress    bool
+	force         bool
+}
+
 func newBackfillCmd(g *globals) *cobra.Command {
-	var (
-		params     []string
-		from, to   string
-		parallel   int
-		noProgress bool
-		force      bool
-	)
+	var f backfillFlags
 	cmd := &cobra.Command{
-		Use:   "backfill JOB.yaml --from YYYY-MM-DD --to YYYY-MM-DD",
-		Short: "Run a job once per date ({{.date}}), oldest first, each run resumable",
-		Long: `Run the job once for every date from --from to --to inclusive, oldest first,
-filling {{.date}} in the spec. Each date is an ordinary run in the embedded
-ledger, so the same command after an interruption skips the dates that already
-succeeded with this exact spec and model, resumes the interrupted date from its
-committed shards, and goes on. --force recomputes every date. Stops at the
-first date that fails and says which.`,
-		Example: `  precog backfill jobs/scores.yaml --from 2026-11-01 --to 2026-11-30`,
-		Args:    cobra.ExactArgs(1),
+		Use:   "backfill JOB.yaml --from VALUE --to VALUE",
+		Short: "Run a job once per date or hour ({{.date}}), each run resumable",
+		Long: `Run the job once for every value from --from to --to inclusive, filling the
+param named by --param-name (default date) in the spec's templates.
+
+  --step 1d (default): values are dates, YYYY-MM-DD
+  --step 1h (or 2h, 6h…): values are hours, YYYY-MM-DDTHH (e.g. 2026-11-01T07)
+
+Before anything runs, every value's spec is loaded and, for a Parquet source,
+every partition's path is checked to match files: all the missing ones are
+listed in one error (exit 2). A multi-value backfill also refuses sinks whose
+publish would replace the previous value's (Postgres mode: replace, Redis
+publish: atomic, a Parquet sink path without the param).
+
+--parallel values run at once (default 1), each an ordinary resumable run
+recorded in <state-dir>/backfill/<job>/<param>=<value>/. One progress bar
+covers the whole range. A failed value does not stop the others: failures are
+listed per value at the end and the exit status is 1. The same command after an
+interruption skips the values that already succeeded with this exact spec and
+model and resumes the interrupted ones. --force recomputes every value.`,
+		Example: `  precog backfill jobs/scores.yaml --from 2026-11-01 --to 2026-11-30 --parallel 2
+  precog backfill jobs/hourly.yaml --step 1h --from 2026-11-01T00 --to 2026-11-01T23
+  precog backfill jobs/events.yaml --param-name dt --from 2026-11-01 --to 2026-11-07`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			dates, err := dateRange(from, to)
-			if err != nil {
-				return invalid(err)
-			}
-			if parallel < 1 {
-				return invalid(fmt.Errorf("--parallel: must be >= 1 (got %d)", parallel))
-			}
-			for _, p := range params {
-				if len(p) >= 5 && p[:5] == "date=" {
-					return invalid(fmt.Errorf("--param date: set by backfill from --from/--to"))
-				}
-			}
-			// Check the whole range before running anything.
-			for _, d := range dates {
-				spec, err := loadSpec(args[0], append(slices.Clone(params), "date="+d))
-				if err != nil {
-					return err
-				}
-				if !slices.Contains(spec.TemplateParams(), "date") {
-					return invalid(fmt.Errorf("%s: backfill needs a spec that uses {{.date}} (it uses: %v)", args[0], spec.TemplateParams()))
-				}
-			}
-			w := cmd.OutOrStdout()
-			start := time.Now()
-			for i, d := range dates {
-				spec, err := loadSpec(args[0], append(slices.Clone(params), "date="+d))
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(w, "[%d/%d] date=%s\n", i+1, len(dates), d)
-				bar := newProgressBar(os.Stderr, !noProgress, g.log)
-				res, err := runner.RunLocal(cmd.Context(), spec, runner.LocalOptions{
-					StateDir: g.stateDir, Parallel: parallel, Logger: g.log, SkipSucceeded: !force,
-					OnProgress: bar.update, ProgressEvery: bar.every(),
-				})
-				bar.finish()
-				if err != nil {
-					return fmt.Errorf("backfill stopped at date=%s (%d of %d dates done): %w", d, i, len(dates), err)
-				}
-				if res.AlreadyDone {
-					fmt.Fprintf(w, "  already done: run %s succeeded with this spec and model (--force recomputes)\n", res.Run.ID)
-					continue
-				}
-				printSummary(cmd, res)
-			}
-			fmt.Fprintf(w, "backfill of %d dates done in %s\n", len(dates), time.Since(start).Round(time.Millisecond))
-			return nil
+			return runBackfill(cmd, g, args[0], f)
 		},
 	}
-	cmd.Flags().StringVar(&from, "from", "", "first date, YYYY-MM-DD (required)")
-	cmd.Flags().StringVar(&to, "to", "", "last date, YYYY-MM-DD, inclusive (required)")
-	cmd.Flags().StringArrayVar(&params, "param", nil, "other run parameters k=v (repeatable)")
-	cmd.Flags().IntVar(&parallel, "parallel", 2, "shards processed at once within a date")
-	cmd.Flags().BoolVar(&noProgress, "no-progress", false, "no progress bar, even on a terminal")
-	cmd.Flags().BoolVar(&force, "force", false, "recompute dates that already succeeded")
+	cmd.Flags().StringVar(&f.from, "from", "", "first value, YYYY-MM-DD (or YYYY-MM-DDTHH with an hourly --step) (required)")
+	cmd.Flags().StringVar(&f.to, "to", "", "last value, inclusive, in the same format (required)")
+	cmd.Flags().StringVar(&f.step, "step", "1d", "1d (dates) or Nh (hours, N from 1 to 23)")
+	cmd.Flags().StringVar(&f.paramName, "param-name", "date", "the param the values fill ({{.date}}, {{.dt}}…)")
+	cmd.Flags().StringArrayVar(&f.params, "param", nil, "other run parameters k=v (repeatable)")
+	cmd.Flags().IntVar(&f.parallel, "parallel", 1, "values (dates, hours) run at once")
+	cmd.Flags().IntVar(&f.shardParallel, "shard-parallel", 2, "shards processed at once within each run")
+	cmd.Flags().BoolVar(&f.noProgress, "no-progress", false, "no progress bar, even on a terminal")
+	cmd.Flags().BoolVar(&f.force, "force", false, "recompute values that already succeeded")
 	return cmd
 }
 
-// maxBackfillDates bounds a range typed by mistake (--to 2062-…).
-const maxBackfillDates = 3660
+func runBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags) error {
+	values, err := valueRange(f.from, f.to, f.step)
+	if err != nil {
+		return invalid(err)
+	}
+	if f.parallel < 1 || f.shardParallel < 1 {
+		return invalid(fmt.Errorf("--parallel and --shard-parallel must be >= 1 (got %d, %d)", f.parallel, f.shardParallel))
+	}
+	for _, p := range f.params {
+		if name, _, _ := strings.Cut(p, "="); name == f.paramName {
+			return invalid(fmt.Errorf("--param %s: set by backfill from --from/--to", f.paramName))
+		}
+	}
+	specs, err := loadRange(path, f.params, f.paramName, values)
+	if err != nil {
+		return invalid(err)
+	}
+	if err := checkRangePublish(specs, f.paramName); err != nil {
+		return invalid(err)
+	}
+	g.runningJob()
+	bar := newProgressBar(os.Stderr, !f.noProgress, g.log)
+	agg := newRangeProgress(f.paramName, values, time.Now())
+	stateDir := func(v string) string {
+		return filepath.Join(g.stateDir, "backfill", specs[0].Name, f.paramName+"="+v)
+	}
+	start := time.Now()
+	results := runRange(cmd.Context(), len(values), f.parallel, func(ctx context.Context, i int) (runner.Result, error) {
+		v := values[i]
+		res, err := runner.RunLocal(ctx, specs[i], runner.LocalOptions{
+			StateDir: stateDir(v), Parallel: f.shardParallel, Logger: g.log, SkipSucceeded: !f.force,
+			OnProgress:    func(p runner.Progress) { bar.update(agg.update(v, p, time.Now())) },
+			ProgressEvery: bar.every(),
+		})
+		if err == nil {
+			bar.update(agg.finish(v, res, time.Now()))
+		}
+		return res, err
+	})
+	bar.finish()
+	return reportRange(cmd.OutOrStdout(), f.paramName, values, results, time.Since(start))
+}
 
-func dateRange(from, to string) ([]string, error) {
+// maxBackfillValues bounds a range typed by mistake (--to 2062-…).
+const maxBackfillValues = 3660
+
+// Value layouts: one date per day, or one hour.
+const (
+	dayLayout  = time.DateOnly
+	hourLayout = "2006-01-02T15"
+)
+
+// valueRange lists the values from from to to inclusive, every step ("1d",
+// or "Nh" with 1 <= N <= 23), formatted with the step's layout.
+func valueRange(from, to, step string) ([]string, error) {
+	inc, layout, err := parseStep(step)
+	if err != nil {
+		return nil, err
+	}
+	want := "YYYY-MM-DD"
+	if layout == hourLayout {
+		want = "YYYY-MM-DDTHH"
+	}
 	if from == "" || to == "" {
-		return nil, fmt.Errorf("--from and --to are required (YYYY-MM-DD)")
+		return nil, fmt.Errorf("--from and --to are required (%s)", want)
 	}
-	f, err := time.Parse(time.DateOnly, from)
+	f, err := time.Parse(layout, from)
 	if err != nil {
-		return nil, fmt.Errorf("--from %q: want YYYY-MM-DD", from)
+		return nil, fmt.Errorf("--from %q: want %s for --step %s", from, want, step)
 	}
-	t, err := time.Parse(time.DateOnly, to)
+	t, err := time.Parse(layout, to)
 	if err != nil {
-		return nil, fmt.Errorf("--to %q: want YYYY-MM-DD", to)
+		return nil, fmt.Errorf("--to %q: want %s for --step %s", to, want, step)
 	}
 	if t.Before(f) {
 		return nil, fmt.Errorf("--to %s is before --from %s", to, from)
 	}
 	var out []string
-	for d := f; !d.After(t); d = d.AddDate(0, 0, 1) {
-		if len(out) == maxBackfillDates {
-			return nil, fmt.Errorf("--from %s --to %s: more than %d dates", from, to, maxBackfillDates)
+	for v := f; !v.After(t); v = inc(v) {
+		if len(out) == maxBackfillValues {
+			return nil, fmt.Errorf("--from %s --to %s: more than %d values", from, to, maxBackfillValues)
 		}
-		out = append(out, d.Format(time.DateOnly))
+		out = append(out, v.Format(layout))
 	}
 	return out, nil
+}
+
+// parseStep reads --step: the increment and the layout of the values.
+func parseStep(step string) (func(time.Time) time.Time, string, error) {
+	if step == "1d" {
+		return func(t time.Time) time.Time { return t.AddDate(0, 0, 1) }, dayLayout, nil
+	}
+	var n int
+	if _, err := fmt.Sscanf(step, "%dh", &n); err == nil && fmt.Sprintf("%dh", n) == step && n >= 1 && n <= 23 {
+		d := time.Duration(n) * time.Hour
+		return func(t time.Time) time.Time { return t.Add(d) }, hourLayout, nil
+	}
+	return nil, "", fmt.Errorf("--step %q: want 1d or Nh (N from 1 to 23)", step)
+}
+
+// loadRange loads the spec once per value and checks, before anything
+// runs, that the spec uses the param and that every Parquet partition
+// exists; all missing partitions are listed in one error.
+func loadRange(path string, params []string, name string, values []string) ([]*jobs.Spec, error) {
+	specs := make([]*jobs.Spec, len(values))
+	var missing []string
+	for i, v := range values {
+		spec, err := loadSpecAnyParams(path, append(slices.Clone(params), name+"="+v))
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(spec.TemplateParams(), name) {
+			return nil, fmt.Errorf("%s: backfill needs a spec that uses {{.%s}} (it uses: %v); --param-name names another param", path, name, spec.TemplateParams())
+		}
+		if err := spec.CheckParams(); err != nil {
+			return nil, err
+		}
+		if p := spec.Source.Parquet; p != nil {
+			if _, err := parquetsrc.New(p.Path); err != nil {
+				missing = append(missing, fmt.Sprintf("  %s=%s: %v", name, v, err))
+			}
+		}
+		specs[i] = spec
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%s: %d of %d partitions missing, nothing ran:\n%s", path, len(missing), len(values), strings.Join(missing, "\n"))
+	}
+	return specs, nil
+}
+
+// checkRangePublish refuses, for more than one value, sinks where each
+// value's publish replaces the previous one's, so only the last would stay.
+func checkRangePublish(specs []*jobs.Spec, name string) error {
+	if len(specs) < 2 {
+		return nil
+	}
+	s := specs[0]
+	var errs []error
+	if p := s.Sinks.Postgres; p != nil && p.Mode == "replace" {
+		errs = append(errs, fmt.Errorf("sinks.postgres.mode: replace: each %s's run would replace the view %s.%s, leaving only the last one; use mode: upsert (keyed by key and params, every %s kept)", name, p.Schema, p.Table, name))
+	}
+	if r := s.Sinks.Redis; r != nil && r.Publish == "atomic" {
+		errs = append(errs, fmt.Errorf("sinks.redis.publish: atomic: %s:current is one per namespace, so each %s's publish would replace the previous one; use publish: in_place, or one backfill per %s with a namespace per %s (namespace: \"recs-${DATE}\")", r.Namespace, name, name, name))
+	}
+	if p := s.Sinks.Parquet; p != nil && specs[1].Sinks.Parquet.Path == p.Path {
+		errs = append(errs, fmt.Errorf("sinks.parquet.path: %s does not use {{.%s}}, so each %s's output would replace the previous one's", p.Path, name, name))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%s: cannot backfill %d values into these sinks: %w", s.File, len(specs), errors.Join(errs...))
+	}
+	return nil
+}
+
+// rangeResult is how one value's run ended.
+type rangeResult struct {
+	res     runner.Result
+	err     error
+	started bool
+}
+
+// runRange runs run(ctx, i) for i in [0, n), at most parallel at once, in
+// order of i. A failure does not stop the others; after ctx is cancelled no
+// new value starts.
+func runRange(ctx context.Context, n, parallel int, run func(context.Context, int) (runner.Result, error)) []rangeResult {
+	results := make([]rangeResult, n)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(parallel, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				res, err := run(ctx, i)
+				results[i] = rangeResult{res: res, err: err, started: true}
+			}
+		}()
+	}
+	for i := range n {
+		if ctx.Err() != nil {
+			break
+		}
+		select {
+		case next <- i:
+		case <-ctx.Done():
+		}
+	}
+	close(next)
+	wg.Wait()
+	return results
+}
+
+// reportRange prints one line per value and returns the error the command
+// ends with: interrupted (exit 130), some values failed (1), or nil.
+func reportRange(w io.Writer, name string, values []string, results []rangeResult, took time.Duration) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	var failed []string
+	unfinished := 0
+	for i, r := range results {
+		v := name + "=" + values[i]
+		switch {
+		case !r.started:
+			unfinished++
+			fmt.Fprintf(tw, "%s\tnot started\n", v)
+		case errors.Is(r.err, context.Canceled) || errors.Is(r.err, runner.ErrInterrupted):
+			unfinished++
+			fmt.Fprintf(tw, "%s\tinterrupted (resumes on the same command)\n", v)
+		case r.err != nil:
+			failed = append(failed, v)
+			fmt.Fprintf(tw, "%s\tFAILED\t%v\n", v, r.err)
+		case r.res.AlreadyDone:
+			fmt.Fprintf(tw, "%s\talready done\trun %s (--force recomputes)\n", v, r.res.Run.ID)
+		default:
+			c := r.res.Run.Counts
+			fmt.Fprintf(tw, "%s\tsucceeded\trun %s, version %s, %d rows in, %d out, %d rejected, %s\n",
+				v, r.res.Run.ID, r.res.Run.Version, c.RowsIn, c.RowsOut, c.Rejected, r.res.Duration.Round(time.Millisecond))
+		}
+	}
+	tw.Flush()
+	switch {
+	case unfinished > 0:
+		return fmt.Errorf("backfill interrupted (%d of %d values not finished, %d failed): %w", unfinished, len(values), len(failed), context.Canceled)
+	case len(failed) > 0:
+		return fmt.Errorf("backfill: %d of %d values failed: %s", len(failed), len(values), strings.Join(failed, ", "))
+	}
+	fmt.Fprintf(w, "backfill of %d values done in %s\n", len(values), took.Round(time.Millisecond))
+	return nil
+}
+
+// rangeProgress folds the progress of the runs of a backfill into one
+// runner.Progress for one bar over the whole range. Values not started yet
+// are counted at the mean size of the values seen so far, so the total and
+// the ETA firm up as the range goes.
+type rangeProgress struct {
+	mu     sync.Mutex
+	name   string
+	n      int
+	start  time.Time
+	runs   map[string]*valueProgress
+	nDone  int
+	latest string
+}
+
+type valueProgress struct {
+	p     runner.Progress
+	fresh int64 // rows read by this process (resumed shards excluded)
+	done  bool
+}
+
+func newRangeProgress(name string, values []string, start time.Time) *rangeProgress {
+	return &rangeProgress{name: name, n: len(values), start: start, runs: map[string]*valueProgress{}}
+}
+
+// update records value's progress and returns the range's.
+func (a *rangeProgress) update(value string, p runner.Progress, now time.Time) runner.Progress {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	vp := a.runs[value]
+	if vp == nil {
+		vp = &valueProgress{}
+		a.runs[value] = vp
+	}
+	vp.p = p
+	vp.fresh = int64(p.Rate * p.Elapsed.Seconds())
+	a.latest = value
+	return a.snapshot(now)
+}
+
+// finish marks value's run done with its result and returns the range's
+// progress.
+func (a *rangeProgress) finish(value string, res runner.Result, now time.Time) runner.Progress {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	vp := a.runs[value]
+	if vp == nil {
+		// Done before its first progress report (already done, or quick).
+		vp = &valueProgress{}
+		a.runs[value] = vp
+	}
+	vp.fresh = res.RowsThisProcess
+	if !vp.done {
+		vp.done = true
+		a.nDone++
+	}
+	rows := res.Run.Counts.RowsIn
+	vp.p.RowsDone, vp.p.RowsTotal = rows, rows
+	vp.p.ShardsDone, vp.p.ShardsTotal = res.Run.Shards, res.Run.Shards
+	vp.p.Rejected = res.Run.Counts.Rejected
+	return a.snapshot(now)
+}
+
+func (a *rangeProgress) snapshot(now time.Time) runner.Progress {
+	var out runner.Progress
+	var fresh int64 // rows read by this process
+	for _, vp := range a.runs {
+		out.RowsDone += vp.p.RowsDone
+		out.RowsTotal += vp.p.RowsTotal
+		out.ShardsDone += vp.p.ShardsDone
+		out.ShardsTotal += vp.p.ShardsTotal
+		out.Rejected += vp.p.Rejected
+		fresh += vp.fresh
+	}
+	if seen := len(a.runs); seen > 0 && seen < a.n {
+		out.RowsTotal += out.RowsTotal / int64(seen) * int64(a.n-seen)
+	}
+	out.Elapsed = now.Sub(a.start)
+	if s := out.Elapsed.Seconds(); s > 0 && fresh > 0 {
+		out.Rate = float64(fresh) / s
+		out.ETA = time.Duration(float64(out.RowsTotal-out.RowsDone) / out.Rate * float64(time.Second))
+	}
+	out.RunID = fmt.Sprintf("backfill %d/%d done, latest %s=%s", a.nDone, a.n, a.name, a.latest)
+	return out
 }

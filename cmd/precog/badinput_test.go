@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/precog-ml/precog/internal/testgen"
@@ -42,6 +43,15 @@ func TestBadInputs(t *testing.T) {
 			code: 2, want: []string{"source.key", `"uid"`}},
 		{name: "model file missing", edit: replace("models/ranker.onnx", "models/nope.onnx"),
 			code: 2, want: []string{"nope.onnx"}},
+		{name: "model file is a FIFO", edit: replace("models/ranker.onnx", "fifo.onnx"),
+			setup: func(t *testing.T, dir string) {
+				if err := syscall.Mkfifo(filepath.Join(dir, "fifo.onnx"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			},
+			code: 2, want: []string{"model.path", "fifo.onnx: not a regular file (a named pipe)"}},
+		{name: "unused param", args: []string{"--param", "date=2026-11-01", "--param", "dte=2026-11-01"},
+			code: 2, want: []string{"--param dte: not used by the job spec (it uses: date)"}},
 		{name: "model file not ONNX", edit: replace("models/ranker.onnx", "notonnx.onnx"),
 			setup: func(t *testing.T, dir string) { writeFile(t, dir, "notonnx.onnx", "this is not a model\n") },
 			code:  2, want: []string{"notonnx.onnx"}},

@@ -48,6 +48,8 @@ type globals struct {
 	cpuProf  string
 	log      *slog.Logger
 	stopProf func()
+	// interrupts is told by commands that run jobs what an interrupt means.
+	interrupts *interrupts
 }
 
 func main() {
@@ -55,21 +57,16 @@ func main() {
 }
 
 func run(args []string) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		// The first Ctrl-C / SIGTERM drains: in-flight shards are aborted and
-		// released, committed ones kept. A second one kills at once.
-		<-ctx.Done()
-		stop()
-		if errors.Is(ctx.Err(), context.Canceled) {
-			fmt.Fprintln(os.Stderr, "\ninterrupted: releasing in-flight shards (committed work is kept; press Ctrl-C again to exit at once)")
-		}
-	}()
-	g := &globals{}
+	// The first Ctrl-C / SIGTERM drains: in-flight shards are aborted and
+	// released, committed ones kept. A second one kills at once.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, intr := watchInterrupts(context.Background(), sigs, func() { signal.Stop(sigs) }, os.Stderr)
+	g := &globals{interrupts: intr}
 	root := newRoot(g)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
+	intr.finish()
 	if err == nil {
 		return exitOK
 	}
@@ -138,7 +135,18 @@ later), 130 interrupted (committed work kept; the same command resumes).`,
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
 	root.PersistentFlags().BoolVar(&g.logJSON, "log-json", false, "logs as JSON lines")
 	root.PersistentFlags().StringVar(&g.cpuProf, "cpu-profile", "", "write a Go CPU profile to this file (for performance reports)")
-	root.AddCommand(newRunCmd(g), newValidateCmd(g), newInspectCmd(g), newBackfillCmd(g), newRollbackCmd(g), newServeCmd(g),
+	// --version is `precog version`; not cobra's Version field, whose text
+	// is fixed before the ONNX Runtime version can be known.
+	var showVersion bool
+	root.Flags().BoolVar(&showVersion, "version", false, "print the version, commit, Go and ONNX Runtime versions")
+	root.RunE = func(cmd *cobra.Command, _ []string) error {
+		if showVersion {
+			currentVersion().print(cmd.OutOrStdout())
+			return nil
+		}
+		return cmd.Help()
+	}
+	root.AddCommand(newVersionCmd(), newRunCmd(g), newValidateCmd(g), newInspectCmd(g), newBackfillCmd(g), newRollbackCmd(g), newServeCmd(g),
 		newRunsCmd(g), newStatusCmd(g), newCancelCmd(g))
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return invalid(err) })
 	for _, c := range root.Commands() {
@@ -148,6 +156,13 @@ later), 130 interrupted (committed work kept; the same command resumes).`,
 		}
 	}
 	return root
+}
+
+// runningJob makes an interrupt say that in-flight shards are released.
+func (g *globals) runningJob() {
+	if g.interrupts != nil {
+		g.interrupts.SetMessage(msgInterruptRun)
+	}
 }
 
 func envOr(name, def string) string {

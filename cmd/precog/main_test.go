@@ -447,4 +447,15 @@ func TestBackfill(t *testing.T) {
 	if bad.code != 2 || !strings.Contains(bad.stderr, "before --from") {
 		t.Errorf("reversed range: exit %d %s", bad.code, bad.stderr)
 	}
+	// Missing partitions: all named, nothing run, exit 2.
+	miss := precog(t, dir, "backfill", spec, "--from", "2026-10-30", "--to", "2026-11-02", "--parallel", "2")
+	if miss.code != 2 || !strings.Contains(miss.stderr, "2 of 4 partitions missing") ||
+		!strings.Contains(miss.stderr, "date=2026-10-30") || !strings.Contains(miss.stderr, "date=2026-10-31") {
+		t.Errorf("missing partitions: exit %d\n%s", miss.code, miss.stderr)
+	}
+	// Two dates at once, recomputed.
+	par := precog(t, dir, "backfill", spec, "--from", "2026-11-01", "--to", "2026-11-02", "--parallel", "2", "--force")
+	if par.code != 0 || strings.Count(par.stdout, "succeeded") != 2 || strings.Contains(par.stderr, "interrupted") {
+		t.Fatalf("parallel backfill: exit %d\n%s\n%s", par.code, par.stdout, par.stderr)
+	}
 }

@@ -11,7 +11,22 @@ import (
 	"github.com/precog-ml/precog/runner"
 )
 
+// loadSpec loads a job spec with --param values, refusing a param that
+// the spec's templates do not use (a typo would otherwise run silently).
 func loadSpec(path string, params []string) (*jobs.Spec, error) {
+	spec, err := loadSpecAnyParams(path, params)
+	if err != nil {
+		return nil, err
+	}
+	if err := spec.CheckParams(); err != nil {
+		return nil, invalid(err)
+	}
+	return spec, nil
+}
+
+// loadSpecAnyParams is loadSpec for callers that pass one set of params to
+// several specs (serve), where each spec may use only some of them.
+func loadSpecAnyParams(path string, params []string) (*jobs.Spec, error) {
 	p, err := jobs.ParseParams(params)
 	if err != nil {
 		return nil, invalid(err)
@@ -62,6 +77,7 @@ fails only when they exceed max_rejected_fraction (default 0.01).`,
 				return err
 			}
 			defer stopMetrics()
+			g.runningJob()
 			bar := newProgressBar(os.Stderr, !noProgress, g.log)
 			res, err := runner.RunLocal(cmd.Context(), spec, runner.LocalOptions{
 				StateDir: g.stateDir, Parallel: parallel, Restart: restart, Logger: g.log,

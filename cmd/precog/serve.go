@@ -31,12 +31,23 @@ func loadSpecDir(dir string, params []string) ([]*jobs.Spec, error) {
 		return nil, invalid(fmt.Errorf("--jobs %s: no job specs (*.yaml)", dir))
 	}
 	specs := make([]*jobs.Spec, 0, len(names))
+	used := map[string]bool{}
 	for _, n := range names {
-		s, err := loadSpec(filepath.Join(dir, n), params)
+		s, err := loadSpecAnyParams(filepath.Join(dir, n), params)
 		if err != nil {
 			return nil, err
 		}
+		for _, p := range s.TemplateParams() {
+			used[p] = true
+		}
 		specs = append(specs, s)
+	}
+	// Each spec may use some of the params, but every param must be used
+	// by one of them: an unused one is a typo.
+	for _, name := range specs[0].ParamNames() {
+		if !used[name] {
+			return nil, invalid(fmt.Errorf("--param %s: not used by any job spec in %s", name, dir))
+		}
 	}
 	return specs, nil
 }

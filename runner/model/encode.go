@@ -67,10 +67,12 @@ type elem interface {
 	float32 | float64 | int32 | int64
 }
 
-// colRef is one resolved source column of an input.
+// colRef is one resolved source column of an input, as numbers (see
+// asNumbers); child is the values of a list column.
 type colRef struct {
-	name string
-	arr  arrow.Array
+	name  string
+	arr   arrow.Array
+	child arrow.Array
 }
 
 // Encode converts one source batch into the model's input tensors. A row
@@ -115,12 +117,17 @@ func (m *Model) Encode(rec arrow.RecordBatch) (*Batch, error) {
 			if err != nil {
 				return nil, err
 			}
+			ll := arr.(array.ListLike)
 			if w < 0 {
-				w = firstListLen(arr.(array.ListLike))
+				w = firstListLen(ll)
 			}
 			b.widths[i] = w
-			checkList(arr.(array.ListLike), in, w, reject)
-			cols[i] = []colRef{{in.list, arr}}
+			child, converted := asNumbers(ll.ListValues())
+			if converted {
+				defer child.Release()
+			}
+			checkList(ll, child, in, w, reject)
+			cols[i] = []colRef{{in.list, arr, child}}
 			continue
 		}
 		b.widths[i] = len(in.columns)
@@ -130,11 +137,14 @@ func (m *Model) Encode(rec arrow.RecordBatch) (*Batch, error) {
 			if len(idx) == 0 {
 				return nil, fmt.Errorf("%s[%d]: column %q not in batch (have: %s)", in.field(), j, c, compressNames(fieldNames(schema)))
 			}
-			if f := schema.Field(idx[0]); !isNumeric(f.Type) || (isFloat(f.Type) && !in.kind.isFloat()) {
-				return nil, m.checkScalarType(in, fmt.Sprintf("%s[%d]", in.field(), j), f)
+			if err := m.checkScalarType(in, fmt.Sprintf("%s[%d]", in.field(), j), schema.Field(idx[0])); err != nil {
+				return nil, err
 			}
-			arr := rec.Column(idx[0])
-			cols[i][j] = colRef{c, arr}
+			arr, converted := asNumbers(rec.Column(idx[0]))
+			if converted {
+				defer arr.Release()
+			}
+			cols[i][j] = colRef{c, arr, nil}
 			name := c
 			scan(arr, in.kind)(0, n, func(row int, why string) bool {
 				reject(row, name, "column "+name+": "+why)
@@ -207,7 +217,7 @@ func fillInput[D elem](bufs *batchBufs, i int, in *input, cols []colRef, rows []
 			starts[k] = int(s)
 		}
 		bufs.starts = starts
-		fillList(dst, w, ll.ListValues(), starts)
+		fillList(dst, w, cols[0].child, starts)
 	} else {
 		for j, c := range cols {
 			fillColumn(dst, w, j, c.arr, rows)
@@ -443,10 +453,9 @@ func firstListLen(ll array.ListLike) int {
 }
 
 // checkList rejects null lists, lists whose length is not w, and lists
-// holding a value that cannot be fed.
-func checkList(ll array.ListLike, in *input, w int, reject func(row int, col, reason string)) {
+// holding a value that cannot be fed; child is ll's values as numbers.
+func checkList(ll array.ListLike, child arrow.Array, in *input, w int, reject func(row int, col, reason string)) {
 	name := in.list
-	child := ll.ListValues()
 	sc := scan(child, in.kind)
 	nulls := ll.NullN() > 0
 	for r := range ll.Len() {

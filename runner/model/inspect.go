@@ -3,7 +3,6 @@ package model
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -75,9 +74,9 @@ func shapeString(t TensorInfo) string {
 // the protobuf itself, so it needs no ONNX Runtime and reports value types
 // (sequences, maps) that the runtime's API does not describe.
 func Inspect(path string) (Info, error) {
-	data, err := os.ReadFile(path)
+	data, err := readModelFile(path)
 	if err != nil {
-		return Info{}, fmt.Errorf("read model: %w", err)
+		return Info{}, err
 	}
 	info, err := parseModel(data)
 	if err != nil {

@@ -147,9 +147,9 @@ func Load(spec jobs.ModelSpec, file string, opts ...LoadOption) (*Model, error) 
 	for _, o := range opts {
 		o(&m.opts)
 	}
-	data, err := os.ReadFile(spec.Path)
+	data, err := readModelFile(spec.Path)
 	if err != nil {
-		return nil, m.errorf("model.path", "read model: %v", err)
+		return nil, m.errorf("model.path", "%v", err)
 	}
 	if m.info, err = parseModel(data); err != nil {
 		return nil, m.errorf("model.path", "%s: not an ONNX model: %v", spec.Path, err)

@@ -110,3 +110,12 @@ func load(path string) error {
 	}
 	return nil
 }
+
+// RuntimeVersion loads the ONNX Runtime library (Init) and reports its
+// version string, e.g. "1.24.3", for `precog --version` and bug reports.
+func RuntimeVersion() (string, error) {
+	if err := Init(); err != nil {
+		return "", err
+	}
+	return ort.GetVersion(), nil
+}

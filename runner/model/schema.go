@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -10,20 +11,24 @@ import (
 )
 
 // CheckSchema checks the spec's input columns against the source schema
-// before any data is read: every column exists and is numeric (integers do
-// not take floating point columns), and a `column:` input is a list or
+// before any data is read: every column exists and holds numbers (integers,
+// floating point, booleans as 0/1, decimals; integer inputs take neither
+// floating point nor decimal columns), and a `column:` input is a list or
 // fixed-size list of numbers whose fixed size matches the model's static
-// dimension. Plain list lengths are checked per row by Encode.
+// dimension. Plain list lengths are checked per row by Encode. Every bad
+// column is reported, each with its field path, in one joined error.
 func (m *Model) CheckSchema(schema *arrow.Schema) error {
 	have := func() string { return compressNames(fieldNames(schema)) }
+	var errs []error
 	for _, in := range m.inputs {
 		if in.list != "" {
 			idx := schema.FieldIndices(in.list)
 			if len(idx) == 0 {
-				return m.errorf(in.field(), "column %q not in source schema (have: %s)", in.list, have())
+				errs = append(errs, m.errorf(in.field(), "column %q not in source schema (have: %s)", in.list, have()))
+				continue
 			}
 			if _, err := m.listWidth(in, schema.Field(idx[0])); err != nil {
-				return err
+				errs = append(errs, err)
 			}
 			continue
 		}
@@ -31,37 +36,45 @@ func (m *Model) CheckSchema(schema *arrow.Schema) error {
 			path := fmt.Sprintf("%s[%d]", in.field(), j)
 			idx := schema.FieldIndices(c)
 			if len(idx) == 0 {
-				return m.errorf(path, "column %q not in source schema (have: %s)", c, have())
+				errs = append(errs, m.errorf(path, "column %q not in source schema (have: %s)", c, have()))
+				continue
 			}
 			if err := m.checkScalarType(in, path, schema.Field(idx[0])); err != nil {
-				return err
+				errs = append(errs, err)
 			}
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
+// isNumeric reports the Arrow types a feature may have: numbers, booleans
+// (fed as 0/1) and decimals (fed as floating point).
 func isNumeric(t arrow.DataType) bool {
 	switch t.ID() {
 	case arrow.INT8, arrow.INT16, arrow.INT32, arrow.INT64,
 		arrow.UINT8, arrow.UINT16, arrow.UINT32, arrow.UINT64,
-		arrow.FLOAT32, arrow.FLOAT64:
+		arrow.FLOAT32, arrow.FLOAT64, arrow.BOOL, arrow.DECIMAL128, arrow.DECIMAL256:
 		return true
 	}
 	return false
 }
 
-func isFloat(t arrow.DataType) bool {
-	return t.ID() == arrow.FLOAT32 || t.ID() == arrow.FLOAT64
+// isFractional reports the types that only floating point inputs take.
+func isFractional(t arrow.DataType) bool {
+	switch t.ID() {
+	case arrow.FLOAT32, arrow.FLOAT64, arrow.DECIMAL128, arrow.DECIMAL256:
+		return true
+	}
+	return false
 }
 
 // checkElemType checks that values of type t can feed input in.
 func (m *Model) checkElemType(in *input, path, col string, t, whole arrow.DataType) error {
 	if !isNumeric(t) {
-		return m.errorf(path, "column %q is %s, want numbers (integer or floating point) for input %q (%s)", col, whole, in.name, in.kind)
+		return m.errorf(path, "column %q is %s, want numbers (integer, floating point, boolean or decimal) for input %q (%s)", col, whole, in.name, in.kind)
 	}
-	if isFloat(t) && !in.kind.isFloat() {
-		return m.errorf(path, "column %q is %s but input %q is %s: floating point columns cannot feed integer inputs", col, whole, in.name, in.kind)
+	if isFractional(t) && !in.kind.isFloat() {
+		return m.errorf(path, "column %q is %s but input %q is %s: floating point and decimal columns cannot feed integer inputs", col, whole, in.name, in.kind)
 	}
 	return nil
 }

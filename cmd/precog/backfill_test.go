@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/runner"
+)
+
+func TestValueRange(t *testing.T) {
+	got, err := valueRange("2026-11-01T21", "2026-11-02T01", "1h")
+	if want := []string{"2026-11-01T21", "2026-11-01T22", "2026-11-01T23", "2026-11-02T00", "2026-11-02T01"}; err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("hourly = %v, %v; want %v", got, err, want)
+	}
+	got, err = valueRange("2026-11-01T00", "2026-11-01T23", "6h")
+	if want := []string{"2026-11-01T00", "2026-11-01T06", "2026-11-01T12", "2026-11-01T18"}; err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("6h = %v, %v", got, err)
+	}
+	got, err = valueRange("2026-02-27", "2026-03-01", "1d")
+	if want := []string{"2026-02-27", "2026-02-28", "2026-03-01"}; err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("daily = %v, %v", got, err)
+	}
+	for _, tc := range []struct{ from, to, step, want string }{
+		{"2026-11-01", "2026-11-02", "1h", `--from "2026-11-01": want YYYY-MM-DDTHH for --step 1h`},
+		{"2026-11-01T00", "2026-11-02", "1d", `--from "2026-11-01T00": want YYYY-MM-DD`},
+		{"2026-11-02", "2026-11-01", "1d", "--to 2026-11-01 is before --from 2026-11-02"},
+		{"2026-11-01", "2026-11-02", "1w", `--step "1w": want 1d or Nh`},
+		{"2026-11-01T00", "2026-11-02T00", "24h", `--step "24h"`},
+		{"", "2026-11-02", "1d", "--from and --to are required"},
+		{"2000-01-01", "2099-01-01", "1d", "more than 3660 values"},
+	} {
+		if _, err := valueRange(tc.from, tc.to, tc.step); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("valueRange(%s, %s, %s) = %v, want %q", tc.from, tc.to, tc.step, err, tc.want)
+		}
+	}
+}
+
+const backfillSpec = `name: scores
+source:
+  parquet: { path: "data/dt={{.dt}}" }
+  key: user_id
+model:
+  path: models/ranker.onnx
+  inputs:
+    features: { columns: [f0] }
+  outputs: { score: score }
+sinks:
+  parquet: { path: "out/dt={{.dt}}" }
+`
+
+// Every missing partition is named in one error before anything runs.
+func TestLoadRangeListsMissingPartitions(t *testing.T) {
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "job.yaml")
+	os.WriteFile(spec, []byte(backfillSpec), 0o644)
+	for _, d := range []string{"2026-11-01", "2026-11-03"} {
+		os.MkdirAll(filepath.Join(dir, "data", "dt="+d), 0o755)
+		os.WriteFile(filepath.Join(dir, "data", "dt="+d, "part-0.parquet"), []byte("x"), 0o644)
+	}
+	os.MkdirAll(filepath.Join(dir, "data", "dt=2026-11-04"), 0o755) // no files
+	values, _ := valueRange("2026-11-01", "2026-11-04", "1d")
+	_, err := loadRange(spec, nil, "dt", values)
+	if err == nil {
+		t.Fatal("loadRange accepted missing partitions")
+	}
+	msg := err.Error()
+	for _, want := range []string{"2 of 4 partitions missing, nothing ran", "dt=2026-11-02: ", "dt=2026-11-04: "} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error\n%s\nlacks %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "dt=2026-11-01:") || strings.Contains(msg, "dt=2026-11-03:") {
+		t.Errorf("error names a present partition:\n%s", msg)
+	}
+	specs, err := loadRange(spec, nil, "dt", values[:1])
+	if err != nil || len(specs) != 1 || specs[0].Params["dt"] != "2026-11-01" {
+		t.Fatalf("one present partition: %v", err)
+	}
+	if _, err := loadRange(spec, nil, "date", values[:1]); err == nil || !strings.Contains(err.Error(), `template uses param "dt", which was not given`) {
+		t.Errorf("wrong --param-name: %v", err)
+	}
+	if _, err := loadRange(spec, []string{"regoin=eu"}, "dt", values[:1]); err == nil || !strings.Contains(err.Error(), "--param regoin: not used") {
+		t.Errorf("unused --param: %v", err)
+	}
+}
+
+func TestCheckRangePublish(t *testing.T) {
+	load := func(extra, value string) *jobs.Spec {
+		s, err := jobs.Parse([]byte(backfillSpec+extra), "job.yaml", map[string]string{"dt": value}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	two := func(extra string) []*jobs.Spec {
+		return []*jobs.Spec{load(extra, "2026-11-01"), load(extra, "2026-11-02")}
+	}
+	if err := checkRangePublish(two(""), "dt"); err != nil {
+		t.Errorf("parquet per dt: %v", err)
+	}
+	for _, tc := range []struct{ extra, want string }{
+		{"  postgres: { dsn: x, table: scores }\n", "sinks.postgres.mode: replace: each dt's run would replace the view public.scores"},
+		{"  redis: { addr: x, namespace: recs }\n", "sinks.redis.publish: atomic: recs:current is one per namespace"},
+	} {
+		err := checkRangePublish(two(tc.extra), "dt")
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.extra, err, tc.want)
+		}
+		if err := checkRangePublish(two(tc.extra)[:1], "dt"); err != nil {
+			t.Errorf("one value is fine: %v", err)
+		}
+	}
+	for _, ok := range []string{"  postgres: { dsn: x, table: scores, mode: upsert }\n", "  redis: { addr: x, namespace: recs, publish: in_place }\n"} {
+		if err := checkRangePublish(two(ok), "dt"); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+	same := strings.Replace(backfillSpec, `out/dt={{.dt}}`, "out/all", 1)
+	a, _ := jobs.Parse([]byte(same), "", map[string]string{"dt": "1"}, nil)
+	b, _ := jobs.Parse([]byte(same), "", map[string]string{"dt": "2"}, nil)
+	if err := checkRangePublish([]*jobs.Spec{a, b}, "dt"); err == nil || !strings.Contains(err.Error(), "sinks.parquet.path: out/all does not use {{.dt}}") {
+		t.Errorf("shared parquet path: %v", err)
+	}
+}
+
+// At most parallel values run at once, every value runs once even when
+// some fail, and failures are reported per value.
+func TestRunRange(t *testing.T) {
+	const n, parallel = 12, 3
+	var inFlight, peak atomic.Int32
+	var mu sync.Mutex
+	ran := map[int]int{}
+	results := runRange(context.Background(), n, parallel, func(_ context.Context, i int) (runner.Result, error) {
+		cur := inFlight.Add(1)
+		for {
+			p := peak.Load()
+			if cur <= p || peak.CompareAndSwap(p, cur) {
+				break
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+		inFlight.Add(-1)
+		mu.Lock()
+		ran[i]++
+		mu.Unlock()
+		if i%5 == 1 {
+			return runner.Result{}, errors.New("boom")
+		}
+		return runner.Result{Run: jobs.Run{ID: "r"}}, nil
+	})
+	if p := peak.Load(); p > parallel || p < 2 {
+		t.Errorf("peak %d values in flight, want 2..%d", p, parallel)
+	}
+	if len(ran) != n {
+		t.Errorf("ran %d values, want %d", len(ran), n)
+	}
+	values := make([]string, n)
+	for i := range values {
+		values[i] = "v" + string(rune('a'+i))
+	}
+	var out strings.Builder
+	err := reportRange(&out, "dt", values, results, time.Second)
+	if err == nil || err.Error() != "backfill: 3 of 12 values failed: dt=vb, dt=vg, dt=vl" {
+		t.Errorf("reportRange = %v", err)
+	}
+	if strings.Count(out.String(), "FAILED") != 3 || strings.Count(out.String(), "succeeded") != 9 {
+		t.Errorf("report:\n%s", out.String())
+	}
+
+	// Cancelled: no new value starts; the command ends as interrupted.
+	ctx, cancel := context.WithCancel(context.Background())
+	results = runRange(ctx, n, 2, func(ctx context.Context, i int) (runner.Result, error) {
+		if i == 1 {
+			cancel()
+		}
+		<-ctx.Done()
+		return runner.Result{}, ctx.Err()
+	})
+	started := 0
+	for _, r := range results {
+		if r.started {
+			started++
+		}
+	}
+	if started > 3 {
+		t.Errorf("%d values started after cancel", started)
+	}
+	if err := reportRange(&out, "dt", values, results, time.Second); !errors.Is(err, context.Canceled) {
+		t.Errorf("after cancel: %v", err)
+	}
+}
+
+// One bar over the range: totals add up, unseen values are estimated, the
+// ETA comes from the rows read by this process.
+func TestRangeProgress(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	a := newRangeProgress("date", []string{"d1", "d2", "d3", "d4"}, t0)
+	p := a.update("d1", runner.Progress{RowsDone: 100, RowsTotal: 400, ShardsDone: 1, ShardsTotal: 4, Rate: 100, Elapsed: time.Second}, t0.Add(time.Second))
+	if p.RowsTotal != 1600 || p.RowsDone != 100 {
+		t.Errorf("one value seen: %+v, want total 1600 (400 × 4 values)", p)
+	}
+	// d2 resumed with 200 rows already committed: they do not count as speed.
+	a.update("d2", runner.Progress{RowsDone: 200, RowsTotal: 200, Elapsed: time.Second}, t0.Add(2*time.Second))
+	p = a.update("d1", runner.Progress{RowsDone: 300, RowsTotal: 400, ShardsDone: 3, ShardsTotal: 4, Rate: 100, Elapsed: 3 * time.Second}, t0.Add(3*time.Second))
+	if p.RowsDone != 500 || p.RowsTotal != 1200 || p.ShardsDone != 3 {
+		t.Errorf("two values: %+v, want 500 of 1200 (600 seen + 2 × 300)", p)
+	}
+	if want := 100.0; p.Rate != want { // 300 fresh rows in 3 s
+		t.Errorf("rate %v, want %v", p.Rate, want)
+	}
+	if want := 7 * time.Second; p.ETA != want {
+		t.Errorf("ETA %v, want %v", p.ETA, want)
+	}
+	p = a.finish("d3", runner.Result{AlreadyDone: true, Run: jobs.Run{Shards: 2, Counts: jobs.Counts{RowsIn: 50}}}, t0.Add(4*time.Second))
+	if !strings.Contains(p.RunID, "1/4 done") || p.RowsDone != 550 {
+		t.Errorf("after d3 done: %+v", p)
+	}
+}
