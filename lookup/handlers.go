@@ -14,8 +14,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // Prediction is one answered key, as the API returns it.
@@ -44,19 +42,6 @@ const (
 )
 
 func hashToken(t string) [32]byte { return sha256.Sum256([]byte(t)) }
-
-func (s *Server) routes() {
-	mux := http.NewServeMux()
-	mux.Handle("GET /v1/predictions/{namespace}/{key}", s.api("get", s.handleGet))
-	mux.Handle("POST /v1/predictions/{op}", s.api("post", s.handlePost))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain")
-		_, _ = io.WriteString(w, "ok\n")
-	})
-	mux.HandleFunc("GET /readyz", s.handleReady)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
-	s.mux = mux
-}
 
 // reqInfo carries what a handler learned to the access log and metrics.
 // It is also the handler's ResponseWriter, so one allocation covers both.
@@ -131,9 +116,11 @@ func (s *Server) authorized(r *http.Request) bool {
 	if s.cfg.InsecureNoAuth {
 		return true
 	}
-	h := r.Header.Get("Authorization")
-	tok, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok || tok == "" {
+	// The scheme is case-insensitive (RFC 7235 §2.1), one or more spaces
+	// before the token.
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	tok = strings.TrimLeft(tok, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
 		return false
 	}
 	got := hashToken(tok)
@@ -324,7 +311,8 @@ func (s *Server) handlePost(ctx context.Context, w *reqInfo, r *http.Request) {
 	w.namespace = n.name
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		writeErr(ctx, w, err)
+		code, msg := bodyReadError(err)
+		writeError(w, code, msg)
 		return
 	}
 	if verb == "batchGet" {

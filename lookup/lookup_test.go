@@ -548,7 +548,8 @@ func TestListenAndServeDrains(t *testing.T) {
 }
 
 func FuzzDecodeBatchGet(f *testing.F) {
-	for _, s := range []string{`{"keys":["a","b"]}`, `{"keys":[1,-2]}`, `{"keys":[]}`, `{}`, `null`, `{"keys":["a"]} x`, `[`} {
+	for _, s := range []string{`{"keys":["a","b"]}`, `{"keys":[1,-2]}`, `{"keys":[]}`, `{}`, `null`, `{"keys":["a"]} x`, `[`,
+		`{"keys":["a"],"keys":["b"]}`, `{"keys":["a"],"k\u0065ys":["b"]}`, ` { "keys" : [ "a" ] , "x" : {"keys":1} } `, `{"keys":["a"],}`} {
 		f.Add([]byte(s))
 	}
 	lim := keyLimits{maxKeyLen: 8, maxKeys: 4}
@@ -559,6 +560,9 @@ func FuzzDecodeBatchGet(f *testing.F) {
 				t.Fatalf("error %v is not a badRequest", err)
 			}
 			return
+		}
+		if d := duplicateName(b); d != "" {
+			t.Fatalf("body with duplicate field %q accepted", d)
 		}
 		if len(req.Keys) == 0 || len(req.Keys) > 4 {
 			t.Fatalf("%d keys accepted", len(req.Keys))
@@ -572,7 +576,8 @@ func FuzzDecodeBatchGet(f *testing.F) {
 }
 
 func FuzzDecodePredict(f *testing.F) {
-	for _, s := range []string{`{"key":"a","inputs":{"x":[1,2]}}`, `{"key":3,"columns":{"c":1,"d":[1]}}`, `{"key":"a"}`, `{"key":""}`, `{"key":"a","inputs":{"x":[1e400]}}`} {
+	for _, s := range []string{`{"key":"a","inputs":{"x":[1,2]}}`, `{"key":3,"columns":{"c":1,"d":[1]}}`, `{"key":"a"}`, `{"key":""}`, `{"key":"a","inputs":{"x":[1e400]}}`,
+		`{"key":"a","key":"b"}`, `{"key":"a","inputs":{"x":[1],"x":[2]}}`, `{"key":"a","columns":{"c":1,"\u0063":2}}`, `{"key":"a","columns":{"d":[1,2],"c":[{"c":1,"c":2}]}}`} {
 		f.Add([]byte(s))
 	}
 	lim := keyLimits{maxKeyLen: 8, maxKeys: 4}
@@ -588,6 +593,9 @@ func FuzzDecodePredict(f *testing.F) {
 				t.Fatalf("error %v is not a badRequest", err)
 			}
 			return
+		}
+		if d := duplicateName(b); d != "" {
+			t.Fatalf("body with duplicate field %q accepted", d)
 		}
 		if req.Key == "" || len(req.Key) > 8 {
 			t.Fatalf("key %q accepted", req.Key)
@@ -635,4 +643,62 @@ func TestClientAgainstServer(t *testing.T) {
 	if _, err := c.Get(context.Background(), "nope", "k"); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("unknown namespace: %v", err)
 	}
+}
+
+// duplicateName finds a repeated member name in the top-level object of b
+// or in an object directly inside it, with encoding/json's tokenizer: an
+// implementation independent of the server's scanner.
+func duplicateName(b []byte) string {
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	var walk func(depth int) string
+	walk = func(depth int) string {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		d, ok := tok.(json.Delim)
+		if !ok {
+			return ""
+		}
+		switch d {
+		case '[':
+			for dec.More() {
+				if depth >= 1 {
+					var skip json.RawMessage
+					if dec.Decode(&skip) != nil {
+						return ""
+					}
+					continue
+				}
+				if n := walk(depth + 1); n != "" {
+					return n
+				}
+			}
+		case '{':
+			seen := map[string]bool{}
+			for dec.More() {
+				name, err := dec.Token()
+				if err != nil {
+					return ""
+				}
+				if seen[name.(string)] {
+					return name.(string)
+				}
+				seen[name.(string)] = true
+				if depth >= 1 {
+					var skip json.RawMessage
+					if dec.Decode(&skip) != nil {
+						return ""
+					}
+					continue
+				}
+				if n := walk(depth + 1); n != "" {
+					return n
+				}
+			}
+		}
+		_, _ = dec.Token() // the closing delimiter
+		return ""
+	}
+	return walk(0)
 }

@@ -25,13 +25,15 @@ import (
 // Server serves the lookup API. It is an http.Handler; ListenAndServe runs
 // it with graceful shutdown. Close releases its connections and models.
 type Server struct {
-	cfg     Config
-	ns      map[string]*namespace
-	names   []string
-	mux     *http.ServeMux
-	metrics *metrics
-	tokens  [][32]byte
-	slots   chan struct{}
+	cfg      Config
+	ns       map[string]*namespace
+	names    []string
+	getH     http.Handler
+	postH    http.Handler
+	metricsH http.Handler
+	metrics  *metrics
+	tokens   [][32]byte
+	slots    chan struct{}
 
 	redisConns []*redisConn
 	pgPools    []*pgxpool.Pool
@@ -232,9 +234,6 @@ func (s *Server) startWatcher(ctx context.Context) {
 
 // Namespaces lists the served namespaces, sorted.
 func (s *Server) Namespaces() []string { return append([]string(nil), s.names...) }
-
-// ServeHTTP serves the API, health, readiness and metrics endpoints.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
 // ListenAndServe serves on cfg.Addr until ctx ends, then stops accepting,
 // drains in-flight requests (up to DrainTimeout) and closes the server.
