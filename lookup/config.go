@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/sinks"
 )
 
 // Config configures the lookup API server. Zero values take the defaults
@@ -31,7 +32,8 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxKeysPerBatch bounds the keys of one batchGet. Default 1000.
 	MaxKeysPerBatch int
-	// MaxKeyLen bounds a key in bytes. Default 512.
+	// MaxKeyLen bounds a key in bytes. Default sinks.MaxKeyBytes, the
+	// longest key a sink stores.
 	MaxKeyLen int
 	// RequestTimeout bounds one request end to end. Default 2s.
 	RequestTimeout time.Duration
@@ -74,7 +76,7 @@ func (c *Config) defaults() {
 		c.MaxKeysPerBatch = 1000
 	}
 	if c.MaxKeyLen <= 0 {
-		c.MaxKeyLen = 512
+		c.MaxKeyLen = sinks.MaxKeyBytes
 	}
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = 2 * time.Second

@@ -25,10 +25,16 @@ type Prediction struct {
 	ModelVersion string                     `json:"model_version,omitempty"`
 	ComputedAt   string                     `json:"computed_at,omitempty"`
 	Source       string                     `json:"source,omitempty"`
+	// Status and Error are set in batchGet results only: "found", "miss"
+	// (no store holds the key) or "unavailable" (a store that may hold it
+	// failed: Error says which and why; retry later).
+	Status string `json:"status,omitempty"`
+	Error  string `json:"error,omitempty"`
 }
 
 // BatchGetResponse answers a batchGet: one result per requested key, in
-// order; a miss has found=false and no values.
+// order, each with its own status; a miss or an unavailable key has
+// found=false and no values.
 type BatchGetResponse struct {
 	Namespace string       `json:"namespace"`
 	Results   []Prediction `json:"results"`
@@ -322,6 +328,19 @@ func (s *Server) handlePost(ctx context.Context, w *reqInfo, r *http.Request) {
 	}
 }
 
+// Per-key statuses of a batchGet result.
+const (
+	statusFound       = "found"
+	statusMiss        = "miss"
+	statusUnavailable = "unavailable"
+)
+
+// batchGet answers each key on its own: a key is found, a miss (every
+// store answered and none holds it), or unavailable (a store that may hold
+// it failed; "error" says which and why, and a retry may find it). The
+// answer is 200 when any key was answered either way, 503 only when every
+// key is unavailable, so one failing store does not fail the keys another
+// store answered.
 func (s *Server) batchGet(ctx context.Context, w *reqInfo, n *namespace, body []byte) {
 	req, err := decodeBatchGet(body, s.limits())
 	if err != nil {
@@ -329,11 +348,16 @@ func (s *Server) batchGet(ctx context.Context, w *reqInfo, n *namespace, body []
 		return
 	}
 	ans := make([]answer, len(req.Keys))
-	if err := s.resolve(ctx, n, req.Keys, nil, ans); err != nil {
+	var unavail *errUnavailable
+	if err := s.resolve(ctx, n, req.Keys, nil, ans); err != nil && !errors.As(err, &unavail) {
 		writeErr(ctx, w, err)
 		return
 	}
-	src := ""
+	var unavailMsg []byte
+	if unavail != nil {
+		unavailMsg = appendJSONString(nil, unavail.Error())
+	}
+	src, answered := "", 0
 	var spans [16]span
 	bp := bufPool.Get().(*[]byte)
 	b := append((*bp)[:0], `{"namespace":`...)
@@ -354,6 +378,20 @@ func (s *Server) batchGet(ctx context.Context, w *reqInfo, n *namespace, body []
 		}
 		found := a.source != ""
 		b = appendPrediction(b, "", req.Keys[i], &found, a, &p)
+		// The object appendPrediction closed gets the key's status.
+		b = append(b[:len(b)-1], `,"status":"`...)
+		switch {
+		case found:
+			b = append(b, statusFound+`"}`...)
+			answered++
+		case unavail != nil:
+			b = append(b, statusUnavailable+`","error":`...)
+			b = append(append(b, unavailMsg...), '}')
+			a.source = "unavailable"
+		default:
+			b = append(b, statusMiss+`"}`...)
+			answered++
+		}
 		switch {
 		case src == "":
 			src = a.source
@@ -366,7 +404,12 @@ func (s *Server) batchGet(ctx context.Context, w *reqInfo, n *namespace, body []
 		src = "miss"
 	}
 	w.source = src
-	writeBody(w, http.StatusOK, b)
+	code := http.StatusOK
+	if answered == 0 {
+		code = http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", "1")
+	}
+	writeBody(w, code, b)
 	*bp = b
 	bufPool.Put(bp)
 }
@@ -436,7 +479,13 @@ func (s *Server) resolve(ctx context.Context, n *namespace, keys []string, in *r
 		if n.pg != nil || (n.live != nil && (in != nil || n.features != nil)) {
 			sctx, cancel = context.WithTimeout(ctx, s.cfg.StoreTimeout)
 		}
-		recs, live, err := n.redis.get(sctx, keys, n.writebackTTL > 0)
+		var recs [][]byte
+		var live []bool
+		err := n.redis.conn.brk.allow()
+		if err == nil {
+			recs, live, err = n.redis.get(sctx, keys, n.writebackTTL > 0)
+			stepDone(ctx, n.redis.conn.brk, err)
+		}
 		if cancel != nil {
 			cancel()
 		}
@@ -459,9 +508,7 @@ func (s *Server) resolve(ctx context.Context, n *namespace, keys []string, in *r
 		}
 	}
 	if ks := rest(); len(ks) > 0 && n.pg != nil {
-		sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
-		rows, err := n.pg.rows(sctx, ks, nil, "computed_at")
-		cancel()
+		rows, err := s.pgStep(ctx, n.pg, ks, nil, "computed_at")
 		if err != nil {
 			failed = err
 			s.storeFailed(ctx, n, "postgres", err)
@@ -502,6 +549,18 @@ func (s *Server) resolve(ctx context.Context, n *namespace, keys []string, in *r
 	return ctx.Err()
 }
 
+// pgStep reads keys from t within the step timeout, through t's breaker.
+func (s *Server) pgStep(ctx context.Context, t *pgTable, keys, cols []string, order string) (map[string]map[string]any, error) {
+	if err := t.brk.allow(); err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+	defer cancel()
+	rows, err := t.rows(sctx, keys, cols, order)
+	stepDone(ctx, t.brk, err)
+	return rows, err
+}
+
 // storeFailed counts a failed store step and logs it, at most once a
 // second per namespace: under an overload every request would log.
 func (s *Server) storeFailed(ctx context.Context, n *namespace, store string, err error) {
@@ -537,9 +596,7 @@ func (s *Server) resolveLive(ctx context.Context, n *namespace, keys []string, m
 	for j, i := range missing {
 		ks[j] = keys[i]
 	}
-	sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
-	feats, err := n.features.rows(sctx, ks, n.layout.colNamesList(), "")
-	cancel()
+	feats, err := s.pgStep(ctx, n.features, ks, n.layout.colNamesList(), "")
 	if err != nil {
 		s.storeFailed(ctx, n, "features", err)
 		return nil
@@ -595,6 +652,9 @@ func (s *Server) resolveLive(ctx context.Context, n *namespace, keys []string, m
 
 // writeBack stores a live result in Redis off the request path.
 func (s *Server) writeBack(n *namespace, key string, rec []byte) {
+	if n.redis.conn.brk.allow() != nil {
+		return
+	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.StoreTimeout)
 		defer cancel()
@@ -610,51 +670,6 @@ func (l *layout) colNamesList() []string {
 		s[i] = c.name
 	}
 	return s
-}
-
-// handleReady reports 200 when every namespace has a working read path (a
-// reachable store, or a loaded model for live inference) and 503 otherwise,
-// with each check's result. One store down is not "not ready": the
-// fallback chain is there to serve through it.
-func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	checks := map[string]string{}
-	ready := true
-	redisOK := map[*redisConn]error{}
-	for _, name := range s.names {
-		n := s.ns[name]
-		usable := false
-		if n.redis != nil {
-			err, seen := redisOK[n.redis.conn]
-			if !seen {
-				err = n.redis.conn.client.Ping(ctx).Err()
-				redisOK[n.redis.conn] = err
-			}
-			checks[name+"/redis"] = status(err)
-			usable = usable || err == nil
-		}
-		if n.pg != nil {
-			err := n.pg.pool.Ping(ctx)
-			checks[name+"/postgres"] = status(err)
-			usable = usable || err == nil
-		}
-		if n.live != nil {
-			checks[name+"/model"] = "ok: " + n.model.Version()
-			usable = true
-		}
-		if !usable {
-			ready = false
-		}
-	}
-	code := http.StatusOK
-	if !ready {
-		code = http.StatusServiceUnavailable
-	}
-	writeJSON(w, code, struct {
-		Ready  bool              `json:"ready"`
-		Checks map[string]string `json:"checks"`
-	}{ready, checks})
 }
 
 func status(err error) string {

@@ -54,6 +54,7 @@ type envOpts struct {
 	features     bool
 	writeback    bool
 	noPostgres   bool // no Postgres sink: Redis is the only store
+	pgNoSelect   bool // the server reads Postgres as a role without SELECT
 	mutate       func(*Config)
 }
 
@@ -88,7 +89,11 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if serving != "" {
 		serving = "serving:\n" + serving
 	}
-	pgSink := fmt.Sprintf("  postgres: { dsn: %q, table: user_scores }\n", pg.DSN)
+	pgDSN := pg.DSN
+	if o.pgNoSelect {
+		pgDSN = roleWithoutSelect(t, pg)
+	}
+	pgSink := fmt.Sprintf("  postgres: { dsn: %q, table: user_scores }\n", pgDSN)
 	if o.noPostgres {
 		pgSink = ""
 	}

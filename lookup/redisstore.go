@@ -47,6 +47,7 @@ type redisConn struct {
 	// and redis-server make one read and one write syscall per batch
 	// instead of per request; at low load a GET goes out alone at once.
 	gets *model.Batcher[string, []byte]
+	brk  *breaker
 }
 
 // Coalescing limits: keys per MGET, and MGETs in flight at once. One in
@@ -206,7 +207,7 @@ func (s *redisStore) get(ctx context.Context, keys []string, writeback bool) (re
 	if !s.inPlace && s.current.Load() == nil {
 		// Not "nothing published": Redis has not answered yet, so a key
 		// may well exist. Failing the step keeps it from reading as a miss.
-		return nil, nil, fmt.Errorf("redis %s: published version of %s not known yet (Redis not reached since start)", s.conn.where, s.ns)
+		return nil, nil, fmt.Errorf("redis %s: published version of %s not known yet (Redis not reached since start)%w", s.conn.where, s.ns, noFault)
 	}
 	version, ok := s.version()
 	recs = make([][]byte, len(keys))

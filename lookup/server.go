@@ -38,7 +38,9 @@ type Server struct {
 	redisConns []*redisConn
 	pgPools    []*pgxpool.Pool
 	watcher    *versionWatcher
+	ctx        context.Context // ends at Close: background work stops
 	stop       context.CancelFunc
+	bg         sync.WaitGroup // breaker probes, model reloads
 	closeOnce  sync.Once
 }
 
@@ -86,13 +88,12 @@ func New(cfg Config) (*Server, error) {
 	for _, t := range cfg.Tokens {
 		s.tokens = append(s.tokens, hashToken(t))
 	}
+	s.ctx, s.stop = context.WithCancel(context.Background())
 	if err := s.buildNamespaces(specs); err != nil {
 		s.Close()
 		return nil, err
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	s.stop = stop
-	s.startWatcher(ctx)
+	s.startWatcher(s.ctx)
 	s.routes()
 	return s, nil
 }
@@ -128,6 +129,7 @@ func specName(spec *jobs.Spec) string {
 func (s *Server) buildNamespaces(specs []*jobs.Spec) error {
 	redisConns := map[string]*redisConn{}
 	pgPools := map[string]*pgxpool.Pool{}
+	pgBreakers := map[*pgxpool.Pool]*breaker{}
 	pool := func(dsn, where string) (*pgxpool.Pool, error) {
 		if p, ok := pgPools[dsn]; ok {
 			return p, nil
@@ -144,6 +146,8 @@ func (s *Server) buildNamespaces(specs []*jobs.Spec) error {
 		}
 		pgPools[dsn] = p
 		s.pgPools = append(s.pgPools, p)
+		cc := pc.ConnConfig
+		pgBreakers[p] = s.newBreaker("postgres", fmt.Sprintf("%s:%d/%s", cc.Host, cc.Port, cc.Database), p.Ping)
 		return p, nil
 	}
 	for _, spec := range specs {
@@ -155,6 +159,7 @@ func (s *Server) buildNamespaces(specs []*jobs.Spec) error {
 			conn, ok := redisConns[ck]
 			if !ok {
 				conn = newRedisConn(r, s.cfg.StoreTimeout, s.cfg.RequestTimeout, s.cfg.RedisPoolSize)
+				conn.brk = s.newBreaker("redis", conn.where, func(ctx context.Context) error { return conn.client.Ping(ctx).Err() })
 				redisConns[ck] = conn
 				s.redisConns = append(s.redisConns, conn)
 			}
@@ -170,6 +175,7 @@ func (s *Server) buildNamespaces(specs []*jobs.Spec) error {
 				return fmt.Errorf("lookup: %w", err)
 			}
 			n.pg = newPGTable(pl, p.Schema, p.Table, spec.Source.Key)
+			n.pg.brk = pgBreakers[pl]
 		}
 		if spec.Serving.Live == nil || *spec.Serving.Live {
 			if err := s.loadLive(n, file); err != nil {
@@ -181,6 +187,7 @@ func (s *Server) buildNamespaces(specs []*jobs.Spec) error {
 					return fmt.Errorf("lookup: %w", err)
 				}
 				n.features = newPGTable(pl, "", f.Table, spec.Source.Key)
+				n.features.brk = pgBreakers[pl]
 			}
 		}
 		n.keys = s.metrics.keyCounters(n.name)
@@ -275,6 +282,7 @@ func (s *Server) Close() error {
 		if s.watcher != nil {
 			s.watcher.wait()
 		}
+		s.bg.Wait()
 		for _, n := range s.ns {
 			if n.live != nil {
 				_ = n.live.close()
