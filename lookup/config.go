@@ -21,6 +21,9 @@ type Config struct {
 	JobsDir string
 	// Specs are already-loaded job specs, served in addition to JobsDir.
 	Specs []*jobs.Spec
+	// Params are optional run parameters for the specs of JobsDir (see
+	// LoadServingSpec): serving needs none.
+	Params map[string]string
 
 	// Tokens are the accepted bearer tokens (see TokensFromEnv, ReadTokensFile).
 	Tokens []string

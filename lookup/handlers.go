@@ -263,16 +263,16 @@ func (s *Server) handleGet(ctx context.Context, w *reqInfo, r *http.Request) {
 		writeErr(ctx, w, err)
 		return
 	}
-	s.answerOne(ctx, w, n, key, nil, "")
+	s.answerOne(ctx, w, n, n.live.Load(), key, nil, "")
 }
 
 // answerOne resolves one key and writes it as a Prediction, or the 404 of
 // a key no store holds (in, the live inputs of a predict, or nil; why
 // ends the 404 message).
-func (s *Server) answerOne(ctx context.Context, w *reqInfo, n *namespace, key string, in *row, why string) {
+func (s *Server) answerOne(ctx context.Context, w *reqInfo, n *namespace, lv *live, key string, in *row, why string) {
 	keys := [1]string{key}
 	var ans [1]answer
-	if err := s.resolve(ctx, n, keys[:], in, ans[:]); err != nil {
+	if err := s.resolve(ctx, n, lv, keys[:], in, ans[:]); err != nil {
 		writeErr(ctx, w, err)
 		return
 	}
@@ -349,7 +349,7 @@ func (s *Server) batchGet(ctx context.Context, w *reqInfo, n *namespace, body []
 	}
 	ans := make([]answer, len(req.Keys))
 	var unavail *errUnavailable
-	if err := s.resolve(ctx, n, req.Keys, nil, ans); err != nil && !errors.As(err, &unavail) {
+	if err := s.resolve(ctx, n, n.live.Load(), req.Keys, nil, ans); err != nil && !errors.As(err, &unavail) {
 		writeErr(ctx, w, err)
 		return
 	}
@@ -421,27 +421,29 @@ func (s *Server) predict(ctx context.Context, w *reqInfo, n *namespace, body []b
 		return
 	}
 	var rw *row
+	lv := n.live.Load()
 	if req.Inputs != nil || req.Columns != nil {
-		if n.live == nil {
+		if lv == nil {
 			writeError(w, http.StatusBadRequest, fmt.Sprintf("namespace %q has live inference off (serving.live: false)", n.name))
 			return
 		}
-		x, err := n.layout.rowFromPredict(req)
+		x, err := lv.layout.rowFromPredict(req)
 		if err != nil {
 			writeErr(ctx, w, err)
 			return
 		}
 		rw = &x
 	}
-	s.answerOne(ctx, w, n, req.Key, rw, " and no inputs to compute one")
+	s.answerOne(ctx, w, n, lv, req.Key, rw, " and no inputs to compute one")
 }
 
 // resolve answers keys into ans (len(ans) == len(keys)) through the
 // fallback chain Redis → Postgres → live. A key no step answers has an
 // empty source. in, when set, is the live input row of a single-key
-// predict. When a store step failed and keys stay unanswered, the error is
+// predict, built with lv's layout; lv is the live model the request uses
+// (nil: live off). When a store step failed and keys stay unanswered, the error is
 // an *errUnavailable: those keys may exist in the store that failed.
-func (s *Server) resolve(ctx context.Context, n *namespace, keys []string, in *row, ans []answer) error {
+func (s *Server) resolve(ctx context.Context, n *namespace, lv *live, keys []string, in *row, ans []answer) error {
 	var missing []int
 	var one [1]int
 	if len(keys) == 1 {
@@ -476,7 +478,7 @@ func (s *Server) resolve(ctx context.Context, n *namespace, keys []string, in *r
 		// whole request budget: a fall-through would only turn a hit into
 		// a spurious miss.
 		sctx, cancel := ctx, context.CancelFunc(nil)
-		if n.pg != nil || (n.live != nil && (in != nil || n.features != nil)) {
+		if n.pg != nil || (lv != nil && (in != nil || n.features != nil)) {
 			sctx, cancel = context.WithTimeout(ctx, s.cfg.StoreTimeout)
 		}
 		var recs [][]byte
@@ -525,8 +527,8 @@ func (s *Server) resolve(ctx context.Context, n *namespace, keys []string, in *r
 			}
 		}
 	}
-	if ks := rest(); len(ks) > 0 && n.live != nil {
-		if err := s.resolveLive(ctx, n, keys, missing, in, ans); err != nil {
+	if ks := rest(); len(ks) > 0 && lv != nil {
+		if err := s.resolveLive(ctx, n, lv, keys, missing, in, ans); err != nil {
 			return err
 		}
 	}
@@ -576,9 +578,9 @@ func (s *Server) storeFailed(ctx context.Context, n *namespace, store string, er
 
 // resolveLive computes the missing keys live: from the request's inputs
 // (predict) or from the features table (get, batchGet).
-func (s *Server) resolveLive(ctx context.Context, n *namespace, keys []string, missing []int, in *row, ans []answer) error {
+func (s *Server) resolveLive(ctx context.Context, n *namespace, lv *live, keys []string, missing []int, in *row, ans []answer) error {
 	if in != nil {
-		rec, err := n.live.predict(ctx, *in)
+		rec, err := lv.predict(ctx, *in)
 		if err != nil {
 			return err
 		}
@@ -596,7 +598,7 @@ func (s *Server) resolveLive(ctx context.Context, n *namespace, keys []string, m
 	for j, i := range missing {
 		ks[j] = keys[i]
 	}
-	feats, err := s.pgStep(ctx, n.features, ks, n.layout.colNamesList(), "")
+	feats, err := s.pgStep(ctx, n.features, ks, lv.layout.colNamesList(), "")
 	if err != nil {
 		s.storeFailed(ctx, n, "features", err)
 		return nil
@@ -607,7 +609,7 @@ func (s *Server) resolveLive(ctx context.Context, n *namespace, keys []string, m
 		if !ok {
 			continue
 		}
-		rw, err := n.layout.rowFromFeatures(keys[i], m)
+		rw, err := lv.layout.rowFromFeatures(keys[i], m)
 		if err != nil {
 			s.cfg.Logger.Warn("unusable features", "namespace", n.name, "key", keys[i], "err", err)
 			continue
@@ -625,7 +627,7 @@ func (s *Server) resolveLive(ctx context.Context, n *namespace, keys []string, m
 	results := make(chan result, len(rows))
 	for i, rw := range rows {
 		go func() {
-			rec, err := n.live.predict(ctx, rw)
+			rec, err := lv.predict(ctx, rw)
 			results <- result{i, rec, err}
 		}()
 	}

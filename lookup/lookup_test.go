@@ -55,6 +55,7 @@ type envOpts struct {
 	writeback    bool
 	noPostgres   bool // no Postgres sink: Redis is the only store
 	pgNoSelect   bool // the server reads Postgres as a role without SELECT
+	hashVersion  bool // no model.version: the version is the model file's hash
 	mutate       func(*Config)
 }
 
@@ -73,6 +74,10 @@ func newEnv(t *testing.T, o envOpts) *env {
 	dir := t.TempDir()
 	if _, err := testgen.Write(dir, "ranker"); err != nil {
 		t.Fatal(err)
+	}
+	modelVersion := "\n  version: v-model"
+	if o.hashVersion {
+		modelVersion = ""
 	}
 	ns := "rank" + rd.Prefix
 	cols := make([]string, 16)
@@ -102,15 +107,14 @@ source:
   parquet: { path: data.parquet }
   key: user_id
 model:
-  path: ranker.onnx
-  version: v-model
+  path: ranker.onnx%s
   inputs:
     features: { columns: [%s] }
   outputs:
     score: score
 sinks:
   redis: { addr: %q, db: %d, namespace: %s }
-%s%s`, strings.Join(cols, ", "), rd.Addr, rd.DB, ns, pgSink, serving)
+%s%s`, modelVersion, strings.Join(cols, ", "), rd.Addr, rd.DB, ns, pgSink, serving)
 	file := filepath.Join(dir, "job.yaml")
 	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)

@@ -85,8 +85,8 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 				ans.Ready = ans.Ready && !f.Misconfigured
 			}
 		}
-		if n.live != nil {
-			ans.Checks[name+"/model"] = "ok: " + n.model.Version()
+		if lv := n.live.Load(); lv != nil {
+			ans.Checks[name+"/model"] = "ok: " + lv.model.Version()
 		}
 	}
 	code := http.StatusOK

@@ -35,6 +35,9 @@ type redisStore struct {
 	inPlace bool
 	conn    *redisConn
 	current atomic.Pointer[string] // nil: not known yet; "": nothing published
+	// onChange, when set, is called after the published version changed
+	// from one known value to another (not at the first read).
+	onChange func()
 }
 
 // redisConn is one client shared by the namespaces that use the same server.
@@ -196,6 +199,9 @@ func (s *redisStore) refresh(ctx context.Context) error {
 	}
 	if old := s.current.Load(); old == nil || *old != v {
 		s.current.Store(&v)
+		if old != nil && s.onChange != nil {
+			s.onChange()
+		}
 	}
 	return nil
 }

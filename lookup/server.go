@@ -9,8 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -52,11 +50,13 @@ type namespace struct {
 	writebackTTL time.Duration
 	pg           *pgTable
 	features     *pgTable
-	layout       *layout
-	live         *live
-	model        LiveModel
-	keys         keyCounters  // answered keys by source, resolved once
-	lastWarn     atomic.Int64 // unix ns of the last store-failure warning
+	// live is the live-inference model in service (nil: live off). A
+	// publish that brings a new model version swaps in a new one; a
+	// request loads it once and uses that one throughout.
+	live     atomic.Pointer[live]
+	reload   chan struct{} // a published version changed: check the model
+	keys     keyCounters   // answered keys by source, resolved once
+	lastWarn atomic.Int64  // unix ns of the last store-failure warning
 }
 
 // New loads the job specs and models, connects (lazily) to the stores and
@@ -70,7 +70,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	specs := append([]*jobs.Spec(nil), cfg.Specs...)
 	if cfg.JobsDir != "" {
-		loaded, err := loadSpecs(cfg.JobsDir)
+		loaded, err := loadSpecs(cfg.JobsDir, cfg.Params)
 		if err != nil {
 			return nil, err
 		}
@@ -96,27 +96,6 @@ func New(cfg Config) (*Server, error) {
 	s.startWatcher(s.ctx)
 	s.routes()
 	return s, nil
-}
-
-// loadSpecs reads every *.yaml / *.yml in dir.
-func loadSpecs(dir string) ([]*jobs.Spec, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("lookup: jobs dir: %w", err)
-	}
-	var specs []*jobs.Spec
-	for _, e := range entries {
-		ext := filepath.Ext(e.Name())
-		if e.IsDir() || (ext != ".yaml" && ext != ".yml") {
-			continue
-		}
-		spec, err := jobs.Load(filepath.Join(dir, e.Name()), nil)
-		if err != nil {
-			return nil, fmt.Errorf("lookup: %w", err)
-		}
-		specs = append(specs, spec)
-	}
-	return specs, nil
 }
 
 func specName(spec *jobs.Spec) string {
@@ -181,6 +160,15 @@ func (s *Server) buildNamespaces(specs []*jobs.Spec) error {
 			if err := s.loadLive(n, file); err != nil {
 				return err
 			}
+			if n.redis != nil && !n.redis.inPlace {
+				n.reload = make(chan struct{}, 1)
+				n.redis.onChange = func() {
+					select {
+					case n.reload <- struct{}{}:
+					default: // a check is already due
+					}
+				}
+			}
 			if f := spec.Serving.Features; f != nil {
 				pl, err := pool(f.DSN, file+": serving.features.dsn")
 				if err != nil {
@@ -199,25 +187,11 @@ func (s *Server) buildNamespaces(specs []*jobs.Spec) error {
 }
 
 func (s *Server) loadLive(n *namespace, file string) error {
-	load := s.cfg.LoadModel
-	if load == nil {
-		load = loadRunnerModel
-	}
-	m, err := load(n.spec)
+	m, l, err := s.loadModel(n, file)
 	if err != nil {
-		return fmt.Errorf("lookup: %s: model.path: %w", file, err)
+		return err
 	}
-	l, err := newLayout(n.spec, m.Info())
-	if err != nil {
-		_ = m.Close()
-		return fmt.Errorf("lookup: %s: %w", file, err)
-	}
-	n.model = m
-	n.layout = l
-	conc := max(n.spec.Model.Sessions, 1)
-	ns := n.name
-	n.live = newLive(ns, l, m, s.cfg.LiveBatchSize, s.cfg.LiveBatchWait, conc, s.cfg.RequestTimeout,
-		func(size int) { s.metrics.liveBatch.WithLabelValues(ns).Observe(float64(size)) })
+	n.live.Store(s.newLive(n, l, m))
 	return nil
 }
 
@@ -237,6 +211,15 @@ func (s *Server) startWatcher(ctx context.Context) {
 	}
 	s.watcher = w
 	w.start(ctx, s.cfg.StoreTimeout)
+	for _, name := range s.names {
+		if n := s.ns[name]; n.reload != nil {
+			s.bg.Add(1)
+			go func() {
+				defer s.bg.Done()
+				s.reloader(ctx, n)
+			}()
+		}
+	}
 }
 
 // Namespaces lists the served namespaces, sorted.
@@ -284,11 +267,8 @@ func (s *Server) Close() error {
 		}
 		s.bg.Wait()
 		for _, n := range s.ns {
-			if n.live != nil {
-				_ = n.live.close()
-			}
-			if n.model != nil {
-				_ = n.model.Close()
+			if lv := n.live.Load(); lv != nil {
+				_ = lv.release()
 			}
 		}
 		for _, c := range s.redisConns {
