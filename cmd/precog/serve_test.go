@@ -190,6 +190,9 @@ func TestServeWithoutParamsReloadsModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	modelPath := filepath.Join(dir, "jobs", "models", "recs.onnx")
+	if err := os.MkdirAll(filepath.Dir(modelPath), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := testgen.NewRecs(testgen.DefaultSeed).WriteONNX(modelPath); err != nil {
 		t.Fatal(err)
 	}
