@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/lookup/client"
 	"github.com/precog-ml/precog/sinks"
 )
 
@@ -33,7 +34,8 @@ type Config struct {
 
 	// MaxBodyBytes bounds a request body. Default 1 MiB.
 	MaxBodyBytes int64
-	// MaxKeysPerBatch bounds the keys of one batchGet. Default 1000.
+	// MaxKeysPerBatch bounds the keys of one batchGet. Default
+	// DefaultMaxKeysPerBatch.
 	MaxKeysPerBatch int
 	// MaxKeyLen bounds a key in bytes. Default sinks.MaxKeyBytes, the
 	// longest key a sink stores.
@@ -71,12 +73,16 @@ type Config struct {
 	LoadModel func(spec *jobs.Spec) (LiveModel, error)
 }
 
+// DefaultMaxKeysPerBatch is the default batchGet limit, shared with the Go
+// client, which splits larger requests by the same number.
+const DefaultMaxKeysPerBatch = client.DefaultMaxBatchKeys
+
 func (c *Config) defaults() {
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = 1 << 20
 	}
 	if c.MaxKeysPerBatch <= 0 {
-		c.MaxKeysPerBatch = 1000
+		c.MaxKeysPerBatch = DefaultMaxKeysPerBatch
 	}
 	if c.MaxKeyLen <= 0 {
 		c.MaxKeyLen = sinks.MaxKeyBytes

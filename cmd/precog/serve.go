@@ -80,7 +80,7 @@ separated) or --tokens-file. Without tokens the server refuses to start unless
 	f.BoolVar(&cfg.InsecureNoAuth, "insecure-no-auth", false, "serve without authentication (never in production)")
 	f.BoolVar(&cfg.AccessLog, "access-log", false, "log every request at info level")
 	f.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", 1<<20, "largest request body")
-	f.IntVar(&cfg.MaxKeysPerBatch, "max-batch-keys", 1000, "most keys in one batchGet")
+	f.IntVar(&cfg.MaxKeysPerBatch, "max-batch-keys", lookup.DefaultMaxKeysPerBatch, "most keys in one batchGet")
 	f.IntVar(&cfg.MaxInFlight, "max-in-flight", 1024, "concurrent requests before shedding with 429")
 	f.DurationVar(&cfg.RequestTimeout, "request-timeout", 2*time.Second, "deadline of one request")
 	f.DurationVar(&cfg.StoreTimeout, "store-timeout", 100*time.Millisecond, "deadline of one store lookup before falling through")
