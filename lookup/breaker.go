@@ -28,6 +28,7 @@ const (
 )
 
 // errCircuitOpen is the failure of a store step skipped by an open breaker.
+// It is immutable once made: requests carry it in their errors.
 type errCircuitOpen struct {
 	store, target string
 	since         time.Time
@@ -138,7 +139,8 @@ func (b *breaker) probeLoop() {
 			return
 		}
 		b.mu.Lock()
-		b.opened.last = err
+		// A new value: requests may hold the previous one.
+		b.opened = &errCircuitOpen{store: b.store, target: b.target, since: b.opened.since, last: err}
 		b.mu.Unlock()
 		delay = min(2*delay, breakerMaxDelay)
 	}

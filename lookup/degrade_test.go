@@ -3,6 +3,7 @@ package lookup
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"slices"
 	"strings"
@@ -27,6 +28,24 @@ func roleWithoutSelect(t *testing.T, pg *testservers.PG) string {
 		t.Fatal(err)
 	}
 	u.User = url.User(role)
+	return u.String()
+}
+
+// closedPortDSN is pg's DSN on a port nothing listens on: a Postgres that
+// is down.
+func closedPortDSN(t *testing.T, pg *testservers.PG) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	u, err := url.Parse(pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = addr
 	return u.String()
 }
 
@@ -137,5 +156,24 @@ func TestReadyReportsDeniedPostgres(t *testing.T) {
 	}
 	if code != 503 || len(fails) != 2 || !slices.Contains(stores, "redis") || !slices.Contains(stores, "postgres") {
 		t.Fatalf("readyz with both stores failing: %d %v", code, body)
+	}
+}
+
+// With every store of a namespace down, /readyz is 503 and names each one,
+// although the live model is loaded: it answers only keys whose features
+// are at hand, not the precomputed ones.
+func TestReadyBothStoresDown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{privateRedis: true, pgDown: true})
+	e.redis.Stop()
+	code, body := e.do("GET", "/readyz", "", "")
+	fails, _ := body["failures"].([]any)
+	var stores []string
+	for _, f := range fails {
+		stores = append(stores, fmt.Sprint(f.(map[string]any)["store"]))
+	}
+	if code != 503 || len(fails) != 2 || !slices.Contains(stores, "redis") || !slices.Contains(stores, "postgres") ||
+		!strings.Contains(fmt.Sprint(fails), "connection refused") {
+		t.Fatalf("readyz with both stores down: %d %v", code, body)
 	}
 }

@@ -56,6 +56,7 @@ type envOpts struct {
 	noPostgres   bool // no Postgres sink: Redis is the only store
 	pgNoSelect   bool // the server reads Postgres as a role without SELECT
 	hashVersion  bool // no model.version: the version is the model file's hash
+	pgDown       bool // the server's Postgres DSN points at a closed port
 	mutate       func(*Config)
 }
 
@@ -97,6 +98,9 @@ func newEnv(t *testing.T, o envOpts) *env {
 	pgDSN := pg.DSN
 	if o.pgNoSelect {
 		pgDSN = roleWithoutSelect(t, pg)
+	}
+	if o.pgDown {
+		pgDSN = closedPortDSN(t, pg)
 	}
 	pgSink := fmt.Sprintf("  postgres: { dsn: %q, table: user_scores }\n", pgDSN)
 	if o.noPostgres {
