@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/lookup/client"
+	"github.com/precog-ml/precog/sinks"
 )
 
 // Config configures the lookup API server. Zero values take the defaults
@@ -20,6 +22,9 @@ type Config struct {
 	JobsDir string
 	// Specs are already-loaded job specs, served in addition to JobsDir.
 	Specs []*jobs.Spec
+	// Params are optional run parameters for the specs of JobsDir (see
+	// LoadServingSpec): serving needs none.
+	Params map[string]string
 
 	// Tokens are the accepted bearer tokens (see TokensFromEnv, ReadTokensFile).
 	Tokens []string
@@ -29,9 +34,11 @@ type Config struct {
 
 	// MaxBodyBytes bounds a request body. Default 1 MiB.
 	MaxBodyBytes int64
-	// MaxKeysPerBatch bounds the keys of one batchGet. Default 1000.
+	// MaxKeysPerBatch bounds the keys of one batchGet. Default
+	// DefaultMaxKeysPerBatch.
 	MaxKeysPerBatch int
-	// MaxKeyLen bounds a key in bytes. Default 512.
+	// MaxKeyLen bounds a key in bytes. Default sinks.MaxKeyBytes, the
+	// longest key a sink stores.
 	MaxKeyLen int
 	// RequestTimeout bounds one request end to end. Default 2s.
 	RequestTimeout time.Duration
@@ -66,15 +73,19 @@ type Config struct {
 	LoadModel func(spec *jobs.Spec) (LiveModel, error)
 }
 
+// DefaultMaxKeysPerBatch is the default batchGet limit, shared with the Go
+// client, which splits larger requests by the same number.
+const DefaultMaxKeysPerBatch = client.DefaultMaxBatchKeys
+
 func (c *Config) defaults() {
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = 1 << 20
 	}
 	if c.MaxKeysPerBatch <= 0 {
-		c.MaxKeysPerBatch = 1000
+		c.MaxKeysPerBatch = DefaultMaxKeysPerBatch
 	}
 	if c.MaxKeyLen <= 0 {
-		c.MaxKeyLen = 512
+		c.MaxKeyLen = sinks.MaxKeyBytes
 	}
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = 2 * time.Second

@@ -91,8 +91,12 @@ func strictObject(body []byte, what string, allowed ...string) (map[string]json.
 		if obj == nil {
 			return nil, badf("malformed JSON: want a %s object, got null", what)
 		}
+		if err := checkDuplicates(body, len(obj), ""); err != nil {
+			return nil, err
+		}
 		return obj, checkFields(obj, allowed)
 	}
+	// Not valid JSON: every path below ends in an error.
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&obj); err != nil {
 		if errors.Is(err, io.EOF) {
@@ -107,6 +111,63 @@ func strictObject(body []byte, what string, allowed ...string) (map[string]json.
 		return nil, badf("malformed JSON: trailing data after the %s object", what)
 	}
 	return obj, checkFields(obj, allowed)
+}
+
+// checkDuplicates rejects an object with a repeated member name, which
+// encoding/json would accept with the last value winning: a client that
+// sends {"keys":[1],"keys":[2]} has a bug worth hearing about. raw is a
+// valid JSON object and distinct the number of names it decoded to, so the
+// common case (no duplicate) costs one scan that counts members; only when
+// the counts differ are the names decoded to name the repeated one. where
+// prefixes the message ("" at the top level).
+func checkDuplicates(raw []byte, distinct int, where string) error {
+	members := 0
+	forEachMember(raw, func([]byte) bool { members++; return true })
+	if members == distinct {
+		return nil
+	}
+	seen := make(map[string]bool, members)
+	var dup string
+	forEachMember(raw, func(name []byte) bool {
+		var s string
+		if json.Unmarshal(name, &s) != nil {
+			return true
+		}
+		if seen[s] {
+			dup = s
+			return false
+		}
+		seen[s] = true
+		return true
+	})
+	if where != "" {
+		where += ": "
+	}
+	return badf("%sduplicate field %q (each field may appear once)", where, dup)
+}
+
+// forEachMember calls f with the quoted name of each top-level member of
+// raw, a valid JSON object, until f returns false.
+func forEachMember(raw []byte, f func(name []byte) bool) {
+	i := skipWS(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
+		return
+	}
+	i = skipWS(raw, i+1)
+	for i < len(raw) && raw[i] == '"' {
+		end := skipString(raw, i)
+		if !f(raw[i:end]) {
+			return
+		}
+		i = skipWS(raw, end)
+		i = skipWS(raw, i+1) // the colon
+		i = skipWS(raw, skipValue(raw, i))
+		if i < len(raw) && raw[i] == ',' {
+			i = skipWS(raw, i+1)
+			continue
+		}
+		return
+	}
 }
 
 // checkFields rejects a field not in allowed.
@@ -210,6 +271,9 @@ func decodeNumbers(field string, raw json.RawMessage, scalars bool) (map[string]
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
 		return nil, nil, badf("field %q: want an object of number arrays", field)
+	}
+	if err := checkDuplicates(raw, len(m), "field "+strconv.Quote(field)); err != nil {
+		return nil, nil, err
 	}
 	out := make(map[string][]float64, len(m))
 	var isScalar map[string]bool

@@ -14,8 +14,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // Prediction is one answered key, as the API returns it.
@@ -27,10 +25,16 @@ type Prediction struct {
 	ModelVersion string                     `json:"model_version,omitempty"`
 	ComputedAt   string                     `json:"computed_at,omitempty"`
 	Source       string                     `json:"source,omitempty"`
+	// Status and Error are set in batchGet results only: "found", "miss"
+	// (no store holds the key) or "unavailable" (a store that may hold it
+	// failed: Error says which and why; retry later).
+	Status string `json:"status,omitempty"`
+	Error  string `json:"error,omitempty"`
 }
 
 // BatchGetResponse answers a batchGet: one result per requested key, in
-// order; a miss has found=false and no values.
+// order, each with its own status; a miss or an unavailable key has
+// found=false and no values.
 type BatchGetResponse struct {
 	Namespace string       `json:"namespace"`
 	Results   []Prediction `json:"results"`
@@ -44,19 +48,6 @@ const (
 )
 
 func hashToken(t string) [32]byte { return sha256.Sum256([]byte(t)) }
-
-func (s *Server) routes() {
-	mux := http.NewServeMux()
-	mux.Handle("GET /v1/predictions/{namespace}/{key}", s.api("get", s.handleGet))
-	mux.Handle("POST /v1/predictions/{op}", s.api("post", s.handlePost))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain")
-		_, _ = io.WriteString(w, "ok\n")
-	})
-	mux.HandleFunc("GET /readyz", s.handleReady)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
-	s.mux = mux
-}
 
 // reqInfo carries what a handler learned to the access log and metrics.
 // It is also the handler's ResponseWriter, so one allocation covers both.
@@ -131,9 +122,11 @@ func (s *Server) authorized(r *http.Request) bool {
 	if s.cfg.InsecureNoAuth {
 		return true
 	}
-	h := r.Header.Get("Authorization")
-	tok, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok || tok == "" {
+	// The scheme is case-insensitive (RFC 7235 §2.1), one or more spaces
+	// before the token.
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	tok = strings.TrimLeft(tok, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
 		return false
 	}
 	got := hashToken(tok)
@@ -270,16 +263,16 @@ func (s *Server) handleGet(ctx context.Context, w *reqInfo, r *http.Request) {
 		writeErr(ctx, w, err)
 		return
 	}
-	s.answerOne(ctx, w, n, key, nil, "")
+	s.answerOne(ctx, w, n, n.live.Load(), key, nil, "")
 }
 
 // answerOne resolves one key and writes it as a Prediction, or the 404 of
 // a key no store holds (in, the live inputs of a predict, or nil; why
 // ends the 404 message).
-func (s *Server) answerOne(ctx context.Context, w *reqInfo, n *namespace, key string, in *row, why string) {
+func (s *Server) answerOne(ctx context.Context, w *reqInfo, n *namespace, lv *live, key string, in *row, why string) {
 	keys := [1]string{key}
 	var ans [1]answer
-	if err := s.resolve(ctx, n, keys[:], in, ans[:]); err != nil {
+	if err := s.resolve(ctx, n, lv, keys[:], in, ans[:]); err != nil {
 		writeErr(ctx, w, err)
 		return
 	}
@@ -324,7 +317,8 @@ func (s *Server) handlePost(ctx context.Context, w *reqInfo, r *http.Request) {
 	w.namespace = n.name
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		writeErr(ctx, w, err)
+		code, msg := bodyReadError(err)
+		writeError(w, code, msg)
 		return
 	}
 	if verb == "batchGet" {
@@ -334,6 +328,19 @@ func (s *Server) handlePost(ctx context.Context, w *reqInfo, r *http.Request) {
 	}
 }
 
+// Per-key statuses of a batchGet result.
+const (
+	statusFound       = "found"
+	statusMiss        = "miss"
+	statusUnavailable = "unavailable"
+)
+
+// batchGet answers each key on its own: a key is found, a miss (every
+// store answered and none holds it), or unavailable (a store that may hold
+// it failed; "error" says which and why, and a retry may find it). The
+// answer is 200 when any key was answered either way, 503 only when every
+// key is unavailable, so one failing store does not fail the keys another
+// store answered.
 func (s *Server) batchGet(ctx context.Context, w *reqInfo, n *namespace, body []byte) {
 	req, err := decodeBatchGet(body, s.limits())
 	if err != nil {
@@ -341,11 +348,16 @@ func (s *Server) batchGet(ctx context.Context, w *reqInfo, n *namespace, body []
 		return
 	}
 	ans := make([]answer, len(req.Keys))
-	if err := s.resolve(ctx, n, req.Keys, nil, ans); err != nil {
+	var unavail *errUnavailable
+	if err := s.resolve(ctx, n, n.live.Load(), req.Keys, nil, ans); err != nil && !errors.As(err, &unavail) {
 		writeErr(ctx, w, err)
 		return
 	}
-	src := ""
+	var unavailMsg []byte
+	if unavail != nil {
+		unavailMsg = appendJSONString(nil, unavail.Error())
+	}
+	src, answered := "", 0
 	var spans [16]span
 	bp := bufPool.Get().(*[]byte)
 	b := append((*bp)[:0], `{"namespace":`...)
@@ -366,6 +378,20 @@ func (s *Server) batchGet(ctx context.Context, w *reqInfo, n *namespace, body []
 		}
 		found := a.source != ""
 		b = appendPrediction(b, "", req.Keys[i], &found, a, &p)
+		// The object appendPrediction closed gets the key's status.
+		b = append(b[:len(b)-1], `,"status":"`...)
+		switch {
+		case found:
+			b = append(b, statusFound+`"}`...)
+			answered++
+		case unavail != nil:
+			b = append(b, statusUnavailable+`","error":`...)
+			b = append(append(b, unavailMsg...), '}')
+			a.source = "unavailable"
+		default:
+			b = append(b, statusMiss+`"}`...)
+			answered++
+		}
 		switch {
 		case src == "":
 			src = a.source
@@ -378,7 +404,12 @@ func (s *Server) batchGet(ctx context.Context, w *reqInfo, n *namespace, body []
 		src = "miss"
 	}
 	w.source = src
-	writeBody(w, http.StatusOK, b)
+	code := http.StatusOK
+	if answered == 0 {
+		code = http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", "1")
+	}
+	writeBody(w, code, b)
 	*bp = b
 	bufPool.Put(bp)
 }
@@ -390,27 +421,29 @@ func (s *Server) predict(ctx context.Context, w *reqInfo, n *namespace, body []b
 		return
 	}
 	var rw *row
+	lv := n.live.Load()
 	if req.Inputs != nil || req.Columns != nil {
-		if n.live == nil {
+		if lv == nil {
 			writeError(w, http.StatusBadRequest, fmt.Sprintf("namespace %q has live inference off (serving.live: false)", n.name))
 			return
 		}
-		x, err := n.layout.rowFromPredict(req)
+		x, err := lv.layout.rowFromPredict(req)
 		if err != nil {
 			writeErr(ctx, w, err)
 			return
 		}
 		rw = &x
 	}
-	s.answerOne(ctx, w, n, req.Key, rw, " and no inputs to compute one")
+	s.answerOne(ctx, w, n, lv, req.Key, rw, " and no inputs to compute one")
 }
 
 // resolve answers keys into ans (len(ans) == len(keys)) through the
 // fallback chain Redis → Postgres → live. A key no step answers has an
 // empty source. in, when set, is the live input row of a single-key
-// predict. When a store step failed and keys stay unanswered, the error is
+// predict, built with lv's layout; lv is the live model the request uses
+// (nil: live off). When a store step failed and keys stay unanswered, the error is
 // an *errUnavailable: those keys may exist in the store that failed.
-func (s *Server) resolve(ctx context.Context, n *namespace, keys []string, in *row, ans []answer) error {
+func (s *Server) resolve(ctx context.Context, n *namespace, lv *live, keys []string, in *row, ans []answer) error {
 	var missing []int
 	var one [1]int
 	if len(keys) == 1 {
@@ -445,10 +478,16 @@ func (s *Server) resolve(ctx context.Context, n *namespace, keys []string, in *r
 		// whole request budget: a fall-through would only turn a hit into
 		// a spurious miss.
 		sctx, cancel := ctx, context.CancelFunc(nil)
-		if n.pg != nil || (n.live != nil && (in != nil || n.features != nil)) {
+		if n.pg != nil || (lv != nil && (in != nil || n.features != nil)) {
 			sctx, cancel = context.WithTimeout(ctx, s.cfg.StoreTimeout)
 		}
-		recs, live, err := n.redis.get(sctx, keys, n.writebackTTL > 0)
+		var recs [][]byte
+		var live []bool
+		err := n.redis.conn.brk.allow()
+		if err == nil {
+			recs, live, err = n.redis.get(sctx, keys, n.writebackTTL > 0)
+			stepDone(ctx, n.redis.conn.brk, err)
+		}
 		if cancel != nil {
 			cancel()
 		}
@@ -471,9 +510,7 @@ func (s *Server) resolve(ctx context.Context, n *namespace, keys []string, in *r
 		}
 	}
 	if ks := rest(); len(ks) > 0 && n.pg != nil {
-		sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
-		rows, err := n.pg.rows(sctx, ks, nil, "computed_at")
-		cancel()
+		rows, err := s.pgStep(ctx, n.pg, ks, nil, "computed_at")
 		if err != nil {
 			failed = err
 			s.storeFailed(ctx, n, "postgres", err)
@@ -490,8 +527,8 @@ func (s *Server) resolve(ctx context.Context, n *namespace, keys []string, in *r
 			}
 		}
 	}
-	if ks := rest(); len(ks) > 0 && n.live != nil {
-		if err := s.resolveLive(ctx, n, keys, missing, in, ans); err != nil {
+	if ks := rest(); len(ks) > 0 && lv != nil {
+		if err := s.resolveLive(ctx, n, lv, keys, missing, in, ans); err != nil {
 			return err
 		}
 	}
@@ -514,6 +551,18 @@ func (s *Server) resolve(ctx context.Context, n *namespace, keys []string, in *r
 	return ctx.Err()
 }
 
+// pgStep reads keys from t within the step timeout, through t's breaker.
+func (s *Server) pgStep(ctx context.Context, t *pgTable, keys, cols []string, order string) (map[string]map[string]any, error) {
+	if err := t.brk.allow(); err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+	defer cancel()
+	rows, err := t.rows(sctx, keys, cols, order)
+	stepDone(ctx, t.brk, err)
+	return rows, err
+}
+
 // storeFailed counts a failed store step and logs it, at most once a
 // second per namespace: under an overload every request would log.
 func (s *Server) storeFailed(ctx context.Context, n *namespace, store string, err error) {
@@ -529,9 +578,9 @@ func (s *Server) storeFailed(ctx context.Context, n *namespace, store string, er
 
 // resolveLive computes the missing keys live: from the request's inputs
 // (predict) or from the features table (get, batchGet).
-func (s *Server) resolveLive(ctx context.Context, n *namespace, keys []string, missing []int, in *row, ans []answer) error {
+func (s *Server) resolveLive(ctx context.Context, n *namespace, lv *live, keys []string, missing []int, in *row, ans []answer) error {
 	if in != nil {
-		rec, err := n.live.predict(ctx, *in)
+		rec, err := lv.predict(ctx, *in)
 		if err != nil {
 			return err
 		}
@@ -549,9 +598,7 @@ func (s *Server) resolveLive(ctx context.Context, n *namespace, keys []string, m
 	for j, i := range missing {
 		ks[j] = keys[i]
 	}
-	sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
-	feats, err := n.features.rows(sctx, ks, n.layout.colNamesList(), "")
-	cancel()
+	feats, err := s.pgStep(ctx, n.features, ks, lv.layout.colNamesList(), "")
 	if err != nil {
 		s.storeFailed(ctx, n, "features", err)
 		return nil
@@ -562,7 +609,7 @@ func (s *Server) resolveLive(ctx context.Context, n *namespace, keys []string, m
 		if !ok {
 			continue
 		}
-		rw, err := n.layout.rowFromFeatures(keys[i], m)
+		rw, err := lv.layout.rowFromFeatures(keys[i], m)
 		if err != nil {
 			s.cfg.Logger.Warn("unusable features", "namespace", n.name, "key", keys[i], "err", err)
 			continue
@@ -580,7 +627,7 @@ func (s *Server) resolveLive(ctx context.Context, n *namespace, keys []string, m
 	results := make(chan result, len(rows))
 	for i, rw := range rows {
 		go func() {
-			rec, err := n.live.predict(ctx, rw)
+			rec, err := lv.predict(ctx, rw)
 			results <- result{i, rec, err}
 		}()
 	}
@@ -607,6 +654,9 @@ func (s *Server) resolveLive(ctx context.Context, n *namespace, keys []string, m
 
 // writeBack stores a live result in Redis off the request path.
 func (s *Server) writeBack(n *namespace, key string, rec []byte) {
+	if n.redis.conn.brk.allow() != nil {
+		return
+	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.StoreTimeout)
 		defer cancel()
@@ -622,51 +672,6 @@ func (l *layout) colNamesList() []string {
 		s[i] = c.name
 	}
 	return s
-}
-
-// handleReady reports 200 when every namespace has a working read path (a
-// reachable store, or a loaded model for live inference) and 503 otherwise,
-// with each check's result. One store down is not "not ready": the
-// fallback chain is there to serve through it.
-func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	checks := map[string]string{}
-	ready := true
-	redisOK := map[*redisConn]error{}
-	for _, name := range s.names {
-		n := s.ns[name]
-		usable := false
-		if n.redis != nil {
-			err, seen := redisOK[n.redis.conn]
-			if !seen {
-				err = n.redis.conn.client.Ping(ctx).Err()
-				redisOK[n.redis.conn] = err
-			}
-			checks[name+"/redis"] = status(err)
-			usable = usable || err == nil
-		}
-		if n.pg != nil {
-			err := n.pg.pool.Ping(ctx)
-			checks[name+"/postgres"] = status(err)
-			usable = usable || err == nil
-		}
-		if n.live != nil {
-			checks[name+"/model"] = "ok: " + n.model.Version()
-			usable = true
-		}
-		if !usable {
-			ready = false
-		}
-	}
-	code := http.StatusOK
-	if !ready {
-		code = http.StatusServiceUnavailable
-	}
-	writeJSON(w, code, struct {
-		Ready  bool              `json:"ready"`
-		Checks map[string]string `json:"checks"`
-	}{ready, checks})
 }
 
 func status(err error) string {

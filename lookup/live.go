@@ -144,8 +144,10 @@ func (lv *live) run(ctx context.Context, rows []row) ([]liveResult, error) {
 	return res, nil
 }
 
-func (lv *live) close() error {
-	return lv.batcher.Close()
+// release stops the batcher (running batches finish) and frees the model.
+func (lv *live) release() error {
+	_ = lv.batcher.Close()
+	return lv.model.Close()
 }
 
 // rowFromFeatures builds a live row from a features-table row, nil when a

@@ -54,6 +54,9 @@ type envOpts struct {
 	features     bool
 	writeback    bool
 	noPostgres   bool // no Postgres sink: Redis is the only store
+	pgNoSelect   bool // the server reads Postgres as a role without SELECT
+	hashVersion  bool // no model.version: the version is the model file's hash
+	pgDown       bool // the server's Postgres DSN points at a closed port
 	mutate       func(*Config)
 }
 
@@ -73,6 +76,10 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if _, err := testgen.Write(dir, "ranker"); err != nil {
 		t.Fatal(err)
 	}
+	modelVersion := "\n  version: v-model"
+	if o.hashVersion {
+		modelVersion = ""
+	}
 	ns := "rank" + rd.Prefix
 	cols := make([]string, 16)
 	for i := range cols {
@@ -88,7 +95,14 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if serving != "" {
 		serving = "serving:\n" + serving
 	}
-	pgSink := fmt.Sprintf("  postgres: { dsn: %q, table: user_scores }\n", pg.DSN)
+	pgDSN := pg.DSN
+	if o.pgNoSelect {
+		pgDSN = roleWithoutSelect(t, pg)
+	}
+	if o.pgDown {
+		pgDSN = closedPortDSN(t, pg)
+	}
+	pgSink := fmt.Sprintf("  postgres: { dsn: %q, table: user_scores }\n", pgDSN)
 	if o.noPostgres {
 		pgSink = ""
 	}
@@ -97,15 +111,14 @@ source:
   parquet: { path: data.parquet }
   key: user_id
 model:
-  path: ranker.onnx
-  version: v-model
+  path: ranker.onnx%s
   inputs:
     features: { columns: [%s] }
   outputs:
     score: score
 sinks:
   redis: { addr: %q, db: %d, namespace: %s }
-%s%s`, strings.Join(cols, ", "), rd.Addr, rd.DB, ns, pgSink, serving)
+%s%s`, modelVersion, strings.Join(cols, ", "), rd.Addr, rd.DB, ns, pgSink, serving)
 	file := filepath.Join(dir, "job.yaml")
 	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
@@ -548,7 +561,8 @@ func TestListenAndServeDrains(t *testing.T) {
 }
 
 func FuzzDecodeBatchGet(f *testing.F) {
-	for _, s := range []string{`{"keys":["a","b"]}`, `{"keys":[1,-2]}`, `{"keys":[]}`, `{}`, `null`, `{"keys":["a"]} x`, `[`} {
+	for _, s := range []string{`{"keys":["a","b"]}`, `{"keys":[1,-2]}`, `{"keys":[]}`, `{}`, `null`, `{"keys":["a"]} x`, `[`,
+		`{"keys":["a"],"keys":["b"]}`, `{"keys":["a"],"k\u0065ys":["b"]}`, ` { "keys" : [ "a" ] , "x" : {"keys":1} } `, `{"keys":["a"],}`} {
 		f.Add([]byte(s))
 	}
 	lim := keyLimits{maxKeyLen: 8, maxKeys: 4}
@@ -559,6 +573,9 @@ func FuzzDecodeBatchGet(f *testing.F) {
 				t.Fatalf("error %v is not a badRequest", err)
 			}
 			return
+		}
+		if d := duplicateName(b); d != "" {
+			t.Fatalf("body with duplicate field %q accepted", d)
 		}
 		if len(req.Keys) == 0 || len(req.Keys) > 4 {
 			t.Fatalf("%d keys accepted", len(req.Keys))
@@ -572,7 +589,8 @@ func FuzzDecodeBatchGet(f *testing.F) {
 }
 
 func FuzzDecodePredict(f *testing.F) {
-	for _, s := range []string{`{"key":"a","inputs":{"x":[1,2]}}`, `{"key":3,"columns":{"c":1,"d":[1]}}`, `{"key":"a"}`, `{"key":""}`, `{"key":"a","inputs":{"x":[1e400]}}`} {
+	for _, s := range []string{`{"key":"a","inputs":{"x":[1,2]}}`, `{"key":3,"columns":{"c":1,"d":[1]}}`, `{"key":"a"}`, `{"key":""}`, `{"key":"a","inputs":{"x":[1e400]}}`,
+		`{"key":"a","key":"b"}`, `{"key":"a","inputs":{"x":[1],"x":[2]}}`, `{"key":"a","columns":{"c":1,"\u0063":2}}`, `{"key":"a","columns":{"d":[1,2],"c":[{"c":1,"c":2}]}}`} {
 		f.Add([]byte(s))
 	}
 	lim := keyLimits{maxKeyLen: 8, maxKeys: 4}
@@ -588,6 +606,9 @@ func FuzzDecodePredict(f *testing.F) {
 				t.Fatalf("error %v is not a badRequest", err)
 			}
 			return
+		}
+		if d := duplicateName(b); d != "" {
+			t.Fatalf("body with duplicate field %q accepted", d)
 		}
 		if req.Key == "" || len(req.Key) > 8 {
 			t.Fatalf("key %q accepted", req.Key)
@@ -635,4 +656,62 @@ func TestClientAgainstServer(t *testing.T) {
 	if _, err := c.Get(context.Background(), "nope", "k"); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("unknown namespace: %v", err)
 	}
+}
+
+// duplicateName finds a repeated member name in the top-level object of b
+// or in an object directly inside it, with encoding/json's tokenizer: an
+// implementation independent of the server's scanner.
+func duplicateName(b []byte) string {
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	var walk func(depth int) string
+	walk = func(depth int) string {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		d, ok := tok.(json.Delim)
+		if !ok {
+			return ""
+		}
+		switch d {
+		case '[':
+			for dec.More() {
+				if depth >= 1 {
+					var skip json.RawMessage
+					if dec.Decode(&skip) != nil {
+						return ""
+					}
+					continue
+				}
+				if n := walk(depth + 1); n != "" {
+					return n
+				}
+			}
+		case '{':
+			seen := map[string]bool{}
+			for dec.More() {
+				name, err := dec.Token()
+				if err != nil {
+					return ""
+				}
+				if seen[name.(string)] {
+					return name.(string)
+				}
+				seen[name.(string)] = true
+				if depth >= 1 {
+					var skip json.RawMessage
+					if dec.Decode(&skip) != nil {
+						return ""
+					}
+					continue
+				}
+				if n := walk(depth + 1); n != "" {
+					return n
+				}
+			}
+		}
+		_, _ = dec.Token() // the closing delimiter
+		return ""
+	}
+	return walk(0)
 }

@@ -18,6 +18,7 @@ type metrics struct {
 	// unavailable): the hit ratio of a source is its share of the total.
 	lookups     *prometheus.CounterVec
 	storeErrors *prometheus.CounterVec
+	circuitOpen *prometheus.GaugeVec
 	liveBatch   *prometheus.HistogramVec
 	inFlight    prometheus.Gauge
 	shed        prometheus.Counter
@@ -85,6 +86,10 @@ func newMetrics() *metrics {
 			Name: "precog_lookup_store_errors_total",
 			Help: "Failed or timed-out store steps that fell through to the next source.",
 		}, []string{"namespace", "store"}),
+		circuitOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "precog_lookup_store_circuit_open",
+			Help: "1 while a store's circuit breaker is open (requests skip it; a background probe retries), else 0.",
+		}, []string{"store", "target"}),
 		liveBatch: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "precog_lookup_live_batch_size",
 			Help:    "Rows per live inference run (dynamic batching).",
@@ -114,7 +119,7 @@ func newMetrics() *metrics {
 		}
 		m.endpoints[ep] = e
 	}
-	m.reg.MustRegister(m.latency, m.lookups, m.storeErrors, m.liveBatch, m.inFlight, m.shed, m.responses,
+	m.reg.MustRegister(m.latency, m.lookups, m.storeErrors, m.circuitOpen, m.liveBatch, m.inFlight, m.shed, m.responses,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

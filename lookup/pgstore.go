@@ -19,6 +19,7 @@ type pgTable struct {
 	table  string
 	key    string
 	where  string // "schema.table", for errors
+	brk    *breaker
 
 	mu      sync.Mutex
 	intKey  bool
@@ -49,7 +50,13 @@ func (t *pgTable) keyIsInt(ctx context.Context) (bool, error) {
 		`SELECT data_type FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 AND column_name = $3`,
 		t.schema, t.table, t.key).Scan(&typ)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return false, fmt.Errorf("postgres %s: no key column %q (is the table published?)", t.where, t.key)
+		// information_schema lists only the columns the role may use: a
+		// table the role cannot read looks like no table at all. Reading
+		// it says which it is (permission denied, or no such relation).
+		if err := t.check(ctx); err != nil {
+			return false, err
+		}
+		return false, fmt.Errorf("postgres %s: %w %q (is the table published?)", t.where, errNoKeyColumn, t.key)
 	}
 	if err != nil {
 		return false, fmt.Errorf("postgres %s: key column type: %w", t.where, err)
@@ -60,6 +67,25 @@ func (t *pgTable) keyIsInt(ctx context.Context) (bool, error) {
 	}
 	t.resolve = true
 	return t.intKey, nil
+}
+
+// errNoKeyColumn is a table without the job's key column.
+var errNoKeyColumn = errors.New("no key column")
+
+// check reads no rows of the table the way rows reads it: the error a
+// request would meet (permission denied for the view, no such relation, no
+// such column, the server down), for /readyz.
+func (t *pgTable) check(ctx context.Context) error {
+	q := "SELECT " + pgx.Identifier{t.key}.Sanitize() + " FROM " + t.ident() + " LIMIT 0"
+	rs, err := t.pool.Query(ctx, q)
+	if err == nil {
+		rs.Close()
+		err = rs.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("postgres %s: select %s: %w", t.where, t.key, err)
+	}
+	return nil
 }
 
 // rows fetches the rows of keys. cols nil selects every column. When a key

@@ -35,6 +35,9 @@ type redisStore struct {
 	inPlace bool
 	conn    *redisConn
 	current atomic.Pointer[string] // nil: not known yet; "": nothing published
+	// onChange, when set, is called after the published version changed
+	// from one known value to another (not at the first read).
+	onChange func()
 }
 
 // redisConn is one client shared by the namespaces that use the same server.
@@ -47,6 +50,7 @@ type redisConn struct {
 	// and redis-server make one read and one write syscall per batch
 	// instead of per request; at low load a GET goes out alone at once.
 	gets *model.Batcher[string, []byte]
+	brk  *breaker
 }
 
 // Coalescing limits: keys per MGET, and MGETs in flight at once. One in
@@ -195,6 +199,9 @@ func (s *redisStore) refresh(ctx context.Context) error {
 	}
 	if old := s.current.Load(); old == nil || *old != v {
 		s.current.Store(&v)
+		if old != nil && s.onChange != nil {
+			s.onChange()
+		}
 	}
 	return nil
 }
@@ -206,7 +213,7 @@ func (s *redisStore) get(ctx context.Context, keys []string, writeback bool) (re
 	if !s.inPlace && s.current.Load() == nil {
 		// Not "nothing published": Redis has not answered yet, so a key
 		// may well exist. Failing the step keeps it from reading as a miss.
-		return nil, nil, fmt.Errorf("redis %s: published version of %s not known yet (Redis not reached since start)", s.conn.where, s.ns)
+		return nil, nil, fmt.Errorf("redis %s: published version of %s not known yet (Redis not reached since start)%w", s.conn.where, s.ns, noFault)
 	}
 	version, ok := s.version()
 	recs = make([][]byte, len(keys))

@@ -9,8 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -25,18 +23,22 @@ import (
 // Server serves the lookup API. It is an http.Handler; ListenAndServe runs
 // it with graceful shutdown. Close releases its connections and models.
 type Server struct {
-	cfg     Config
-	ns      map[string]*namespace
-	names   []string
-	mux     *http.ServeMux
-	metrics *metrics
-	tokens  [][32]byte
-	slots   chan struct{}
+	cfg      Config
+	ns       map[string]*namespace
+	names    []string
+	getH     http.Handler
+	postH    http.Handler
+	metricsH http.Handler
+	metrics  *metrics
+	tokens   [][32]byte
+	slots    chan struct{}
 
 	redisConns []*redisConn
 	pgPools    []*pgxpool.Pool
 	watcher    *versionWatcher
+	ctx        context.Context // ends at Close: background work stops
 	stop       context.CancelFunc
+	bg         sync.WaitGroup // breaker probes, model reloads
 	closeOnce  sync.Once
 }
 
@@ -48,11 +50,13 @@ type namespace struct {
 	writebackTTL time.Duration
 	pg           *pgTable
 	features     *pgTable
-	layout       *layout
-	live         *live
-	model        LiveModel
-	keys         keyCounters  // answered keys by source, resolved once
-	lastWarn     atomic.Int64 // unix ns of the last store-failure warning
+	// live is the live-inference model in service (nil: live off). A
+	// publish that brings a new model version swaps in a new one; a
+	// request loads it once and uses that one throughout.
+	live     atomic.Pointer[live]
+	reload   chan struct{} // a published version changed: check the model
+	keys     keyCounters   // answered keys by source, resolved once
+	lastWarn atomic.Int64  // unix ns of the last store-failure warning
 }
 
 // New loads the job specs and models, connects (lazily) to the stores and
@@ -66,7 +70,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	specs := append([]*jobs.Spec(nil), cfg.Specs...)
 	if cfg.JobsDir != "" {
-		loaded, err := loadSpecs(cfg.JobsDir)
+		loaded, err := loadSpecs(cfg.JobsDir, cfg.Params)
 		if err != nil {
 			return nil, err
 		}
@@ -84,36 +88,14 @@ func New(cfg Config) (*Server, error) {
 	for _, t := range cfg.Tokens {
 		s.tokens = append(s.tokens, hashToken(t))
 	}
+	s.ctx, s.stop = context.WithCancel(context.Background())
 	if err := s.buildNamespaces(specs); err != nil {
 		s.Close()
 		return nil, err
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	s.stop = stop
-	s.startWatcher(ctx)
+	s.startWatcher(s.ctx)
 	s.routes()
 	return s, nil
-}
-
-// loadSpecs reads every *.yaml / *.yml in dir.
-func loadSpecs(dir string) ([]*jobs.Spec, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("lookup: jobs dir: %w", err)
-	}
-	var specs []*jobs.Spec
-	for _, e := range entries {
-		ext := filepath.Ext(e.Name())
-		if e.IsDir() || (ext != ".yaml" && ext != ".yml") {
-			continue
-		}
-		spec, err := jobs.Load(filepath.Join(dir, e.Name()), nil)
-		if err != nil {
-			return nil, fmt.Errorf("lookup: %w", err)
-		}
-		specs = append(specs, spec)
-	}
-	return specs, nil
 }
 
 func specName(spec *jobs.Spec) string {
@@ -126,6 +108,7 @@ func specName(spec *jobs.Spec) string {
 func (s *Server) buildNamespaces(specs []*jobs.Spec) error {
 	redisConns := map[string]*redisConn{}
 	pgPools := map[string]*pgxpool.Pool{}
+	pgBreakers := map[*pgxpool.Pool]*breaker{}
 	pool := func(dsn, where string) (*pgxpool.Pool, error) {
 		if p, ok := pgPools[dsn]; ok {
 			return p, nil
@@ -142,6 +125,8 @@ func (s *Server) buildNamespaces(specs []*jobs.Spec) error {
 		}
 		pgPools[dsn] = p
 		s.pgPools = append(s.pgPools, p)
+		cc := pc.ConnConfig
+		pgBreakers[p] = s.newBreaker("postgres", fmt.Sprintf("%s:%d/%s", cc.Host, cc.Port, cc.Database), p.Ping)
 		return p, nil
 	}
 	for _, spec := range specs {
@@ -153,6 +138,7 @@ func (s *Server) buildNamespaces(specs []*jobs.Spec) error {
 			conn, ok := redisConns[ck]
 			if !ok {
 				conn = newRedisConn(r, s.cfg.StoreTimeout, s.cfg.RequestTimeout, s.cfg.RedisPoolSize)
+				conn.brk = s.newBreaker("redis", conn.where, func(ctx context.Context) error { return conn.client.Ping(ctx).Err() })
 				redisConns[ck] = conn
 				s.redisConns = append(s.redisConns, conn)
 			}
@@ -168,10 +154,20 @@ func (s *Server) buildNamespaces(specs []*jobs.Spec) error {
 				return fmt.Errorf("lookup: %w", err)
 			}
 			n.pg = newPGTable(pl, p.Schema, p.Table, spec.Source.Key)
+			n.pg.brk = pgBreakers[pl]
 		}
 		if spec.Serving.Live == nil || *spec.Serving.Live {
 			if err := s.loadLive(n, file); err != nil {
 				return err
+			}
+			if n.redis != nil && !n.redis.inPlace {
+				n.reload = make(chan struct{}, 1)
+				n.redis.onChange = func() {
+					select {
+					case n.reload <- struct{}{}:
+					default: // a check is already due
+					}
+				}
 			}
 			if f := spec.Serving.Features; f != nil {
 				pl, err := pool(f.DSN, file+": serving.features.dsn")
@@ -179,6 +175,7 @@ func (s *Server) buildNamespaces(specs []*jobs.Spec) error {
 					return fmt.Errorf("lookup: %w", err)
 				}
 				n.features = newPGTable(pl, "", f.Table, spec.Source.Key)
+				n.features.brk = pgBreakers[pl]
 			}
 		}
 		n.keys = s.metrics.keyCounters(n.name)
@@ -190,25 +187,11 @@ func (s *Server) buildNamespaces(specs []*jobs.Spec) error {
 }
 
 func (s *Server) loadLive(n *namespace, file string) error {
-	load := s.cfg.LoadModel
-	if load == nil {
-		load = loadRunnerModel
-	}
-	m, err := load(n.spec)
+	m, l, err := s.loadModel(n, file)
 	if err != nil {
-		return fmt.Errorf("lookup: %s: model.path: %w", file, err)
+		return err
 	}
-	l, err := newLayout(n.spec, m.Info())
-	if err != nil {
-		_ = m.Close()
-		return fmt.Errorf("lookup: %s: %w", file, err)
-	}
-	n.model = m
-	n.layout = l
-	conc := max(n.spec.Model.Sessions, 1)
-	ns := n.name
-	n.live = newLive(ns, l, m, s.cfg.LiveBatchSize, s.cfg.LiveBatchWait, conc, s.cfg.RequestTimeout,
-		func(size int) { s.metrics.liveBatch.WithLabelValues(ns).Observe(float64(size)) })
+	n.live.Store(s.newLive(n, l, m))
 	return nil
 }
 
@@ -228,13 +211,19 @@ func (s *Server) startWatcher(ctx context.Context) {
 	}
 	s.watcher = w
 	w.start(ctx, s.cfg.StoreTimeout)
+	for _, name := range s.names {
+		if n := s.ns[name]; n.reload != nil {
+			s.bg.Add(1)
+			go func() {
+				defer s.bg.Done()
+				s.reloader(ctx, n)
+			}()
+		}
+	}
 }
 
 // Namespaces lists the served namespaces, sorted.
 func (s *Server) Namespaces() []string { return append([]string(nil), s.names...) }
-
-// ServeHTTP serves the API, health, readiness and metrics endpoints.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
 // ListenAndServe serves on cfg.Addr until ctx ends, then stops accepting,
 // drains in-flight requests (up to DrainTimeout) and closes the server.
@@ -276,12 +265,10 @@ func (s *Server) Close() error {
 		if s.watcher != nil {
 			s.watcher.wait()
 		}
+		s.bg.Wait()
 		for _, n := range s.ns {
-			if n.live != nil {
-				_ = n.live.close()
-			}
-			if n.model != nil {
-				_ = n.model.Close()
+			if lv := n.live.Load(); lv != nil {
+				_ = lv.release()
 			}
 		}
 		for _, c := range s.redisConns {

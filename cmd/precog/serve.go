@@ -3,9 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"sort"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,44 +10,6 @@ import (
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/lookup"
 )
-
-// loadSpecDir loads every *.yaml / *.yml job spec of dir with params.
-func loadSpecDir(dir string, params []string) ([]*jobs.Spec, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, invalid(fmt.Errorf("--jobs: %w", err))
-	}
-	var names []string
-	for _, e := range entries {
-		if ext := filepath.Ext(e.Name()); !e.IsDir() && (ext == ".yaml" || ext == ".yml") {
-			names = append(names, e.Name())
-		}
-	}
-	sort.Strings(names)
-	if len(names) == 0 {
-		return nil, invalid(fmt.Errorf("--jobs %s: no job specs (*.yaml)", dir))
-	}
-	specs := make([]*jobs.Spec, 0, len(names))
-	used := map[string]bool{}
-	for _, n := range names {
-		s, err := loadSpecAnyParams(filepath.Join(dir, n), params)
-		if err != nil {
-			return nil, err
-		}
-		for _, p := range s.TemplateParams() {
-			used[p] = true
-		}
-		specs = append(specs, s)
-	}
-	// Each spec may use some of the params, but every param must be used
-	// by one of them: an unused one is a typo.
-	for _, name := range specs[0].ParamNames() {
-		if !used[name] {
-			return nil, invalid(fmt.Errorf("--param %s: not used by any job spec in %s", name, dir))
-		}
-	}
-	return specs, nil
-}
 
 func newServeCmd(g *globals) *cobra.Command {
 	var (
@@ -74,6 +33,10 @@ Postgres view, then live inference with the job's model (request inputs, or the
 spec's serving.features table); the response says which in "source". Concurrent
 live misses are batched into one model run.
 
+A publish of a new version switches reads to it at once (pub/sub on
+{namespace}:published, plus a poll), and live inference reloads the job's model
+when the published run used a different model version. --param is optional.
+
 Auth: Authorization: Bearer <token>, tokens from PRECOG_API_TOKENS (comma-
 separated) or --tokens-file. Without tokens the server refuses to start unless
 --insecure-no-auth is given. /healthz, /readyz and /metrics need no token.`,
@@ -84,15 +47,13 @@ separated) or --tokens-file. Without tokens the server refuses to start unless
 			if cfg.JobsDir == "" {
 				return invalid(errors.New("--jobs: required (a directory of job specs)"))
 			}
-			if len(params) > 0 {
-				// Specs with {{.param}} templates need values to load; load
-				// them here and serve them as already-loaded specs.
-				specs, err := loadSpecDir(cfg.JobsDir, params)
-				if err != nil {
-					return err
-				}
-				cfg.Specs, cfg.JobsDir = specs, ""
+			// Params are optional: templates that need one only matter to
+			// batch runs (lookup.LoadServingSpec).
+			p, err := jobs.ParseParams(params)
+			if err != nil {
+				return invalid(err)
 			}
+			cfg.Params = p
 			cfg.Tokens = lookup.TokensFromEnv()
 			if tokensFile != "" {
 				t, err := lookup.ReadTokensFile(tokensFile)
@@ -114,12 +75,12 @@ separated) or --tokens-file. Without tokens the server refuses to start unless
 	f := cmd.Flags()
 	f.StringVar(&cfg.JobsDir, "jobs", "", "directory of job specs whose namespaces are served (required)")
 	f.StringVar(&cfg.Addr, "addr", ":8080", "listen address")
-	f.StringArrayVar(&params, "param", nil, "run parameter k=v for specs whose paths use {{.k}} (repeatable)")
+	f.StringArrayVar(&params, "param", nil, "optional run parameter k=v for specs whose paths use {{.k}} (repeatable; serving reads the published version, so batch-only params such as a date need not be given)")
 	f.StringVar(&tokensFile, "tokens-file", "", "file of bearer tokens, one per line (in addition to PRECOG_API_TOKENS)")
 	f.BoolVar(&cfg.InsecureNoAuth, "insecure-no-auth", false, "serve without authentication (never in production)")
 	f.BoolVar(&cfg.AccessLog, "access-log", false, "log every request at info level")
 	f.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", 1<<20, "largest request body")
-	f.IntVar(&cfg.MaxKeysPerBatch, "max-batch-keys", 1000, "most keys in one batchGet")
+	f.IntVar(&cfg.MaxKeysPerBatch, "max-batch-keys", lookup.DefaultMaxKeysPerBatch, "most keys in one batchGet")
 	f.IntVar(&cfg.MaxInFlight, "max-in-flight", 1024, "concurrent requests before shedding with 429")
 	f.DurationVar(&cfg.RequestTimeout, "request-timeout", 2*time.Second, "deadline of one request")
 	f.DurationVar(&cfg.StoreTimeout, "store-timeout", 100*time.Millisecond, "deadline of one store lookup before falling through")

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -172,4 +174,99 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return "127.0.0.1:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+// TestServeWithoutParamsReloadsModel serves a spec whose source path needs
+// a date param without any --param (the published version says what to
+// read), then publishes a run made with another model file: live inference
+// switches to the new model's version without a restart.
+func TestServeWithoutParamsReloadsModel(t *testing.T) {
+	pg := testservers.Postgres(t)
+	rd := testservers.Redis(t)
+	ns := rd.Prefix + "recs"
+	dir := t.TempDir()
+	spec := writeSpec(t, dir, "jobs/recs.yaml", recsSpec)
+	if err := symlink(filepath.Join(fixtures, "data"), filepath.Join(dir, "jobs", "data")); err != nil {
+		t.Fatal(err)
+	}
+	modelPath := filepath.Join(dir, "jobs", "models", "recs.onnx")
+	if err := os.MkdirAll(filepath.Dir(modelPath), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := testgen.NewRecs(testgen.DefaultSeed).WriteONNX(modelPath); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"TEST_DATABASE_URL=" + pg.DSN, "TEST_REDIS_ADDR=" + rd.Addr,
+		fmt.Sprintf("TEST_REDIS_DB=%d", rd.DB), "TEST_NS=" + ns, "PRECOG_API_TOKENS=tok"}
+	if r := precogEnv(t, dir, env, "run", spec, "--param", "date=2026-11-01"); r.code != 0 {
+		t.Fatalf("run with model A: %d %s", r.code, r.stderr)
+	}
+
+	addr := freeAddr(t)
+	srv := exec.Command(precogBin, "serve", "--jobs", filepath.Join(dir, "jobs"), "--addr", addr)
+	srv.Dir = dir
+	srv.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	srv.Stderr = &stderr
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	c := client.New("http://"+addr, "tok", client.WithTimeout(2*time.Second))
+	ctx := context.Background()
+	key := testgen.KeyString(140)
+	var stored *client.Prediction
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		p, err := c.Get(ctx, ns, key)
+		if err == nil {
+			stored = p
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve without --param never answered: %v\n%s", err, stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	feats := make([]float64, 0, 16)
+	for _, f := range usersData.Defaults().Row(140).Features {
+		feats = append(feats, float64(f))
+	}
+	n := 0
+	liveVersion := func() string {
+		n++
+		p, err := c.Predict(ctx, ns, fmt.Sprintf("brand-new-%d", n), map[string][]float64{"features": feats})
+		if err != nil || p.Source != "live" {
+			t.Fatalf("live predict: %v %+v", err, p)
+		}
+		return p.ModelVersion
+	}
+	vA := stored.ModelVersion
+	if v := liveVersion(); v != vA {
+		t.Fatalf("live model %s, published model %s", v, vA)
+	}
+
+	// Model B over the same path, then a run that publishes it.
+	if err := testgen.NewRecs(testgen.DefaultSeed + 1).WriteONNX(modelPath); err != nil {
+		t.Fatal(err)
+	}
+	if r := precogEnv(t, dir, env, "run", spec, "--param", "date=2026-11-01"); r.code != 0 {
+		t.Fatalf("run with model B: %d %s", r.code, r.stderr)
+	}
+	p, err := c.Get(ctx, ns, key)
+	for err == nil && p.ModelVersion == vA && time.Now().Before(deadline.Add(30*time.Second)) {
+		time.Sleep(50 * time.Millisecond)
+		p, err = c.Get(ctx, ns, key)
+	}
+	if err != nil || p.ModelVersion == vA {
+		t.Fatalf("stored record after the second publish: %v %+v", err, p)
+	}
+	vB := p.ModelVersion
+	deadline = time.Now().Add(30 * time.Second)
+	for v := liveVersion(); v != vB; v = liveVersion() {
+		if v != vA || time.Now().After(deadline) {
+			t.Fatalf("live model %s after publishing model %s (was %s)\n%s", v, vB, vA, stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

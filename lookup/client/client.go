@@ -10,9 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -27,6 +30,8 @@ type Error struct {
 	Status int
 	// Message is the server's explanation.
 	Message string
+	// RetryAfter is the server's Retry-After (429, 503), 0 when absent.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -69,17 +74,44 @@ func (p *Prediction) Value(name string, v any) error {
 	return json.Unmarshal(raw, v)
 }
 
-// Result is one key of a BatchGet: Found false marks a miss.
+// Result is one key of a BatchGet: Found false marks a miss or an
+// unavailable key.
 type Result struct {
 	Prediction
 	Found bool `json:"found"`
+	// Status is "found", "miss" (no store holds the key) or "unavailable"
+	// (a store that may hold it failed; Error says why, and a later
+	// retry may find it).
+	Status string `json:"status"`
+	Error  string `json:"error"`
 }
+
+// Per-key statuses of a BatchGet Result.
+const (
+	StatusFound       = "found"
+	StatusMiss        = "miss"
+	StatusUnavailable = "unavailable"
+)
+
+// Unavailable reports whether the server could not tell whether the key
+// exists (a store failed): unlike a miss, retrying may find it.
+func (r *Result) Unavailable() bool { return r.Status == StatusUnavailable }
+
+// DefaultMaxBatchKeys is the most keys the server takes in one batchGet
+// by default (its --max-batch-keys); BatchGet splits larger requests.
+const DefaultMaxBatchKeys = 1000
+
+// DefaultParallelism bounds the parts of one split BatchGet in flight.
+const DefaultParallelism = 4
 
 // Client talks to one lookup API server. It is safe for concurrent use.
 type Client struct {
-	base  string
-	token string
-	hc    *http.Client
+	base        string
+	token       string
+	hc          *http.Client
+	maxKeys     int
+	parallelism int
+	retry       *RetryPolicy
 }
 
 // Option configures a Client.
@@ -98,11 +130,60 @@ func WithTimeout(d time.Duration) Option {
 	}
 }
 
+// WithMaxBatchKeys sets the most keys one batchGet request carries (the
+// server's --max-batch-keys; default DefaultMaxBatchKeys). BatchGet splits
+// larger key lists into parts of at most n keys.
+func WithMaxBatchKeys(n int) Option {
+	return func(c *Client) {
+		if n > 0 {
+			c.maxKeys = n
+		}
+	}
+}
+
+// WithParallelism bounds the parts of a split BatchGet sent at once
+// (default DefaultParallelism).
+func WithParallelism(n int) Option {
+	return func(c *Client) {
+		if n > 0 {
+			c.parallelism = n
+		}
+	}
+}
+
+// RetryPolicy retries requests the server shed (429) or could not answer
+// (503): every call of this API is a read, so a retry is always safe.
+type RetryPolicy struct {
+	// Attempts is the most tries of one request, the first included
+	// (default 4).
+	Attempts int
+	// BaseDelay is the wait before the first retry, doubled before each
+	// next one up to MaxDelay, with full jitter (default 100ms, 5s). A
+	// Retry-After header, when longer, is waited instead.
+	BaseDelay, MaxDelay time.Duration
+}
+
+// WithRetry retries 429 and 503 answers with exponential backoff and
+// jitter, honouring the server's Retry-After, within the call's context.
+func WithRetry(p RetryPolicy) Option {
+	if p.Attempts <= 0 {
+		p.Attempts = 4
+	}
+	if p.BaseDelay <= 0 {
+		p.BaseDelay = 100 * time.Millisecond
+	}
+	if p.MaxDelay <= 0 {
+		p.MaxDelay = 5 * time.Second
+	}
+	return func(c *Client) { c.retry = &p }
+}
+
 // New returns a client of the server at baseURL (e.g. "http://precog:8080")
 // sending token as a bearer token ("" for a server run with
 // --insecure-no-auth).
 func New(baseURL, token string, opts ...Option) *Client {
-	c := &Client{base: strings.TrimRight(baseURL, "/"), token: token, hc: &http.Client{Timeout: 5 * time.Second}}
+	c := &Client{base: strings.TrimRight(baseURL, "/"), token: token, hc: &http.Client{Timeout: 5 * time.Second},
+		maxKeys: DefaultMaxBatchKeys, parallelism: DefaultParallelism}
 	for _, o := range opts {
 		o(c)
 	}
@@ -120,8 +201,52 @@ func (c *Client) Get(ctx context.Context, namespace, key string) (*Prediction, e
 	return &p, nil
 }
 
-// BatchGet returns one result per key, in order; misses have Found false.
+// BatchGet returns one result per key, in order; misses and unavailable
+// keys have Found false (see Result.Status). A list longer than the
+// server's limit (WithMaxBatchKeys) is split into parts sent in parallel
+// (WithParallelism) and reassembled in order; the first part that fails
+// fails the call and cancels the others.
 func (c *Client) BatchGet(ctx context.Context, namespace string, keys []string) ([]Result, error) {
+	out := make([]Result, len(keys))
+	if len(keys) <= c.maxKeys {
+		return out, c.batchPart(ctx, namespace, keys, out)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, c.parallelism)
+	errs := make(chan error, (len(keys)+c.maxKeys-1)/c.maxKeys)
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(keys); lo += c.maxKeys {
+		hi := min(lo+c.maxKeys, len(keys))
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := c.batchPart(ctx, namespace, keys[lo:hi], out[lo:hi]); err != nil {
+				errs <- fmt.Errorf("keys %d-%d: %w", lo, hi-1, err)
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// batchPart sends one batchGet of keys into out (len(out) == len(keys)).
+func (c *Client) batchPart(ctx context.Context, namespace string, keys []string, out []Result) error {
 	var resp struct {
 		Results []Result `json:"results"`
 	}
@@ -129,12 +254,13 @@ func (c *Client) BatchGet(ctx context.Context, namespace string, keys []string) 
 		Keys []string `json:"keys"`
 	}{keys}
 	if err := c.call(ctx, http.MethodPost, "/v1/predictions/"+url.PathEscape(namespace)+":batchGet", body, &resp); err != nil {
-		return nil, err
+		return err
 	}
 	if len(resp.Results) != len(keys) {
-		return nil, fmt.Errorf("precog lookup: batchGet returned %d results for %d keys", len(resp.Results), len(keys))
+		return fmt.Errorf("precog lookup: batchGet returned %d results for %d keys", len(resp.Results), len(keys))
 	}
-	return resp.Results, nil
+	copy(out, resp.Results)
+	return nil
 }
 
 // Predict returns the stored prediction of key when there is one, else a
@@ -158,14 +284,48 @@ func (c *Client) predict(ctx context.Context, namespace string, body map[string]
 	return &p, nil
 }
 
+// call sends one request, retried per the client's RetryPolicy.
 func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
+	var body []byte
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return fmt.Errorf("precog lookup: encode request: %w", err)
 		}
-		body = bytes.NewReader(b)
+		body = b
+	}
+	for attempt := 1; ; attempt++ {
+		err := c.once(ctx, method, path, body, out)
+		var apiErr *Error
+		if c.retry == nil || attempt >= c.retry.Attempts || !errors.As(err, &apiErr) ||
+			(apiErr.Status != http.StatusTooManyRequests && apiErr.Status != http.StatusServiceUnavailable) {
+			return err
+		}
+		t := time.NewTimer(c.retry.delay(attempt, apiErr.RetryAfter))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+// delay is the wait before retry number attempt (1-based): exponential
+// with full jitter, or the server's Retry-After when longer.
+func (p *RetryPolicy) delay(attempt int, retryAfter time.Duration) time.Duration {
+	d := p.BaseDelay << min(attempt-1, 30)
+	if d <= 0 || d > p.MaxDelay {
+		d = p.MaxDelay
+	}
+	d = time.Duration(rand.Int64N(int64(d)) + 1)
+	return max(d, retryAfter)
+}
+
+func (c *Client) once(ctx context.Context, method, path string, in []byte, out any) error {
+	var body io.Reader
+	if in != nil {
+		body = bytes.NewReader(in)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
@@ -194,10 +354,24 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 		if json.Unmarshal(b, &e) == nil && e.Error != "" {
 			msg = e.Error
 		}
-		return &Error{Status: resp.StatusCode, Message: msg}
+		return &Error{Status: resp.StatusCode, Message: msg, RetryAfter: retryAfter(resp.Header.Get("Retry-After"))}
 	}
 	if err := json.Unmarshal(b, out); err != nil {
 		return fmt.Errorf("precog lookup: %s %s: decode response: %w", method, path, err)
 	}
 	return nil
+}
+
+// retryAfter parses a Retry-After header: seconds or an HTTP date.
+func retryAfter(h string) time.Duration {
+	if h == "" {
+		return 0
+	}
+	if secs, err := strconv.Atoi(h); err == nil && secs > 0 {
+		return time.Duration(secs) * time.Second
+	}
+	if t, err := http.ParseTime(h); err == nil {
+		return max(time.Until(t), 0)
+	}
+	return 0
 }

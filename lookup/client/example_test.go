@@ -55,7 +55,11 @@ func Example() {
 	url, stop := startServer()
 	defer stop()
 
-	c := client.New(url, "example-token")
+	// Retries of shed (429) and unavailable (503) answers are opt-in;
+	// batchGets above the server's limit are split and sent in parallel.
+	c := client.New(url, "example-token",
+		client.WithRetry(client.RetryPolicy{Attempts: 3}),
+		client.WithMaxBatchKeys(1000), client.WithParallelism(4))
 	ctx := context.Background()
 
 	p, err := c.Get(ctx, "recs", "user-42")
@@ -68,15 +72,25 @@ func Example() {
 	}
 	fmt.Println(p.Key, items, p.ModelVersion, p.Source)
 
+	// Values decode into a type of the caller's.
+	type Recs struct {
+		Items []int64 `json:"items"`
+	}
+	recs, _, err := client.Get[Recs](ctx, c, "recs", "user-42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(recs.Items)
+
 	_, err = c.Get(ctx, "recs", "user-0")
 	fmt.Println(errors.Is(err, client.ErrNotFound))
 
-	res, err := c.BatchGet(ctx, "recs", []string{"user-42", "user-0"})
+	res, err := client.BatchGetAs[Recs](ctx, c, "recs", []string{"user-42", "user-0"})
 	if err != nil {
 		log.Fatal(err)
 	}
 	for _, r := range res {
-		fmt.Println(r.Key, r.Found)
+		fmt.Println(r.Key, r.Found, r.Status, r.Value.Items)
 	}
 
 	_, err = client.New(url, "wrong").Get(ctx, "recs", "user-42")
@@ -84,8 +98,9 @@ func Example() {
 	fmt.Println(errors.As(err, &apiErr), apiErr.Status)
 	// Output:
 	// user-42 [7 3 9] a1b2c3 redis
+	// [7 3 9]
 	// true
-	// user-42 true
-	// user-0 false
+	// user-42 true found [7 3 9]
+	// user-0 false miss []
 	// true 401
 }
