@@ -62,14 +62,19 @@ type Run struct {
 	// ParamsKey identifies (job, params) for resume: the canonical k=v list.
 	ParamsKey string `json:"params_key"`
 	// SpecHash detects a spec edited between a crash and its resume.
-	SpecHash     string    `json:"spec_hash"`
-	ModelVersion string    `json:"model_version"`
-	State        RunState  `json:"state"`
-	Error        string    `json:"error,omitempty"`
-	Shards       int       `json:"shards"`
-	Counts       Counts    `json:"counts"`
-	CreatedAt    time.Time `json:"created_at"`
-	UpdatedAt    time.Time `json:"updated_at"`
+	SpecHash     string `json:"spec_hash"`
+	ModelVersion string `json:"model_version"`
+	// Pool is the worker pool that claims the run's shards ("" reads as
+	// jobs.DefaultPool).
+	Pool string `json:"pool"`
+	// Priority orders claims between runs of one pool: higher first.
+	Priority  int       `json:"priority"`
+	State     RunState  `json:"state"`
+	Error     string    `json:"error,omitempty"`
+	Shards    int       `json:"shards"`
+	Counts    Counts    `json:"counts"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 	// Spec is the job spec source (YAML) the run was created from, so that
 	// cluster workers execute exactly what was submitted.
 	Spec []byte `json:"spec,omitempty"`
