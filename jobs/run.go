@@ -91,12 +91,16 @@ type Shard struct {
 	// Plan is the source's description of the shard (files, row ranges).
 	Plan json.RawMessage `json:"plan"`
 	// EstRows is the planned row count (from metadata).
-	EstRows    int64      `json:"est_rows"`
-	State      ShardState `json:"state"`
-	Attempts   int        `json:"attempts"`
-	Worker     string     `json:"worker,omitempty"`
-	LeaseUntil time.Time  `json:"lease_until,omitzero"`
-	Counts     Counts     `json:"counts"`
-	Error      string     `json:"error,omitempty"`
-	UpdatedAt  time.Time  `json:"updated_at"`
+	EstRows  int64      `json:"est_rows"`
+	State    ShardState `json:"state"`
+	Attempts int        `json:"attempts"`
+	Worker   string     `json:"worker,omitempty"`
+	// Speculative marks a second lease of a straggling shard (ClaimNext):
+	// whichever attempt completes first wins, the other's Complete is
+	// refused with ledger.ErrLeaseLost.
+	Speculative bool      `json:"speculative,omitempty"`
+	LeaseUntil  time.Time `json:"lease_until,omitzero"`
+	Counts      Counts    `json:"counts"`
+	Error       string    `json:"error,omitempty"`
+	UpdatedAt   time.Time `json:"updated_at"`
 }
