@@ -31,6 +31,7 @@ import (
 
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/ledger/internal/wake"
 )
 
 // NotifyChannel is the LISTEN/NOTIFY channel; the payload is a pool name.
@@ -79,7 +80,7 @@ type Ledger struct {
 	// connCfg opens the LISTEN connection (never logged: it holds the DSN's
 	// password).
 	connCfg *pgx.ConnConfig
-	hub     *hub
+	hub     *wake.Hub
 	closeMu sync.Mutex
 	closed  bool
 }
@@ -122,7 +123,7 @@ func (l *Ledger) Close() error {
 		return nil
 	}
 	l.closed = true
-	l.hub.close()
+	l.hub.Close()
 	l.pool.Close()
 	return nil
 }

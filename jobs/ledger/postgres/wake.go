@@ -2,116 +2,37 @@ package postgres
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/precog-ml/precog/jobs/ledger/internal/wake"
 )
 
-// hub fans notices out to Wake subscribers: a poll ticker always, and one
-// LISTEN connection (unless PollOnly) that reconnects with backoff. Both
-// start with the first subscriber.
-type hub struct {
-	l       *Ledger
-	mu      sync.Mutex
-	subs    map[*sub]struct{}
-	started bool
-	closed  bool
-	stop    context.CancelFunc
-	done    sync.WaitGroup
-	// closing is closed by close, ending every subscription.
-	closing chan struct{}
-}
-
-type sub struct {
-	pool string
-	ch   chan struct{}
-}
-
-func newHub(l *Ledger) *hub {
-	return &hub{l: l, subs: map[*sub]struct{}{}, closing: make(chan struct{})}
+func newHub(l *Ledger) *wake.Hub {
+	var listen func(context.Context)
+	if !l.opts.PollOnly {
+		listen = l.listen
+	}
+	return wake.New(func() time.Duration { return l.opts.PollInterval }, listen)
 }
 
 // Wake implements ledger.Cluster.
 func (l *Ledger) Wake(ctx context.Context, pool string) <-chan struct{} {
-	return l.hub.subscribe(ctx, pool)
-}
-
-func (h *hub) subscribe(ctx context.Context, pool string) <-chan struct{} {
-	s := &sub{pool: pool, ch: make(chan struct{}, 1)}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
-		close(s.ch)
-		return s.ch
-	}
-	h.subs[s] = struct{}{}
-	if !h.started {
-		h.started = true
-		hctx, cancel := context.WithCancel(context.Background())
-		h.stop = cancel
-		h.done.Add(1)
-		go h.poll(hctx)
-		if !h.l.opts.PollOnly {
-			h.done.Add(1)
-			go h.listen(hctx)
-		}
-	}
-	go func() {
-		select {
-		case <-ctx.Done():
-		case <-h.closing:
-		}
-		h.mu.Lock()
-		if _, ok := h.subs[s]; ok {
-			delete(h.subs, s)
-			close(s.ch)
-		}
-		h.mu.Unlock()
-	}()
-	return s.ch
-}
-
-// signal wakes subscribers of pool ("" wakes all) without blocking.
-func (h *hub) signal(pool string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for s := range h.subs {
-		if pool == "" || s.pool == pool {
-			select {
-			case s.ch <- struct{}{}:
-			default:
-			}
-		}
-	}
-}
-
-func (h *hub) poll(ctx context.Context) {
-	defer h.done.Done()
-	t := time.NewTicker(h.l.opts.PollInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			h.signal("")
-		}
-	}
+	return l.hub.Subscribe(ctx, pool)
 }
 
 // listen holds a dedicated LISTEN connection, reconnecting with backoff
-// (100ms doubling to 10s); after each (re)connect everyone is woken, since
-// notices may have been missed meanwhile.
-func (h *hub) listen(ctx context.Context) {
-	defer h.done.Done()
+// (100ms doubling to 10s); after each (re)connect every subscriber is
+// woken, since notices may have been missed meanwhile.
+func (l *Ledger) listen(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		err := h.listenOnce(ctx, func() { backoff = 100 * time.Millisecond })
+		err := l.listenOnce(ctx, func() { backoff = 100 * time.Millisecond })
 		if ctx.Err() != nil {
 			return
 		}
-		h.l.opts.Logger.Warn("ledger: LISTEN connection lost; reconnecting", "channel", NotifyChannel, "retry_in", backoff, "err", err)
+		l.opts.Logger.Warn("ledger: LISTEN connection lost; reconnecting", "channel", NotifyChannel, "retry_in", backoff, "err", err)
 		select {
 		case <-ctx.Done():
 			return
@@ -121,8 +42,8 @@ func (h *hub) listen(ctx context.Context) {
 	}
 }
 
-func (h *hub) listenOnce(ctx context.Context, connected func()) error {
-	conn, err := pgx.ConnectConfig(ctx, h.l.connCfg)
+func (l *Ledger) listenOnce(ctx context.Context, connected func()) error {
+	conn, err := pgx.ConnectConfig(ctx, l.connCfg)
 	if err != nil {
 		return err
 	}
@@ -131,28 +52,12 @@ func (h *hub) listenOnce(ctx context.Context, connected func()) error {
 		return err
 	}
 	connected()
-	h.signal("")
+	l.hub.Signal("")
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return err
 		}
-		h.signal(n.Payload)
+		l.hub.Signal(n.Payload)
 	}
-}
-
-func (h *hub) close() {
-	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
-		return
-	}
-	h.closed = true
-	stop := h.stop
-	close(h.closing)
-	h.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
-	h.done.Wait()
 }
