@@ -73,6 +73,12 @@ func TestParseBadSpecs(t *testing.T) {
 		{"wrong kind", func(t *testing.T) string {
 			return mutate(t, "    features: { columns: [f0, f1, f2] }", "    - features")
 		}, nil, `model.inputs: expected a mapping, got a list`, 0},
+		{"bad pool", func(t *testing.T) string { return baseSpec + "pool: GPU_1\n" },
+			nil, `pool: "GPU_1" must be 1 to 63 lowercase letters, digits and -`, 15},
+		{"priority too high", func(t *testing.T) string { return baseSpec + "priority: 1001\n" },
+			nil, `priority: must be between -1000 and 1000 (got 1001)`, 15},
+		{"priority too low", func(t *testing.T) string { return baseSpec + "priority: -5000\n" },
+			nil, `priority: must be between -1000 and 1000 (got -5000)`, 15},
 		{"negative batch size", func(t *testing.T) string { return mutate(t, "batch_size: 256", "batch_size: -5") },
 			nil, `model.batch_size: must be > 0 (got -5)`, 12},
 		{"batch size too large", func(t *testing.T) string { return mutate(t, "batch_size: 256", "batch_size: 2000000") },
@@ -362,6 +368,8 @@ func TestDefaults(t *testing.T) {
 	}{
 		{"timezone", s.Timezone, "UTC"},
 		{"concurrency", s.Concurrency, "forbid"},
+		{"pool", s.Pool, "default"},
+		{"priority", s.Priority, 0},
 		{"rows_per_shard", s.Source.RowsPerShard, int64(250000)},
 		{"batch_size", s.Model.BatchSize, 1024},
 		{"device", s.Model.Device, "cpu"},
@@ -547,6 +555,7 @@ func TestParseValidVariants(t *testing.T) {
 		{"zero rejected", "name: recs", "name: recs\nmax_rejected_fraction: 0"},
 		{"serving", "name: recs", "name: recs\nserving: { features: { dsn: x, table: feats.users }, live: false }"},
 		{"null sink is absent", "sinks:", "sinks:\n  redis:"},
+		{"pool and priority", "name: recs", "name: recs\npool: gpu-a100\npriority: -1000"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -554,6 +563,9 @@ func TestParseValidVariants(t *testing.T) {
 			s, err := Parse([]byte(y), "job.yaml", dateParam, nil)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if c.name == "pool and priority" && (s.Pool != "gpu-a100" || s.Priority != -1000) {
+				t.Errorf("pool, priority = %q, %d; want gpu-a100, -1000", s.Pool, s.Priority)
 			}
 			if c.name == "null sink is absent" && s.Sinks.Redis != nil {
 				t.Error("null redis sink decoded as present")

@@ -62,14 +62,19 @@ type Run struct {
 	// ParamsKey identifies (job, params) for resume: the canonical k=v list.
 	ParamsKey string `json:"params_key"`
 	// SpecHash detects a spec edited between a crash and its resume.
-	SpecHash     string    `json:"spec_hash"`
-	ModelVersion string    `json:"model_version"`
-	State        RunState  `json:"state"`
-	Error        string    `json:"error,omitempty"`
-	Shards       int       `json:"shards"`
-	Counts       Counts    `json:"counts"`
-	CreatedAt    time.Time `json:"created_at"`
-	UpdatedAt    time.Time `json:"updated_at"`
+	SpecHash     string `json:"spec_hash"`
+	ModelVersion string `json:"model_version"`
+	// Pool is the worker pool that claims the run's shards ("" reads as
+	// jobs.DefaultPool).
+	Pool string `json:"pool"`
+	// Priority orders claims between runs of one pool: higher first.
+	Priority  int       `json:"priority"`
+	State     RunState  `json:"state"`
+	Error     string    `json:"error,omitempty"`
+	Shards    int       `json:"shards"`
+	Counts    Counts    `json:"counts"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 	// Spec is the job spec source (YAML) the run was created from, so that
 	// cluster workers execute exactly what was submitted.
 	Spec []byte `json:"spec,omitempty"`
@@ -86,12 +91,16 @@ type Shard struct {
 	// Plan is the source's description of the shard (files, row ranges).
 	Plan json.RawMessage `json:"plan"`
 	// EstRows is the planned row count (from metadata).
-	EstRows    int64      `json:"est_rows"`
-	State      ShardState `json:"state"`
-	Attempts   int        `json:"attempts"`
-	Worker     string     `json:"worker,omitempty"`
-	LeaseUntil time.Time  `json:"lease_until,omitzero"`
-	Counts     Counts     `json:"counts"`
-	Error      string     `json:"error,omitempty"`
-	UpdatedAt  time.Time  `json:"updated_at"`
+	EstRows  int64      `json:"est_rows"`
+	State    ShardState `json:"state"`
+	Attempts int        `json:"attempts"`
+	Worker   string     `json:"worker,omitempty"`
+	// Speculative marks a second lease of a straggling shard (ClaimNext):
+	// whichever attempt completes first wins, the other's Complete is
+	// refused with ledger.ErrLeaseLost.
+	Speculative bool      `json:"speculative,omitempty"`
+	LeaseUntil  time.Time `json:"lease_until,omitzero"`
+	Counts      Counts    `json:"counts"`
+	Error       string    `json:"error,omitempty"`
+	UpdatedAt   time.Time `json:"updated_at"`
 }

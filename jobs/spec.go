@@ -11,6 +11,13 @@ type Spec struct {
 	Schedule    string `yaml:"schedule"`
 	Timezone    string `yaml:"timezone"`
 	Concurrency string `yaml:"concurrency"` // forbid | replace | allow
+	// Pool is the worker pool whose workers claim the run's shards
+	// ([a-z0-9-]{1,63}). Default "default".
+	Pool string `yaml:"pool"`
+	// Priority orders claims between runs of one pool: higher first; runs
+	// of equal priority share the pool's workers fairly. Default 0, bounded
+	// by MinPriority..MaxPriority.
+	Priority int `yaml:"priority"`
 
 	Source  SourceSpec  `yaml:"source"`
 	Model   ModelSpec   `yaml:"model"`

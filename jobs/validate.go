@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -12,8 +13,12 @@ import (
 
 // Defaults applied to fields the spec leaves out.
 const (
-	DefaultTimezone            = "UTC"
-	DefaultConcurrency         = "forbid"
+	DefaultTimezone    = "UTC"
+	DefaultConcurrency = "forbid"
+	DefaultPool        = "default"
+	// MinPriority and MaxPriority bound a spec's priority (and submit --priority).
+	MinPriority                = -1000
+	MaxPriority                = 1000
 	DefaultRowsPerShard        = 250_000
 	DefaultBatchSize           = 1024
 	DefaultDevice              = "cpu"
@@ -43,6 +48,7 @@ var reservedFields = []string{"model_version", "computed_at"}
 
 var (
 	jobNameRE    = regexp.MustCompile(`^[a-z0-9-]{1,63}$`)
+	poolNameRE   = regexp.MustCompile(`^[a-z0-9-]{1,63}$`)
 	fieldNameRE  = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 	tableNameRE  = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,50}$`)
 	schemaNameRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -51,6 +57,22 @@ var (
 	namespaceRE     = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
 	deviceRE        = regexp.MustCompile(`^(cpu|cuda:(0|[1-9][0-9]{0,2}))$`)
 )
+
+// ValidatePriority checks a run priority (spec priority, submit --priority).
+func ValidatePriority(p int) error {
+	if p < MinPriority || p > MaxPriority {
+		return fmt.Errorf("must be between %d and %d (got %d)", MinPriority, MaxPriority, p)
+	}
+	return nil
+}
+
+// ValidatePool checks a worker pool name (spec pool, worker --pool).
+func ValidatePool(pool string) error {
+	if !poolNameRE.MatchString(pool) {
+		return fmt.Errorf("%q must be 1 to 63 lowercase letters, digits and - (e.g. gpu)", pool)
+	}
+	return nil
+}
 
 // applyDefaults fills what the spec leaves out. Numbers are defaulted only
 // when absent (or null), so an explicit 0 is still caught by validation.
@@ -61,6 +83,9 @@ func (d *decoder) applyDefaults(s *Spec) {
 	}
 	if s.Concurrency == "" {
 		s.Concurrency = DefaultConcurrency
+	}
+	if s.Pool == "" {
+		s.Pool = DefaultPool
 	}
 	if absent("source.rows_per_shard") {
 		s.Source.RowsPerShard = DefaultRowsPerShard
@@ -146,6 +171,12 @@ func (d *decoder) validate(s *Spec) {
 	case "forbid", "replace", "allow":
 	default:
 		d.fail("concurrency", "must be forbid, replace or allow (got %q)", s.Concurrency)
+	}
+	if err := ValidatePool(s.Pool); err != nil {
+		d.fail("pool", "%v", err)
+	}
+	if err := ValidatePriority(s.Priority); err != nil {
+		d.fail("priority", "%v", err)
 	}
 	d.validateSource(&s.Source)
 	d.validateModel(s)

@@ -7,6 +7,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/precog-ml/precog/jobs"
@@ -26,12 +27,40 @@ var (
 	// ErrBusy: the ledger is held by another process (the embedded ledger
 	// admits one); retry later.
 	ErrBusy = errors.New("ledger busy")
+	// ErrRunOpen: CreateRun of a run whose (job, params) already has a
+	// non-terminal run. The error is an *OpenRunError naming that run.
+	ErrRunOpen = errors.New("run already open")
 )
+
+// OpenRunError says which run is still open when CreateRun is refused, so
+// that `submit` can point at it (resume it, wait for it or cancel it).
+type OpenRunError struct {
+	Job, ParamsKey string
+	// RunID is the open run; State its state.
+	RunID string
+	State jobs.RunState
+}
+
+func (e *OpenRunError) Error() string {
+	return fmt.Sprintf("job %s (params %q) already has run %s open (%s): resume, wait for or cancel it first", e.Job, e.ParamsKey, e.RunID, e.State)
+}
+
+// Unwrap makes errors.Is(err, ErrRunOpen) hold.
+func (e *OpenRunError) Unwrap() error { return ErrRunOpen }
+
+// StragglerFactor: ClaimNext leases a running shard to a second worker when
+// the run has nothing pending and the shard has run longer than this many
+// times the run's median committed shard time.
+const StragglerFactor = 3
+
+// DefaultPool is the pool of a run with none recorded.
+const DefaultPool = jobs.DefaultPool
 
 // Ledger records runs and shards. Every method is safe for concurrent use.
 type Ledger interface {
 	// CreateRun stores a new run in state pending with its planned shards
-	// (each pending, Attempts 0). run.ID must be unique.
+	// (each pending, Attempts 0). run.ID must be unique, and (job, params
+	// key) must have no open run: else an *OpenRunError (ErrRunOpen).
 	CreateRun(ctx context.Context, run jobs.Run, shards []jobs.Shard) error
 	// OpenRun returns the newest non-terminal run of (job, paramsKey), or
 	// ErrNotFound: how `precog run` finds the run to resume.
@@ -48,7 +77,14 @@ type Ledger interface {
 	// the run from pending to running. ErrNoShard when none is claimable;
 	// ErrRunFinished when the run is terminal.
 	Claim(ctx context.Context, runID, worker string, lease time.Duration) (jobs.Shard, error)
-	// Heartbeat extends the lease; ErrLeaseLost if worker no longer holds it.
+	// Heartbeat extends the lease; ErrLeaseLost if worker no longer holds it
+	// (also when the run was cancelled or failed: then the error is
+	// ErrRunFinished as well, and the attempt must stop).
+	//
+	// Fencing: a lease is (run, shard, worker), so every claim loop uses a
+	// unique worker name. Heartbeat, Complete, Fail and Release by a worker
+	// without a live lease on the shard return ErrLeaseLost and change
+	// nothing.
 	Heartbeat(ctx context.Context, runID string, shard int, worker string, lease time.Duration) error
 	// Complete marks the shard committed with its counts, adding them to the
 	// run's; ErrLeaseLost if worker no longer holds it.
@@ -76,4 +112,44 @@ type Ledger interface {
 	SetRunState(ctx context.Context, runID string, state jobs.RunState, msg string) error
 
 	Close() error
+}
+
+// Cluster is what workers that share runs through one ledger need beyond
+// Ledger. The worker loop: wait on Wake (or its own timer), ClaimNext until
+// ErrNoShard, execute each shard under Heartbeat, Complete it, then try
+// ClaimPublish for its run (the worker that commits the last shard
+// publishes); PublishDue finds runs whose publisher died.
+type Cluster interface {
+	Ledger
+	// ClaimNext leases the best claimable shard of any pending or running
+	// run in pool: highest run priority first, then the run with the fewest
+	// running shards (runs of equal priority share the pool), then the
+	// oldest run; within a run, an expired lease or the lowest pending
+	// index. When nothing is pending it may lease a straggler (see
+	// StragglerFactor) to worker as a second, Speculative attempt.
+	// ErrNoShard when nothing is claimable.
+	ClaimNext(ctx context.Context, pool, worker string, lease time.Duration) (jobs.Run, jobs.Shard, error)
+	// ClaimPublish leases the publish step of a run whose shards are all
+	// committed to worker until now+lease, moving it to publishing; a run
+	// whose publisher's lease expired is taken over. ErrNoShard when shards
+	// are not all committed or another worker holds a live publish lease;
+	// ErrRunFinished when the run is terminal.
+	ClaimPublish(ctx context.Context, runID, worker string, lease time.Duration) (jobs.Run, error)
+	// HeartbeatPublish extends the publish lease; ErrLeaseLost when worker
+	// no longer holds it.
+	HeartbeatPublish(ctx context.Context, runID, worker string, lease time.Duration) error
+	// FinishPublish ends the publish step in a terminal state (succeeded,
+	// or failed / cancelled with msg), fenced by the publish lease:
+	// ErrLeaseLost when worker no longer holds it, and nothing changes.
+	FinishPublish(ctx context.Context, runID, worker string, state jobs.RunState, msg string) error
+	// PublishDue lists the ids of pool's open runs whose shards are all
+	// committed and whose publish step nobody holds (never claimed, or the
+	// publisher's lease expired), highest priority and oldest first.
+	PublishDue(ctx context.Context, pool string) ([]string, error)
+	// Wake returns a channel that receives (non-blocking sends, buffer 1)
+	// when shards of pool may have become claimable, when a run of pool was
+	// cancelled (heartbeat the held shards at once to learn which), and on
+	// a periodic poll as a fallback (expired leases, missed notices). It is
+	// closed when ctx ends or the ledger closes.
+	Wake(ctx context.Context, pool string) <-chan struct{}
 }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/ledger/internal/wake"
 )
 
 // Top-level buckets.
@@ -36,6 +37,7 @@ var (
 	bucketCreated = []byte("created") // created_at (8 bytes BE ns) + run id → run id
 	bucketOpen    = []byte("open")    // job \x00 paramsKey \x00 run id → nothing; non-terminal runs only
 	bucketShards  = []byte("shards")  // run id → nested bucket of that run's shards
+	bucketPublish = []byte("publish") // run id → publishLease JSON while a worker holds the publish step
 )
 
 // Nested buckets of one run under bucketShards.
@@ -54,9 +56,13 @@ type Ledger struct {
 	db      *bbolt.DB
 	pidFile string
 	now     func() time.Time
+	hub     *wake.Hub
+	// PollInterval is how often Wake fires without a notice (expired
+	// leases). Default 1s; set it before the first Wake.
+	PollInterval time.Duration
 }
 
-var _ ledger.Ledger = (*Ledger)(nil)
+var _ ledger.Cluster = (*Ledger)(nil)
 
 // Open opens (creating if needed) the ledger file at path, e.g.
 // ".precog/ledger.db". A second process opening the same file gets an error
@@ -79,7 +85,7 @@ func Open(path string) (*Ledger, error) {
 		return nil, fmt.Errorf("ledger: open %s: %w", path, err)
 	}
 	if err := db.Update(func(tx *bbolt.Tx) error {
-		for _, b := range [][]byte{bucketRuns, bucketCreated, bucketOpen, bucketShards} {
+		for _, b := range [][]byte{bucketRuns, bucketCreated, bucketOpen, bucketShards, bucketPublish} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -91,11 +97,14 @@ func Open(path string) (*Ledger, error) {
 	}
 	// Best effort: the pid only improves the "in use" error of a second process.
 	_ = os.WriteFile(pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644)
-	return &Ledger{db: db, pidFile: pidFile, now: func() time.Time { return time.Now().UTC() }}, nil
+	l := &Ledger{db: db, pidFile: pidFile, now: func() time.Time { return time.Now().UTC() }, PollInterval: time.Second}
+	l.hub = newHub(l)
+	return l, nil
 }
 
 // Close releases the file lock.
 func (l *Ledger) Close() error {
+	l.hub.Close()
 	_ = os.Remove(l.pidFile)
 	if err := l.db.Close(); err != nil {
 		return fmt.Errorf("ledger: close: %w", err)
@@ -148,8 +157,22 @@ func runShards(tx *bbolt.Tx, id string) (*bbolt.Bucket, error) {
 	return b, nil
 }
 
-func getShard(rb *bbolt.Bucket, runID string, i int) (jobs.Shard, error) {
-	var s jobs.Shard
+// rec is a shard as stored: the shared fields plus the ledger's own lease
+// bookkeeping (a speculative second holder, attempt start times).
+type rec struct {
+	jobs.Shard
+	// Worker2 holds a speculative second lease until Lease2.
+	Worker2 string    `json:"worker2,omitempty"`
+	Lease2  time.Time `json:"lease2_until,omitzero"`
+	// ClaimedAt and Claimed2At start the holders' attempts.
+	ClaimedAt  time.Time `json:"claimed_at,omitzero"`
+	Claimed2At time.Time `json:"claimed2_at,omitzero"`
+	// RunMS is how long the committed attempt took (straggler baseline).
+	RunMS float64 `json:"run_ms,omitempty"`
+}
+
+func getShard(rb *bbolt.Bucket, runID string, i int) (rec, error) {
+	var s rec
 	v := rb.Bucket(subAll).Get(idx(i))
 	if v == nil {
 		return s, fmt.Errorf("run %s shard %d: %w", runID, i, ledger.ErrNotFound)
@@ -162,7 +185,8 @@ func getShard(rb *bbolt.Bucket, runID string, i int) (jobs.Shard, error) {
 
 // putShard stores s and keeps the pending/running index sets in step with
 // its state.
-func putShard(rb *bbolt.Bucket, s jobs.Shard) error {
+func putShard(rb *bbolt.Bucket, s rec) error {
+	s.Speculative = false
 	v, err := json.Marshal(s)
 	if err != nil {
 		return fmt.Errorf("run %s shard %d: encode: %w", s.RunID, s.Index, err)
@@ -201,6 +225,9 @@ func (l *Ledger) CreateRun(ctx context.Context, run jobs.Run, shards []jobs.Shar
 		return errors.New("ledger: create run: empty run id")
 	}
 	now := l.now()
+	if run.Pool == "" {
+		run.Pool = ledger.DefaultPool
+	}
 	run.State = jobs.RunPending
 	run.Shards = len(shards)
 	run.Counts = jobs.Counts{}
@@ -211,6 +238,11 @@ func (l *Ledger) CreateRun(ctx context.Context, run jobs.Run, shards []jobs.Shar
 	err := l.db.Update(func(tx *bbolt.Tx) error {
 		if tx.Bucket(bucketRuns).Get([]byte(run.ID)) != nil {
 			return fmt.Errorf("run %s already exists", run.ID)
+		}
+		if open, err := openRun(tx, run.Job, run.ParamsKey); err != nil {
+			return err
+		} else if open != nil {
+			return &ledger.OpenRunError{Job: run.Job, ParamsKey: run.ParamsKey, RunID: open.ID, State: open.State}
 		}
 		if err := putRun(tx, run); err != nil {
 			return err
@@ -245,7 +277,7 @@ func (l *Ledger) CreateRun(ctx context.Context, run jobs.Run, shards []jobs.Shar
 			s.Counts = jobs.Counts{}
 			s.Error = ""
 			s.UpdatedAt = now
-			if err := putShard(rb, s); err != nil {
+			if err := putShard(rb, rec{Shard: s}); err != nil {
 				return err
 			}
 		}
@@ -254,7 +286,28 @@ func (l *Ledger) CreateRun(ctx context.Context, run jobs.Run, shards []jobs.Shar
 	if err != nil {
 		return fmt.Errorf("ledger: create run %s: %w", run.ID, err)
 	}
+	l.hub.Signal(run.Pool)
 	return nil
+}
+
+// openRun returns the newest non-terminal run of (job, paramsKey), or nil.
+func openRun(tx *bbolt.Tx, job, paramsKey string) (*jobs.Run, error) {
+	var best *jobs.Run
+	prefix := openKey(job, paramsKey, "")
+	c := tx.Bucket(bucketOpen).Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		r, err := getRun(tx, string(k[len(prefix):]))
+		if err != nil {
+			return nil, err
+		}
+		if r.State.Terminal() {
+			continue
+		}
+		if best == nil || r.CreatedAt.After(best.CreatedAt) || (r.CreatedAt.Equal(best.CreatedAt) && r.ID > best.ID) {
+			best = &r
+		}
+	}
+	return best, nil
 }
 
 // OpenRun returns the newest non-terminal run of (job, paramsKey).
@@ -262,32 +315,19 @@ func (l *Ledger) OpenRun(ctx context.Context, job, paramsKey string) (jobs.Run, 
 	if err := ctx.Err(); err != nil {
 		return jobs.Run{}, err
 	}
-	var best jobs.Run
-	found := false
+	var best *jobs.Run
 	err := l.db.View(func(tx *bbolt.Tx) error {
-		prefix := openKey(job, paramsKey, "")
-		c := tx.Bucket(bucketOpen).Cursor()
-		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-			r, err := getRun(tx, string(k[len(prefix):]))
-			if err != nil {
-				return err
-			}
-			if r.State.Terminal() {
-				continue
-			}
-			if !found || r.CreatedAt.After(best.CreatedAt) || (r.CreatedAt.Equal(best.CreatedAt) && r.ID > best.ID) {
-				best, found = r, true
-			}
-		}
-		return nil
+		var err error
+		best, err = openRun(tx, job, paramsKey)
+		return err
 	})
 	if err != nil {
 		return jobs.Run{}, fmt.Errorf("ledger: open run of %s %q: %w", job, paramsKey, err)
 	}
-	if !found {
+	if best == nil {
 		return jobs.Run{}, fmt.Errorf("ledger: open run of %s %q: %w", job, paramsKey, ledger.ErrNotFound)
 	}
-	return best, nil
+	return *best, nil
 }
 
 // Run returns one run.
@@ -362,8 +402,62 @@ func (l *Ledger) Shards(ctx context.Context, runID string) ([]jobs.Shard, error)
 	return out, nil
 }
 
-// Claim leases the lowest-index claimable shard: a pending one, or a running
-// one whose lease has expired (its worker is presumed dead).
+// expired reports whether nobody holds a live lease on a running shard
+// (its holders are presumed dead).
+func expired(s rec, now time.Time) bool {
+	return !s.LeaseUntil.After(now) && (s.Worker2 == "" || !s.Lease2.After(now))
+}
+
+// claimable returns the shard of run to lease next: an expired lease
+// first, else the lowest pending index; -1 when none. The running set
+// holds at most one entry per live worker, so its scan stays cheap.
+func claimable(rb *bbolt.Bucket, runID string, now time.Time, pending bool) (int, error) {
+	c := rb.Bucket(subRunning).Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		s, err := getShard(rb, runID, int(binary.BigEndian.Uint32(k)))
+		if err != nil {
+			return -1, err
+		}
+		if expired(s, now) {
+			return s.Index, nil
+		}
+	}
+	if pending {
+		if k, _ := rb.Bucket(subPending).Cursor().First(); k != nil {
+			return int(binary.BigEndian.Uint32(k)), nil
+		}
+	}
+	return -1, nil
+}
+
+// lease gives shard i of run r to worker inside tx and moves a pending run
+// to running.
+func (l *Ledger) lease(tx *bbolt.Tx, rb *bbolt.Bucket, r *jobs.Run, i int, worker string, d time.Duration) (jobs.Shard, error) {
+	now := l.now()
+	s, err := getShard(rb, r.ID, i)
+	if err != nil {
+		return jobs.Shard{}, err
+	}
+	s.State = jobs.ShardRunning
+	s.Attempts++
+	s.Worker, s.LeaseUntil, s.ClaimedAt = worker, now.Add(d), now
+	s.Worker2, s.Lease2, s.Claimed2At = "", time.Time{}, time.Time{}
+	s.UpdatedAt = now
+	if err := putShard(rb, s); err != nil {
+		return jobs.Shard{}, err
+	}
+	if r.State == jobs.RunPending {
+		r.State = jobs.RunRunning
+		r.UpdatedAt = now
+		if err := putRun(tx, *r); err != nil {
+			return jobs.Shard{}, err
+		}
+	}
+	return s.Shard, nil
+}
+
+// Claim leases a shard of one run: an expired lease first, else the lowest
+// pending index.
 func (l *Ledger) Claim(ctx context.Context, runID, worker string, lease time.Duration) (jobs.Shard, error) {
 	if err := ctx.Err(); err != nil {
 		return jobs.Shard{}, err
@@ -373,7 +467,6 @@ func (l *Ledger) Claim(ctx context.Context, runID, worker string, lease time.Dur
 	}
 	var out jobs.Shard
 	err := l.db.Update(func(tx *bbolt.Tx) error {
-		now := l.now()
 		r, err := getRun(tx, runID)
 		if err != nil {
 			return err
@@ -385,73 +478,47 @@ func (l *Ledger) Claim(ctx context.Context, runID, worker string, lease time.Dur
 		if err != nil {
 			return err
 		}
-		cand := -1
-		if k, _ := rb.Bucket(subPending).Cursor().First(); k != nil {
-			cand = int(binary.BigEndian.Uint32(k))
-		}
-		// The running set holds at most one entry per live worker, so a
-		// scan for expired leases stays cheap.
-		c := rb.Bucket(subRunning).Cursor()
-		for k, _ := c.First(); k != nil; k, _ = c.Next() {
-			i := int(binary.BigEndian.Uint32(k))
-			if cand >= 0 && i > cand {
-				break
-			}
-			s, err := getShard(rb, runID, i)
-			if err != nil {
-				return err
-			}
-			if !s.LeaseUntil.After(now) {
-				cand = i
-				break
-			}
-		}
-		if cand < 0 {
-			return fmt.Errorf("run %s: %w", runID, ledger.ErrNoShard)
-		}
-		s, err := getShard(rb, runID, cand)
+		i, err := claimable(rb, runID, l.now(), true)
 		if err != nil {
 			return err
 		}
-		s.State = jobs.ShardRunning
-		s.Attempts++
-		s.Worker = worker
-		s.LeaseUntil = now.Add(lease)
-		s.UpdatedAt = now
-		if err := putShard(rb, s); err != nil {
-			return err
+		if i < 0 {
+			return fmt.Errorf("run %s: %w", runID, ledger.ErrNoShard)
 		}
-		if r.State == jobs.RunPending {
-			r.State = jobs.RunRunning
-			r.UpdatedAt = now
-			if err := putRun(tx, r); err != nil {
-				return err
-			}
-		}
-		out = s
-		return nil
+		out, err = l.lease(tx, rb, &r, i, worker, lease)
+		return err
 	})
 	if err != nil {
-		return jobs.Shard{}, fmt.Errorf("ledger: claim: %w", err)
+		return jobs.Shard{}, fmt.Errorf("ledger: claim by %s: %w", worker, err)
 	}
 	return out, nil
 }
 
-// held loads shard i of runID inside tx and checks that worker holds an
-// unexpired lease on it.
-func (l *Ledger) held(tx *bbolt.Tx, runID string, i int, worker string) (*bbolt.Bucket, jobs.Shard, error) {
-	rb, err := runShards(tx, runID)
+// held loads shard i of runID inside tx and checks that worker holds a live
+// lease on it (as its primary or speculative holder) in a run that is not
+// terminal. second reports the speculative holder.
+func (l *Ledger) held(tx *bbolt.Tx, runID string, i int, worker string) (rb *bbolt.Bucket, s rec, second bool, err error) {
+	r, err := getRun(tx, runID)
 	if err != nil {
-		return nil, jobs.Shard{}, err
+		return nil, s, false, err
 	}
-	s, err := getShard(rb, runID, i)
-	if err != nil {
-		return nil, s, err
+	if rb, err = runShards(tx, runID); err != nil {
+		return nil, s, false, err
 	}
-	if s.State != jobs.ShardRunning || s.Worker != worker || !s.LeaseUntil.After(l.now()) {
-		return nil, s, fmt.Errorf("run %s shard %d (state %s, worker %q): %w", runID, i, s.State, s.Worker, ledger.ErrLeaseLost)
+	if s, err = getShard(rb, runID, i); err != nil {
+		return nil, s, false, err
 	}
-	return rb, s, nil
+	if r.State.Terminal() {
+		return nil, s, false, fmt.Errorf("run %s shard %d, worker %s: the run is %s: %w (%w)", runID, i, worker, r.State, ledger.ErrRunFinished, ledger.ErrLeaseLost)
+	}
+	now := l.now()
+	switch {
+	case s.State == jobs.ShardRunning && s.Worker == worker && s.LeaseUntil.After(now):
+		return rb, s, false, nil
+	case s.State == jobs.ShardRunning && s.Worker2 == worker && s.Lease2.After(now):
+		return rb, s, true, nil
+	}
+	return nil, s, false, fmt.Errorf("run %s shard %d, worker %s: shard is %s, held by %q: %w", runID, i, worker, s.State, s.Worker, ledger.ErrLeaseLost)
 }
 
 // Heartbeat extends worker's lease on the shard to now+lease. An expired
@@ -461,12 +528,16 @@ func (l *Ledger) Heartbeat(ctx context.Context, runID string, shard int, worker 
 		return err
 	}
 	err := l.db.Update(func(tx *bbolt.Tx) error {
-		rb, s, err := l.held(tx, runID, shard, worker)
+		rb, s, second, err := l.held(tx, runID, shard, worker)
 		if err != nil {
 			return err
 		}
 		now := l.now()
-		s.LeaseUntil = now.Add(lease)
+		if second {
+			s.Lease2 = now.Add(lease)
+		} else {
+			s.LeaseUntil = now.Add(lease)
+		}
 		s.UpdatedAt = now
 		return putShard(rb, s)
 	})
@@ -476,13 +547,14 @@ func (l *Ledger) Heartbeat(ctx context.Context, runID string, shard int, worker 
 	return nil
 }
 
-// Complete marks the shard committed and adds counts to the run's.
+// Complete marks the shard committed and adds counts to the run's; the
+// first of two holders to complete wins and voids the other's lease.
 func (l *Ledger) Complete(ctx context.Context, runID string, shard int, worker string, counts jobs.Counts) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	err := l.db.Update(func(tx *bbolt.Tx) error {
-		rb, s, err := l.held(tx, runID, shard, worker)
+		rb, s, second, err := l.held(tx, runID, shard, worker)
 		if err != nil {
 			return err
 		}
@@ -491,9 +563,15 @@ func (l *Ledger) Complete(ctx context.Context, runID string, shard int, worker s
 			return err
 		}
 		now := l.now()
+		began := s.ClaimedAt
+		if second {
+			began = s.Claimed2At
+		}
+		s.RunMS = float64(now.Sub(began).Microseconds()) / 1000
 		s.State = jobs.ShardCommitted
 		s.Counts = counts
-		s.LeaseUntil = time.Time{}
+		s.Worker, s.LeaseUntil = worker, time.Time{}
+		s.Worker2, s.Lease2, s.Claimed2At = "", time.Time{}, time.Time{}
 		s.Error = ""
 		s.UpdatedAt = now
 		if err := putShard(rb, s); err != nil {
@@ -509,31 +587,64 @@ func (l *Ledger) Complete(ctx context.Context, runID string, shard int, worker s
 	return nil
 }
 
+// endAttempt ends worker's lease on a shard. When the other holder of a
+// doubly leased shard is alive, only worker's lease ends; else next
+// updates the shard. It returns the run's pool when the shard went back to
+// pending, for a wake-up.
+func (l *Ledger) endAttempt(runID string, shard int, worker string, next func(s *rec)) (string, error) {
+	pool := ""
+	err := l.db.Update(func(tx *bbolt.Tx) error {
+		rb, s, second, err := l.held(tx, runID, shard, worker)
+		if err != nil {
+			return err
+		}
+		now := l.now()
+		s.UpdatedAt = now
+		switch {
+		case second:
+			s.Worker2, s.Lease2, s.Claimed2At = "", time.Time{}, time.Time{}
+			if !s.LeaseUntil.After(now) { // the primary is gone too
+				next(&s)
+			}
+		case s.Worker2 != "" && s.Lease2.After(now):
+			s.Worker, s.LeaseUntil, s.ClaimedAt = s.Worker2, s.Lease2, s.Claimed2At
+			s.Worker2, s.Lease2, s.Claimed2At = "", time.Time{}, time.Time{}
+		default:
+			next(&s)
+		}
+		if s.State == jobs.ShardPending {
+			r, err := getRun(tx, runID)
+			if err != nil {
+				return err
+			}
+			pool = r.Pool
+		}
+		return putShard(rb, s)
+	})
+	return pool, err
+}
+
 // Fail records an attempt's error; the shard goes back to pending when retry
-// is set and fewer than maxAttempts attempts were made, else to failed.
+// is set and fewer than maxAttempts attempts were made, else to failed. A
+// doubly leased shard keeps running under its other holder.
 func (l *Ledger) Fail(ctx context.Context, runID string, shard int, worker string, msg string, retry bool, maxAttempts int) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err := l.db.Update(func(tx *bbolt.Tx) error {
-		rb, s, err := l.held(tx, runID, shard, worker)
-		if err != nil {
-			return err
-		}
+	pool, err := l.endAttempt(runID, shard, worker, func(s *rec) {
 		s.Error = msg
-		s.Worker = ""
-		s.LeaseUntil = time.Time{}
-		s.UpdatedAt = l.now()
+		s.Worker, s.LeaseUntil = "", time.Time{}
+		s.Worker2, s.Lease2 = "", time.Time{}
 		if retry && s.Attempts < maxAttempts {
 			s.State = jobs.ShardPending
 		} else {
 			s.State = jobs.ShardFailed
 		}
-		return putShard(rb, s)
 	})
 	if err != nil {
 		return fmt.Errorf("ledger: fail: %w", err)
 	}
+	l.hub.Signal(pool)
 	return nil
 }
 
@@ -543,27 +654,22 @@ func (l *Ledger) Release(ctx context.Context, runID string, shard int, worker st
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err := l.db.Update(func(tx *bbolt.Tx) error {
-		rb, s, err := l.held(tx, runID, shard, worker)
-		if err != nil {
-			return err
-		}
-		release(&s, l.now())
-		return putShard(rb, s)
-	})
+	pool, err := l.endAttempt(runID, shard, worker, func(s *rec) { release(s, l.now()) })
 	if err != nil {
 		return fmt.Errorf("ledger: release: %w", err)
 	}
+	l.hub.Signal(pool)
 	return nil
 }
 
-func release(s *jobs.Shard, now time.Time) {
+func release(s *rec, now time.Time) {
 	s.State = jobs.ShardPending
 	if s.Attempts > 0 {
 		s.Attempts--
 	}
 	s.Worker = ""
 	s.LeaseUntil = time.Time{}
+	s.Worker2, s.Lease2 = "", time.Time{}
 	s.UpdatedAt = now
 }
 
@@ -590,7 +696,7 @@ func (l *Ledger) ReleaseWorker(ctx context.Context, worker string) (int, error) 
 			if err != nil {
 				return err
 			}
-			var mine []jobs.Shard
+			var mine []rec
 			rc := rb.Bucket(subRunning).Cursor()
 			for ik, _ := rc.First(); ik != nil; ik, _ = rc.Next() {
 				s, err := getShard(rb, runID, int(binary.BigEndian.Uint32(ik)))
@@ -625,15 +731,21 @@ func (l *Ledger) RetryFailed(ctx context.Context, runID string) (int, error) {
 		return 0, err
 	}
 	n := 0
+	pool := ""
 	err := l.db.Update(func(tx *bbolt.Tx) error {
 		n = 0
+		r, err := getRun(tx, runID)
+		if err != nil {
+			return err
+		}
+		pool = r.Pool
 		rb, err := runShards(tx, runID)
 		if err != nil {
 			return err
 		}
-		var failed []jobs.Shard
+		var failed []rec
 		if err := rb.Bucket(subAll).ForEach(func(k, v []byte) error {
-			var s jobs.Shard
+			var s rec
 			if err := json.Unmarshal(v, &s); err != nil {
 				return fmt.Errorf("run %s shard %d: decode: %w", runID, binary.BigEndian.Uint32(k), err)
 			}
@@ -662,6 +774,9 @@ func (l *Ledger) RetryFailed(ctx context.Context, runID string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("ledger: retry failed shards: %w", err)
 	}
+	if n > 0 {
+		l.hub.Signal(pool)
+	}
 	return n, nil
 }
 
@@ -670,6 +785,7 @@ func (l *Ledger) Reopen(ctx context.Context, runID string, shards []int, reason 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	pool := ""
 	err := l.db.Update(func(tx *bbolt.Tx) error {
 		r, err := getRun(tx, runID)
 		if err != nil {
@@ -697,6 +813,7 @@ func (l *Ledger) Reopen(ctx context.Context, runID string, shards []int, reason 
 			s.State = jobs.ShardPending
 			s.Attempts = 0
 			s.Counts = jobs.Counts{}
+			s.RunMS = 0
 			s.Error = reason
 			s.Worker = ""
 			s.LeaseUntil = time.Time{}
@@ -709,11 +826,16 @@ func (l *Ledger) Reopen(ctx context.Context, runID string, shards []int, reason 
 			r.State = jobs.RunRunning
 		}
 		r.UpdatedAt = now
+		pool = r.Pool
+		if err := tx.Bucket(bucketPublish).Delete([]byte(runID)); err != nil {
+			return err
+		}
 		return putRun(tx, r)
 	})
 	if err != nil {
 		return fmt.Errorf("ledger: reopen shards: %w", err)
 	}
+	l.hub.Signal(pool)
 	return nil
 }
 
@@ -728,6 +850,7 @@ func (l *Ledger) SetRunState(ctx context.Context, runID string, state jobs.RunSt
 	default:
 		return fmt.Errorf("ledger: set run %s state: unknown state %q", runID, state)
 	}
+	pool := ""
 	err := l.db.Update(func(tx *bbolt.Tx) error {
 		r, err := getRun(tx, runID)
 		if err != nil {
@@ -739,6 +862,12 @@ func (l *Ledger) SetRunState(ctx context.Context, runID string, state jobs.RunSt
 		r.State = state
 		r.Error = msg
 		r.UpdatedAt = l.now()
+		pool = r.Pool
+		if state != jobs.RunPublishing {
+			if err := tx.Bucket(bucketPublish).Delete([]byte(runID)); err != nil {
+				return err
+			}
+		}
 		if state.Terminal() {
 			if err := tx.Bucket(bucketOpen).Delete(openKey(r.Job, r.ParamsKey, r.ID)); err != nil {
 				return err
@@ -748,6 +877,9 @@ func (l *Ledger) SetRunState(ctx context.Context, runID string, state jobs.RunSt
 	})
 	if err != nil {
 		return fmt.Errorf("ledger: set run state %s: %w", strings.ToLower(string(state)), err)
+	}
+	if state == jobs.RunCancelled || state == jobs.RunFailed {
+		l.hub.Signal(pool)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,8 +23,10 @@ const shortLease = 50 * time.Millisecond
 // longLease never expires within a test.
 const longLease = time.Minute
 
-// Exercise runs the suite. newLedger returns an empty ledger private to the
-// calling (sub)test; the suite closes it.
+// Exercise runs the suite, the cluster cases included (every ledger is a
+// ledger.Cluster). newLedger returns an empty ledger private to the calling
+// (sub)test; the suite closes it. Its Wake should poll rarely (a minute or
+// more), so that the suite can tell notices from polls.
 func Exercise(t *testing.T, newLedger func(t *testing.T) ledger.Ledger) {
 	cases := []struct {
 		name string
@@ -45,6 +48,18 @@ func Exercise(t *testing.T, newLedger func(t *testing.T) ledger.Ledger) {
 		{"SetRunState", testSetRunState},
 		{"NotFound", testNotFound},
 		{"ConcurrentClaims", testConcurrentClaims},
+	}
+	for _, c := range clusterCases {
+		cases = append(cases, struct {
+			name string
+			fn   func(t *testing.T, l ledger.Ledger)
+		}{c.name, func(t *testing.T, l ledger.Ledger) {
+			cl, ok := l.(ledger.Cluster)
+			if !ok {
+				t.Fatalf("%T does not implement ledger.Cluster", l)
+			}
+			c.fn(t, cl)
+		}})
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -231,21 +246,23 @@ func testOpenRun(t *testing.T, l ledger.Ledger) {
 	wantErr(t, "OpenRun on empty ledger", err, ledger.ErrNotFound)
 
 	old := create(t, l, "recs", "date=1", 1)
-	time.Sleep(2 * time.Millisecond)
-	newer := create(t, l, "recs", "date=1", 1)
 	create(t, l, "recs", "date=2", 1)
 	create(t, l, "other", "date=1", 1)
+	// A second open run of the same (job, params) is refused, naming the open one.
+	dup, shards := newRun("recs", "date=1", 1)
+	err = l.CreateRun(ctx, dup, shards)
+	wantErr(t, "CreateRun of a second open run", err, ledger.ErrRunOpen)
+	var oe *ledger.OpenRunError
+	if !errors.As(err, &oe) || oe.RunID != old.ID || !strings.Contains(err.Error(), old.ID) {
+		t.Fatalf("CreateRun of a second open run = %v, want an OpenRunError naming %s", err, old.ID)
+	}
+	if _, err := l.Run(ctx, dup.ID); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("refused run %s was stored: %v", dup.ID, err)
+	}
 
 	got, err := l.OpenRun(ctx, "recs", "date=1")
-	if err != nil || got.ID != newer.ID {
-		t.Fatalf("OpenRun = %s, %v; want newest open run %s", got.ID, err, newer.ID)
-	}
-	if err := l.SetRunState(ctx, newer.ID, jobs.RunSucceeded, ""); err != nil {
-		t.Fatalf("SetRunState: %v", err)
-	}
-	got, err = l.OpenRun(ctx, "recs", "date=1")
 	if err != nil || got.ID != old.ID {
-		t.Fatalf("OpenRun after newest succeeded = %s, %v; want %s", got.ID, err, old.ID)
+		t.Fatalf("OpenRun = %s, %v; want open run %s", got.ID, err, old.ID)
 	}
 	// Running and publishing runs are still open.
 	claim(t, l, old.ID, "w1", longLease)
@@ -260,8 +277,38 @@ func testOpenRun(t *testing.T, l ledger.Ledger) {
 	}
 	_, err = l.OpenRun(ctx, "recs", "date=1")
 	wantErr(t, "OpenRun with only terminal runs", err, ledger.ErrNotFound)
+	// Once the open run is terminal, a new one may start.
+	newer := create(t, l, "recs", "date=1", 1)
+	if got, err := l.OpenRun(ctx, "recs", "date=1"); err != nil || got.ID != newer.ID {
+		t.Fatalf("OpenRun after a new run = %s, %v; want %s", got.ID, err, newer.ID)
+	}
 	if got, err := l.OpenRun(ctx, "recs", "date=2"); err != nil || got.ParamsKey != "date=2" {
 		t.Fatalf("OpenRun(date=2) = %+v, %v", got, err)
+	}
+
+	// Racing creators of one (job, params): exactly one wins.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	won := 0
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, shards := newRun("race", "date=9", 2)
+			err := l.CreateRun(ctx, r, shards)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				won++
+			case !errors.Is(err, ledger.ErrRunOpen):
+				t.Errorf("racing CreateRun: %v, want ErrRunOpen", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if won != 1 {
+		t.Fatalf("%d racing CreateRuns of one (job, params) succeeded, want 1", won)
 	}
 }
 

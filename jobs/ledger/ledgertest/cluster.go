@@ -1,0 +1,466 @@
+package ledgertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
+)
+
+// clusterCases are what workers sharing runs rely on.
+var clusterCases = []struct {
+	name string
+	fn   func(t *testing.T, l ledger.Cluster)
+}{
+	{"Fencing", testFencing},
+	{"Speculative", testSpeculative},
+	{"SpeculativeFail", testSpeculativeFail},
+	{"PublishOnce", testPublishOnce},
+	{"PublishTakeover", testPublishTakeover},
+	{"PriorityAndFairShare", testPriorityFairShare},
+	{"CancelWakes", testCancelWakes},
+	{"WakeNotices", testWakeNotices},
+	{"ConcurrentClaimNext", testConcurrentClaimNext},
+}
+
+// createIn creates a run of n shards in pool with priority.
+func createIn(t *testing.T, l ledger.Ledger, job, pool string, priority, n int) jobs.Run {
+	t.Helper()
+	r, shards := newRun(job, "", n)
+	r.Pool, r.Priority = pool, priority
+	if err := l.CreateRun(context.Background(), r, shards); err != nil {
+		t.Fatalf("CreateRun(%s): %v", r.ID, err)
+	}
+	return r
+}
+
+func claimNext(t *testing.T, l ledger.Cluster, pool, worker string, lease time.Duration) (jobs.Run, jobs.Shard) {
+	t.Helper()
+	r, s, err := l.ClaimNext(context.Background(), pool, worker, lease)
+	if err != nil {
+		t.Fatalf("ClaimNext(%s, %s): %v", pool, worker, err)
+	}
+	if s.Worker != worker || s.State != jobs.ShardRunning || s.RunID != r.ID {
+		t.Fatalf("ClaimNext(%s, %s) = run %s shard %+v, want running, held by %s", pool, worker, r.ID, s, worker)
+	}
+	return r, s
+}
+
+// testFencing: a lease taken over after expiry leaves the old holder able
+// to change nothing.
+func testFencing(t *testing.T, l ledger.Cluster) {
+	ctx := context.Background()
+	r := createIn(t, l, "recs", "p", 0, 1)
+	_, s := claimNext(t, l, "p", "old", shortLease)
+	if s.Attempts != 1 {
+		t.Fatalf("first claim attempt = %d, want 1", s.Attempts)
+	}
+	time.Sleep(3 * shortLease)
+	gr, s2 := claimNext(t, l, "p", "new", longLease)
+	if gr.ID != r.ID || s2.Index != s.Index || s2.Attempts != 2 || s2.Speculative {
+		t.Fatalf("takeover claim = run %s %+v, want run %s shard %d attempt 2", gr.ID, s2, r.ID, s.Index)
+	}
+	before := mustShard(t, l, r.ID, s.Index)
+	wantErr(t, "Heartbeat by the old holder", l.Heartbeat(ctx, r.ID, s.Index, "old", longLease), ledger.ErrLeaseLost)
+	wantErr(t, "Complete by the old holder", l.Complete(ctx, r.ID, s.Index, "old", jobs.Counts{RowsOut: 99}), ledger.ErrLeaseLost)
+	wantErr(t, "Fail by the old holder", l.Fail(ctx, r.ID, s.Index, "old", "late", true, 3), ledger.ErrLeaseLost)
+	wantErr(t, "Release by the old holder", l.Release(ctx, r.ID, s.Index, "old"), ledger.ErrLeaseLost)
+	after := mustShard(t, l, r.ID, s.Index)
+	if after.State != jobs.ShardRunning || after.Worker != "new" || after.Attempts != 2 || after.Error != "" ||
+		!after.LeaseUntil.Equal(before.LeaseUntil) || after.Counts != (jobs.Counts{}) {
+		t.Fatalf("shard after the old holder's calls = %+v, want unchanged %+v", after, before)
+	}
+	if err := l.Complete(ctx, r.ID, s.Index, "new", jobs.Counts{RowsOut: 7}); err != nil {
+		t.Fatalf("Complete by the new holder: %v", err)
+	}
+	if got := mustRun(t, l, r.ID); got.Counts.RowsOut != 7 {
+		t.Fatalf("run RowsOut = %d, want 7", got.Counts.RowsOut)
+	}
+}
+
+// straggler sets up a run of 4 shards in pool "p": shards 0-2 committed
+// after about 40ms each, shard 3 held by "slow". It returns the run.
+func straggler(t *testing.T, l ledger.Cluster) jobs.Run {
+	t.Helper()
+	ctx := context.Background()
+	r := createIn(t, l, "recs", "p", 0, 4)
+	start := time.Now()
+	for i := range 3 {
+		claimNext(t, l, "p", fmt.Sprintf("w%d", i), longLease)
+	}
+	time.Sleep(40 * time.Millisecond)
+	for i := range 3 {
+		if err := l.Complete(ctx, r.ID, i, fmt.Sprintf("w%d", i), jobs.Counts{RowsIn: 10, RowsOut: 10}); err != nil {
+			t.Fatalf("Complete(%d): %v", i, err)
+		}
+	}
+	// No committed shard took longer than this, so neither did the median.
+	bound := time.Since(start)
+	claimed := time.Now()
+	if _, s := claimNext(t, l, "p", "slow", longLease); s.Index != 3 {
+		t.Fatalf("claimed shard %d, want 3", s.Index)
+	}
+	// Not a straggler yet: nothing to claim.
+	if _, s, err := l.ClaimNext(ctx, "p", "idle", longLease); !errors.Is(err, ledger.ErrNoShard) {
+		t.Fatalf("ClaimNext right after the last claim = %+v, %v; want ErrNoShard", s, err)
+	}
+	time.Sleep(time.Until(claimed.Add(ledger.StragglerFactor*bound + 100*time.Millisecond)))
+	return r
+}
+
+// testSpeculative: a straggler is leased to a second worker; the first
+// Complete wins, the other is refused and counts are not doubled.
+func testSpeculative(t *testing.T, l ledger.Cluster) {
+	ctx := context.Background()
+	r := straggler(t, l)
+	gr, s := claimNext(t, l, "p", "spec", longLease)
+	if gr.ID != r.ID || s.Index != 3 || !s.Speculative || s.Attempts != 2 {
+		t.Fatalf("speculative claim = run %s %+v, want shard 3 speculative attempt 2", gr.ID, s)
+	}
+	if _, s, err := l.ClaimNext(ctx, "p", "third", longLease); !errors.Is(err, ledger.ErrNoShard) {
+		t.Fatalf("a third lease of the straggler = %+v, %v; want ErrNoShard", s, err)
+	}
+	for _, w := range []string{"slow", "spec"} {
+		if err := l.Heartbeat(ctx, r.ID, 3, w, longLease); err != nil {
+			t.Fatalf("Heartbeat by %s: %v", w, err)
+		}
+	}
+	if err := l.Complete(ctx, r.ID, 3, "spec", jobs.Counts{RowsIn: 5, RowsOut: 5}); err != nil {
+		t.Fatalf("Complete by the speculative holder: %v", err)
+	}
+	wantErr(t, "Complete by the slower holder", l.Complete(ctx, r.ID, 3, "slow", jobs.Counts{RowsIn: 5, RowsOut: 5}), ledger.ErrLeaseLost)
+	wantErr(t, "Heartbeat by the slower holder", l.Heartbeat(ctx, r.ID, 3, "slow", longLease), ledger.ErrLeaseLost)
+	wantErr(t, "Fail by the slower holder", l.Fail(ctx, r.ID, 3, "slow", "x", true, 3), ledger.ErrLeaseLost)
+	if got := mustShard(t, l, r.ID, 3); got.State != jobs.ShardCommitted || got.Counts.RowsOut != 5 {
+		t.Fatalf("shard 3 = %+v, want committed with 5 rows", got)
+	}
+	if got := mustRun(t, l, r.ID); got.Counts != (jobs.Counts{RowsIn: 35, RowsOut: 35}) {
+		t.Fatalf("run counts = %+v, want 35/35 (no double count)", got.Counts)
+	}
+}
+
+// testSpeculativeFail: one attempt of a doubly leased shard failing leaves
+// the shard running under the other.
+func testSpeculativeFail(t *testing.T, l ledger.Cluster) {
+	ctx := context.Background()
+	r := straggler(t, l)
+	if _, s := claimNext(t, l, "p", "spec", longLease); !s.Speculative {
+		t.Fatalf("claim = %+v, want speculative", s)
+	}
+	if err := l.Fail(ctx, r.ID, 3, "slow", "oom", true, 3); err != nil {
+		t.Fatalf("Fail by the first holder: %v", err)
+	}
+	if got := mustShard(t, l, r.ID, 3); got.State != jobs.ShardRunning {
+		t.Fatalf("shard 3 after one holder failed = %+v, want still running", got)
+	}
+	if _, s, err := l.ClaimNext(ctx, "p", "other", longLease); !errors.Is(err, ledger.ErrNoShard) {
+		t.Fatalf("ClaimNext while the other attempt runs = %+v, %v; want ErrNoShard", s, err)
+	}
+	wantErr(t, "Heartbeat by the failed holder", l.Heartbeat(ctx, r.ID, 3, "slow", longLease), ledger.ErrLeaseLost)
+	if err := l.Complete(ctx, r.ID, 3, "spec", jobs.Counts{RowsOut: 1}); err != nil {
+		t.Fatalf("Complete by the remaining holder: %v", err)
+	}
+}
+
+// testPublishOnce: concurrent ClaimPublish callers, one wins; the losers
+// can neither heartbeat nor finish the publish.
+func testPublishOnce(t *testing.T, l ledger.Cluster) {
+	ctx := context.Background()
+	r := createIn(t, l, "recs", "p", 0, 2)
+	_, err := l.ClaimPublish(ctx, r.ID, "early", longLease)
+	wantErr(t, "ClaimPublish before shards committed", err, ledger.ErrNoShard)
+	for range 2 {
+		_, s := claimNext(t, l, "p", "w", longLease)
+		if err := l.Complete(ctx, r.ID, s.Index, "w", jobs.Counts{RowsOut: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if due, err := l.PublishDue(ctx, "p"); err != nil || fmt.Sprint(due) != fmt.Sprint([]string{r.ID}) {
+		t.Fatalf("PublishDue = %v, %v; want [%s]", due, err, r.ID)
+	}
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		winners []string
+	)
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := fmt.Sprintf("p%d", i)
+			got, err := l.ClaimPublish(ctx, r.ID, w, longLease)
+			switch {
+			case err == nil:
+				if got.State != jobs.RunPublishing || got.ID != r.ID {
+					t.Errorf("ClaimPublish by %s = %+v, want run %s publishing", w, got, r.ID)
+				}
+				mu.Lock()
+				winners = append(winners, w)
+				mu.Unlock()
+			case !errors.Is(err, ledger.ErrNoShard):
+				t.Errorf("ClaimPublish by %s: %v, want ErrNoShard", w, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(winners) != 1 {
+		t.Fatalf("ClaimPublish winners = %v, want exactly one", winners)
+	}
+	winner, loser := winners[0], "p0"
+	if winner == loser {
+		loser = "p1"
+	}
+	if due, err := l.PublishDue(ctx, "p"); err != nil || len(due) != 0 {
+		t.Fatalf("PublishDue while held = %v, %v; want none", due, err)
+	}
+	wantErr(t, "HeartbeatPublish by a loser", l.HeartbeatPublish(ctx, r.ID, loser, longLease), ledger.ErrLeaseLost)
+	wantErr(t, "FinishPublish by a loser", l.FinishPublish(ctx, r.ID, loser, jobs.RunSucceeded, ""), ledger.ErrLeaseLost)
+	if got := mustRun(t, l, r.ID); got.State != jobs.RunPublishing {
+		t.Fatalf("run after a loser's FinishPublish = %s, want publishing", got.State)
+	}
+	if err := l.HeartbeatPublish(ctx, r.ID, winner, longLease); err != nil {
+		t.Fatalf("HeartbeatPublish by the winner: %v", err)
+	}
+	if err := l.FinishPublish(ctx, r.ID, winner, jobs.RunSucceeded, ""); err != nil {
+		t.Fatalf("FinishPublish by the winner: %v", err)
+	}
+	if got := mustRun(t, l, r.ID); got.State != jobs.RunSucceeded || got.Counts.RowsOut != 2 {
+		t.Fatalf("published run = %+v, want succeeded with 2 rows", got)
+	}
+	_, err = l.ClaimPublish(ctx, r.ID, loser, longLease)
+	wantErr(t, "ClaimPublish of a published run", err, ledger.ErrRunFinished)
+}
+
+// testPublishTakeover: a publisher whose lease expired is replaced; its
+// late calls change nothing.
+func testPublishTakeover(t *testing.T, l ledger.Cluster) {
+	ctx := context.Background()
+	r := createIn(t, l, "recs", "p", 0, 0) // no shards: publishable at once
+	if _, err := l.ClaimPublish(ctx, r.ID, "dead", shortLease); err != nil {
+		t.Fatalf("ClaimPublish: %v", err)
+	}
+	_, err := l.ClaimPublish(ctx, r.ID, "second", longLease)
+	wantErr(t, "ClaimPublish while the lease is live", err, ledger.ErrNoShard)
+	time.Sleep(3 * shortLease)
+	if due, err := l.PublishDue(ctx, "p"); err != nil || len(due) != 1 || due[0] != r.ID {
+		t.Fatalf("PublishDue after the publisher died = %v, %v; want [%s]", due, err, r.ID)
+	}
+	if _, err := l.ClaimPublish(ctx, r.ID, "second", longLease); err != nil {
+		t.Fatalf("ClaimPublish after the lease expired: %v", err)
+	}
+	wantErr(t, "HeartbeatPublish by the dead publisher", l.HeartbeatPublish(ctx, r.ID, "dead", longLease), ledger.ErrLeaseLost)
+	wantErr(t, "FinishPublish by the dead publisher", l.FinishPublish(ctx, r.ID, "dead", jobs.RunFailed, "late"), ledger.ErrLeaseLost)
+	if got := mustRun(t, l, r.ID); got.State != jobs.RunPublishing || got.Error != "" {
+		t.Fatalf("run after the dead publisher's calls = %+v, want publishing, no error", got)
+	}
+	if err := l.FinishPublish(ctx, r.ID, "second", jobs.RunSucceeded, ""); err != nil {
+		t.Fatalf("FinishPublish: %v", err)
+	}
+	wantErr(t, "FinishPublish twice", l.FinishPublish(ctx, r.ID, "second", jobs.RunSucceeded, ""), ledger.ErrLeaseLost)
+}
+
+// testPriorityFairShare: higher priority first; equal priorities alternate
+// by running shards; other pools untouched.
+func testPriorityFairShare(t *testing.T, l ledger.Cluster) {
+	ctx := context.Background()
+	a := createIn(t, l, "backfill", "p", 0, 4)
+	time.Sleep(2 * time.Millisecond)
+	b := createIn(t, l, "refresh", "p", 0, 4)
+	h := createIn(t, l, "urgent", "p", 5, 2)
+	other := createIn(t, l, "elsewhere", "q", 100, 1)
+	var got []string
+	for i := range 6 {
+		r, s := claimNext(t, l, "p", fmt.Sprintf("w%d", i), longLease)
+		if r.Pool != "p" || (r.ID == h.ID && r.Priority != 5) {
+			t.Fatalf("claimed run %+v, want pool p with its priority", r)
+		}
+		got = append(got, fmt.Sprintf("%s/%d", r.Job, s.Index))
+	}
+	want := []string{"urgent/0", "urgent/1", "backfill/0", "refresh/0", "backfill/1", "refresh/1"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("claim order = %v, want %v (priority, then fair share, then age)", got, want)
+	}
+	// A run with fewer running shards goes first even when younger.
+	if err := l.Complete(ctx, b.ID, 0, "w3", jobs.Counts{}); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := claimNext(t, l, "p", "w9", longLease); r.ID != b.ID {
+		t.Fatalf("claimed run %s, want %s (fewer running shards)", r.ID, b.ID)
+	}
+	if r, _ := claimNext(t, l, "q", "wq", longLease); r.ID != other.ID {
+		t.Fatalf("ClaimNext(q) = %s, want %s", r.ID, other.ID)
+	}
+	_ = a
+}
+
+// wakeSettle lets a fresh Wake subscription's start-up signals pass.
+func wakeSettle(ch <-chan struct{}) {
+	time.Sleep(300 * time.Millisecond)
+	for {
+		select {
+		case <-ch:
+		default:
+			return
+		}
+	}
+}
+
+func wantWake(t *testing.T, what string, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: Wake did not fire within 5s", what)
+	}
+}
+
+func wantNoWake(t *testing.T, what string, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+		t.Fatalf("%s: Wake fired", what)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// testCancelWakes: cancelling a run wakes its pool, its holders' calls
+// fail with ErrRunFinished, and nothing more is claimed.
+func testCancelWakes(t *testing.T, l ledger.Cluster) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := createIn(t, l, "recs", "p", 0, 3)
+	_, s := claimNext(t, l, "p", "w1", longLease)
+	ch := l.Wake(ctx, "p")
+	wakeSettle(ch)
+	if err := l.SetRunState(ctx, r.ID, jobs.RunCancelled, "cancelled by user"); err != nil {
+		t.Fatalf("SetRunState(cancelled): %v", err)
+	}
+	wantWake(t, "cancel", ch)
+	err := l.Heartbeat(ctx, r.ID, s.Index, "w1", longLease)
+	if !errors.Is(err, ledger.ErrRunFinished) || !errors.Is(err, ledger.ErrLeaseLost) {
+		t.Fatalf("Heartbeat of a cancelled run's shard = %v, want ErrRunFinished and ErrLeaseLost", err)
+	}
+	wantErr(t, "Complete of a cancelled run's shard", l.Complete(ctx, r.ID, s.Index, "w1", jobs.Counts{RowsOut: 1}), ledger.ErrRunFinished)
+	if got := mustShard(t, l, r.ID, s.Index); got.State == jobs.ShardCommitted {
+		t.Fatalf("a cancelled run's shard was committed")
+	}
+	if _, s, err := l.ClaimNext(ctx, "p", "w2", longLease); !errors.Is(err, ledger.ErrNoShard) {
+		t.Fatalf("ClaimNext after cancel = %+v, %v; want ErrNoShard", s, err)
+	}
+	_, err = l.Claim(ctx, r.ID, "w2", longLease)
+	wantErr(t, "Claim after cancel", err, ledger.ErrRunFinished)
+	_, err = l.ClaimPublish(ctx, r.ID, "w2", longLease)
+	wantErr(t, "ClaimPublish after cancel", err, ledger.ErrRunFinished)
+}
+
+// testWakeNotices: creating a run, releasing and retrying a shard wake the
+// run's pool and only it; Wake's channel closes with its context.
+func testWakeNotices(t *testing.T, l ledger.Cluster) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	chP, chQ := l.Wake(ctx, "p"), l.Wake(ctx, "q")
+	wakeSettle(chP)
+	wakeSettle(chQ)
+	r := createIn(t, l, "recs", "p", 0, 2)
+	wantWake(t, "CreateRun", chP)
+	wantNoWake(t, "pool q after a run was created in p", chQ)
+	_, s := claimNext(t, l, "p", "w1", longLease)
+	if err := l.Release(ctx, r.ID, s.Index, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	wantWake(t, "Release", chP)
+	_, s = claimNext(t, l, "p", "w1", longLease)
+	if err := l.Fail(ctx, r.ID, s.Index, "w1", "flaky", true, 3); err != nil {
+		t.Fatal(err)
+	}
+	wantWake(t, "Fail with a retry left", chP)
+	cancel()
+	select {
+	case _, ok := <-chP:
+		if ok { // a signal may have been buffered; the close follows
+			if _, ok := <-chP; ok {
+				t.Fatalf("Wake channel still open after its context ended")
+			}
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("Wake channel not closed after its context ended")
+	}
+}
+
+// testConcurrentClaimNext: 16 workers drain two runs through ClaimNext; a
+// shard never has two live non-speculative holders, each shard commits
+// exactly once and run counts are exact.
+func testConcurrentClaimNext(t *testing.T, l ledger.Cluster) {
+	ctx := context.Background()
+	const workers, shards = 16, 60
+	runs := []jobs.Run{createIn(t, l, "a", "p", 0, shards), createIn(t, l, "b", "p", 0, shards)}
+	type key struct {
+		run string
+		idx int
+	}
+	var (
+		mu        sync.Mutex
+		holders   = map[key]map[string]bool{} // live holders
+		committed = map[key]string{}
+		wg        sync.WaitGroup
+	)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := fmt.Sprintf("w%d", w)
+			for {
+				r, s, err := l.ClaimNext(ctx, "p", name, longLease)
+				if errors.Is(err, ledger.ErrNoShard) {
+					return
+				}
+				if err != nil {
+					t.Errorf("%s: ClaimNext: %v", name, err)
+					return
+				}
+				k := key{r.ID, s.Index}
+				mu.Lock()
+				if _, done := committed[k]; done {
+					t.Errorf("%s claimed committed shard %v", name, k)
+				}
+				if len(holders[k]) > 0 && !s.Speculative || len(holders[k]) > 1 {
+					t.Errorf("%s claimed shard %v held by %v (speculative %v)", name, k, holders[k], s.Speculative)
+				}
+				if holders[k] == nil {
+					holders[k] = map[string]bool{}
+				}
+				holders[k][name] = true
+				mu.Unlock()
+				err = l.Complete(ctx, r.ID, s.Index, name, jobs.Counts{RowsIn: 2, RowsOut: 1})
+				mu.Lock()
+				delete(holders[k], name)
+				switch {
+				case err == nil:
+					if prev, dup := committed[k]; dup {
+						t.Errorf("shard %v committed by %s and %s", k, prev, name)
+					}
+					committed[k] = name
+				case errors.Is(err, ledger.ErrLeaseLost) && s.Speculative || errors.Is(err, ledger.ErrLeaseLost) && committed[k] != "":
+					// The other attempt of a doubly leased shard won.
+				default:
+					t.Errorf("%s: Complete(%v): %v", name, k, err)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(committed) != 2*shards {
+		t.Fatalf("committed %d shards, want %d", len(committed), 2*shards)
+	}
+	for _, r := range runs {
+		if got := mustRun(t, l, r.ID); got.Counts != (jobs.Counts{RowsIn: 2 * shards, RowsOut: shards}) {
+			t.Fatalf("run %s counts = %+v, want RowsIn %d RowsOut %d", r.ID, got.Counts, 2*shards, shards)
+		}
+	}
+}

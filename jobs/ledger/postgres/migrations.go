@@ -1,0 +1,125 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// migrations are the ledger's schema, one step per version: step i brings
+// the schema to version i+1. Steps are only ever appended, never edited,
+// since databases in the field record how far they got.
+var migrations = []string{
+	// 1: runs and shards.
+	`
+CREATE TABLE precog_runs (
+	id               text PRIMARY KEY,
+	job              text NOT NULL,
+	version          text NOT NULL,
+	params           jsonb,
+	params_key       text NOT NULL,
+	spec_hash        text NOT NULL DEFAULT '',
+	model_version    text NOT NULL DEFAULT '',
+	pool             text NOT NULL,
+	priority         integer NOT NULL DEFAULT 0,
+	state            text NOT NULL,
+	error            text NOT NULL DEFAULT '',
+	shards           integer NOT NULL,
+	spec             bytea,
+	spec_file        text NOT NULL DEFAULT '',
+	created_at       timestamptz NOT NULL,
+	updated_at       timestamptz NOT NULL,
+	publisher        text,
+	publish_until    timestamptz,
+	publish_attempts integer NOT NULL DEFAULT 0
+);
+-- At most one open run per (job, params): makes CreateRun race-free.
+CREATE UNIQUE INDEX precog_runs_open_key ON precog_runs (job, params_key)
+	WHERE state IN ('pending', 'running', 'publishing');
+CREATE INDEX precog_runs_open_pool ON precog_runs (pool)
+	WHERE state IN ('pending', 'running', 'publishing');
+CREATE INDEX precog_runs_created ON precog_runs (created_at DESC, id DESC);
+CREATE INDEX precog_runs_job_created ON precog_runs (job, created_at DESC, id DESC);
+
+CREATE TABLE precog_shards (
+	run_id       text NOT NULL REFERENCES precog_runs (id) ON DELETE CASCADE,
+	idx          integer NOT NULL,
+	plan         bytea,
+	est_rows     bigint NOT NULL DEFAULT 0,
+	state        text NOT NULL,
+	attempts     integer NOT NULL DEFAULT 0,
+	-- The primary holder of a running shard.
+	worker       text,
+	lease_until  timestamptz,
+	claimed_at   timestamptz,
+	-- A speculative second holder of a straggling shard.
+	worker2      text,
+	lease2_until timestamptz,
+	claimed2_at  timestamptz,
+	rows_in      bigint NOT NULL DEFAULT 0,
+	rows_out     bigint NOT NULL DEFAULT 0,
+	rejected     bigint NOT NULL DEFAULT 0,
+	key_sketch   text NOT NULL DEFAULT '',
+	-- Milliseconds the committed attempt took: the straggler baseline.
+	run_ms       double precision,
+	error        text NOT NULL DEFAULT '',
+	updated_at   timestamptz NOT NULL,
+	PRIMARY KEY (run_id, idx)
+) WITH (fillfactor = 80);
+CREATE INDEX precog_shards_pending ON precog_shards (run_id, idx) WHERE state = 'pending';
+CREATE INDEX precog_shards_running ON precog_shards (run_id, idx) WHERE state = 'running';
+`,
+}
+
+// migrateLockKey is the pg_advisory_xact_lock key that serialises schema
+// migrations of workers starting at once ("precog" in ASCII).
+const migrateLockKey = 0x707265636f67
+
+// migrate brings the schema to len(migrations) in one transaction under an
+// advisory lock, so that ten workers starting at once apply each step once.
+// A database whose schema is newer than this binary knows is refused.
+func migrate(ctx context.Context, conn interface {
+	Begin(context.Context) (pgx.Tx, error)
+}) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrateLockKey)); err != nil {
+		return fmt.Errorf("lock: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS precog_schema (
+		version    integer PRIMARY KEY,
+		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return fmt.Errorf("create precog_schema: %w", err)
+	}
+	var have int
+	if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM precog_schema`).Scan(&have); err != nil {
+		return fmt.Errorf("read precog_schema: %w", err)
+	}
+	if have > len(migrations) {
+		return fmt.Errorf("%w: the database's ledger schema is version %d, this precog knows up to %d: upgrade precog",
+			errSchemaNewer, have, len(migrations))
+	}
+	for v := have + 1; v <= len(migrations); v++ {
+		if _, err := tx.Exec(ctx, migrations[v-1]); err != nil {
+			return fmt.Errorf("schema step %d: %w", v, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO precog_schema (version) VALUES ($1)`, v); err != nil {
+			return fmt.Errorf("record schema step %d: %w", v, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// errSchemaNewer: the database was migrated by a newer precog.
+var errSchemaNewer = errors.New("ledger schema too new")
+
+// SchemaVersion is the schema version this binary migrates to.
+func SchemaVersion() int { return len(migrations) }
