@@ -35,7 +35,9 @@ func (s *Sink) lockTarget(run sinks.RunInfo) string {
 }
 
 // Lock takes the target's row in precog_locks: inserted, or taken over
-// only when its lease expired (the holder died). A goroutine renews the
+// only when its lease expired (the holder died) or its holder is an earlier
+// process of the same run (killed before it released; a run is resumed by
+// one process at a time). A goroutine renews the
 // lease every ttl/3; Lost closes when a renewal finds the row gone or
 // another holder's, or cannot renew before the lease ends.
 func (s *Sink) Lock(ctx context.Context, run sinks.RunInfo, holder sinks.Holder) (sinks.Lock, error) {
@@ -57,7 +59,7 @@ func (s *Sink) Lock(ctx context.Context, run sinks.RunInfo, holder sinks.Holder)
 		err := s.pool.QueryRow(ctx, `INSERT INTO `+s.ident(tabLocks)+` AS l (target, holder, token, expires_at)
 			VALUES ($1, $2, $3, now() + $4 * interval '1 microsecond')
 			ON CONFLICT (target) DO UPDATE SET holder = EXCLUDED.holder, token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
-			WHERE l.expires_at < now() RETURNING true`, target, h, l.token, l.ttl.Microseconds()).Scan(&got)
+			WHERE l.expires_at < now() OR l.holder->>'run_id' = $5 RETURNING true`, target, h, l.token, l.ttl.Microseconds(), run.RunID).Scan(&got)
 		if err == nil {
 			go l.renew(start.Add(l.ttl))
 			return l, nil

@@ -39,9 +39,10 @@ func TestLockTakeoverAfterExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Close() // the process dies: no renewal, no release
-	hb := ha
+	other := sinktest.NewRun("v2", false, nil) // another run of the same target
+	hb := sinks.ThisProcess(other)
 	hb.PID++
-	_, err = b.Lock(ctx, run, hb)
+	_, err = b.Lock(ctx, other, hb)
 	var le *sinks.LockedError
 	if !errors.As(err, &le) || le.Holder != ha {
 		t.Fatalf("Lock during the lease = %v, want a LockedError naming %+v", err, ha)
@@ -49,7 +50,7 @@ func TestLockTakeoverAfterExpiry(t *testing.T) {
 	waitLost(t, la, 2*time.Second) // the dead holder could not renew
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		lb, err := b.Lock(ctx, run, hb)
+		lb, err := b.Lock(ctx, other, hb)
 		if err == nil {
 			_ = lb.Release(ctx)
 			return
@@ -116,4 +117,30 @@ func TestLockLostWhenRenewalBlocked(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitLost(t, l, 2*time.Second)
+}
+
+// A lock left by a killed earlier process of the same run is taken over at
+// once (resume after kill -9 must not wait for the lease).
+func TestLockTakeoverBySameRun(t *testing.T) {
+	t.Parallel()
+	pg := testservers.Postgres(t)
+	ctx := context.Background()
+	a := newSink(t, pg, ModeReplace, "preds")
+	b, err := New(ctx, testJob, a.spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	run := sinktest.NewRun("v1", false, nil)
+	if _, err := a.Lock(ctx, run, sinks.ThisProcess(run)); err != nil {
+		t.Fatal(err)
+	}
+	a.Close() // killed: the row stays until its lease ends
+	h := sinks.ThisProcess(run)
+	h.PID++
+	lb, err := b.Lock(ctx, run, h)
+	if err != nil {
+		t.Fatalf("the same run's next process: %v", err)
+	}
+	_ = lb.Release(ctx)
 }

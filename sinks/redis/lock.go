@@ -27,10 +27,27 @@ type lockValue struct {
 	Token  string       `json:"token"`
 }
 
-// extendScript renews the lease only while the key still holds our value.
+// extendScript renews the lease while the key still holds our value, and
+// takes it again when it is gone (a Redis restart without persistence, an
+// eviction): nobody else holds it then, so we are still the only writer.
+// It returns 0 only when another holder has the key.
 var extendScript = goredis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if v == false then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 2
+end
+return 0`)
+
+// takeoverScript replaces a lock left by an earlier process of the same
+// run (killed before it could release it) if it is still that value.
+var takeoverScript = goredis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
 end
 return 0`)
 
@@ -60,14 +77,7 @@ func (s *Sink) Lock(ctx context.Context, run sinks.RunInfo, holder sinks.Holder)
 			return nil, s.cfg.sanitize("lock: SET NX "+key, err)
 		}
 		if ok {
-			l := &redisLock{s: s, key: key, value: string(raw), ttl: ttl, lost: make(chan struct{}),
-				stop: make(chan struct{}), done: make(chan struct{})}
-			go l.renew(start.Add(ttl))
-			s.activeMu.Lock()
-			s.locks[l] = true
-			s.activeMu.Unlock()
-			s.log.Info("redis namespace locked", "key", key, "run", run.RunID)
-			return l, nil
+			return s.held(key, string(raw), ttl, start, run), nil
 		}
 		other, err := s.client.Get(ctx, key).Result()
 		if errors.Is(err, goredis.Nil) {
@@ -80,9 +90,34 @@ func (s *Sink) Lock(ctx context.Context, run sinks.RunInfo, holder sinks.Holder)
 		if err := json.Unmarshal([]byte(other), &v); err != nil {
 			return nil, fmt.Errorf("redis sink: lock %s on %s is held by something that is not precog (%q): %w", key, s.cfg.where(), other, err)
 		}
-		return nil, &sinks.LockedError{Sink: "redis", Target: key + " on " + s.cfg.where(), Holder: v.Holder}
+		if v.Holder.RunID != run.RunID {
+			return nil, &sinks.LockedError{Sink: "redis", Target: key + " on " + s.cfg.where(), Holder: v.Holder}
+		}
+		// An earlier process of this same run holds it: it died without
+		// releasing (a run is resumed by one process at a time), so take
+		// the lock over instead of waiting for its lease to lapse.
+		n, err := takeoverScript.Run(ctx, s.client, []string{key}, other, raw, ttl.Milliseconds()).Int()
+		if err != nil {
+			return nil, s.cfg.sanitize("lock: take over "+key, err)
+		}
+		if n == 1 {
+			s.log.Info("took over the lock of an earlier process of the run", "key", key, "run", run.RunID, "pid", v.Holder.PID)
+			return s.held(key, string(raw), ttl, start, run), nil
+		}
 	}
 	return nil, fmt.Errorf("redis sink: lock %s on %s: changing hands too fast to take", key, s.cfg.where())
+}
+
+// held starts renewing a lock just taken at start.
+func (s *Sink) held(key, value string, ttl time.Duration, start time.Time, run sinks.RunInfo) *redisLock {
+	l := &redisLock{s: s, key: key, value: value, ttl: ttl, lost: make(chan struct{}),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	go l.renew(start.Add(ttl))
+	s.activeMu.Lock()
+	s.locks[l] = true
+	s.activeMu.Unlock()
+	s.log.Info("redis namespace locked", "key", key, "run", run.RunID)
+	return l
 }
 
 // redisLock is a held namespace lock and its renewer.
@@ -146,6 +181,9 @@ func (l *redisLock) renew(deadline time.Time) {
 			l.markLost("the lock was taken over or deleted")
 			return
 		default:
+			if n == 2 {
+				l.s.log.Warn("redis lock was gone (server restarted or evicted it); took it again", "key", l.key)
+			}
 			deadline = start.Add(l.ttl)
 			expire.Reset(time.Until(deadline))
 		}

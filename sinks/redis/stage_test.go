@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -230,4 +231,53 @@ func TestLock(t *testing.T) {
 	if v := c.Get(ctx, rs.Prefix+":lock").Val(); !strings.Contains(v, "intruder") {
 		t.Fatalf("Release deleted another's lock: %q", v)
 	}
+}
+
+// TestLockSurvivesRestartAndResume: a lock the server lost (a restart
+// without persistence) is taken again at the next renewal instead of
+// stopping the run; a lock left by a killed earlier process of the same run
+// is taken over at once, while another run's is refused.
+func TestLockSurvivesRestartAndResume(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rs := testservers.Redis(t)
+	c := rs.Client(t)
+	s1 := newTestSink(t, rs, nil)
+	s1.lockTTL = 600 * time.Millisecond
+	run := testRun("v1")
+	l1, err := s1.Lock(ctx, run, sinks.ThisProcess(run))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Del(ctx, rs.Prefix+":lock") // what a restart without persistence does
+	time.Sleep(time.Second)
+	select {
+	case <-l1.Lost():
+		t.Fatal("the lock was declared lost although nobody else took it")
+	default:
+	}
+	if v := c.Get(ctx, rs.Prefix+":lock").Val(); !strings.Contains(v, run.RunID) {
+		t.Fatalf("the lock was not taken again: %q", v)
+	}
+	// The process dies without releasing; a new process of the same run
+	// takes over at once, a process of another run is refused.
+	l1.(*redisLock).frozen.Store(true)
+	s2 := newTestSink(t, rs, nil)
+	other := testRun("v2")
+	h := sinks.ThisProcess(other)
+	h.PID++
+	var le *sinks.LockedError
+	if _, err := s2.Lock(ctx, other, h); !errors.As(err, &le) {
+		t.Fatalf("another run's Lock = %v, want a LockedError", err)
+	}
+	resumed := sinks.ThisProcess(run)
+	resumed.PID += 2
+	l2, err := s2.Lock(ctx, run, resumed)
+	if err != nil {
+		t.Fatalf("the same run's new process could not take over: %v", err)
+	}
+	if v := c.Get(ctx, rs.Prefix+":lock").Val(); !strings.Contains(v, fmt.Sprintf(`"pid":%d`, resumed.PID)) {
+		t.Fatalf("lock after takeover: %q", v)
+	}
+	_ = l2.Release(ctx)
 }
