@@ -195,6 +195,12 @@ func removeOwned(dir string) error {
 	if err != nil {
 		return err
 	}
+	// _SUCCESS and the marker go first: a reader still holding the old
+	// directory then finds it incomplete and retries, never a version that
+	// lost part of its files.
+	slices.SortStableFunc(names, func(a, b string) int {
+		return boolRank(b == SuccessFile || b == MarkerFile) - boolRank(a == SuccessFile || a == MarkerFile)
+	})
 	var foreign []string
 	for _, n := range names {
 		p := filepath.Join(dir, n)
@@ -224,6 +230,13 @@ func removeOwned(dir string) error {
 		return err
 	}
 	return nil
+}
+
+func boolRank(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // writeMarker writes the marker and _SUCCESS of run into dir (staging).

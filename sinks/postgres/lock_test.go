@@ -38,7 +38,7 @@ func TestLockTakeoverAfterExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.Close() // the process dies: no renewal, no release
+	a.Close()                                  // the process dies: no renewal, no release
 	other := sinktest.NewRun("v2", false, nil) // another run of the same target
 	hb := sinks.ThisProcess(other)
 	hb.PID++
