@@ -50,6 +50,10 @@ type LocalOptions struct {
 	ProgressEvery time.Duration
 	// Lease is how long a claimed shard stays leased without a heartbeat.
 	Lease time.Duration
+	// StallTimeout fails a shard attempt whose row count has not moved for
+	// this long although its heartbeats continue (a hung read or model).
+	// Default 10m.
+	StallTimeout time.Duration
 	// Sinks, when set, replace the spec's sinks (embedding precog, tests).
 	// RunLocal does not close them.
 	Sinks []sinks.Sink
@@ -106,6 +110,9 @@ func (o LocalOptions) withDefaults() LocalOptions {
 	}
 	if o.ProgressEvery <= 0 {
 		o.ProgressEvery = 200 * time.Millisecond
+	}
+	if o.StallTimeout <= 0 {
+		o.StallTimeout = DefaultStallTimeout
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -185,12 +192,7 @@ func RunLocal(ctx context.Context, spec *jobs.Spec, opts LocalOptions) (Result, 
 }
 
 // policy is how transient store errors are retried (retry.transient_window).
-func (lr *localRun) policy() retry.Policy {
-	if w := lr.job.Spec.Retry.TransientWindow.Duration; w > 0 {
-		return retry.Policy{Window: w}
-	}
-	return retry.Policy{Window: -1}
-}
+func (lr *localRun) policy() retry.Policy { return policyOf(lr.job.Spec) }
 
 // runAndPublish holds the sinks' locks while it prepares them, executes the
 // shards, stages and publishes.
@@ -484,7 +486,8 @@ func runShards(ctx context.Context, led ledger.Ledger, job *Job, snks []sinks.Si
 					return
 				}
 				began := time.Now()
-				counts, err := execWithLease(ctx, led, job, snks, info, run, sh, worker, opts, stats, onRows)
+				counts, err := runAttempt(ctx, attempt{led: led, job: job, snks: snks, info: info, run: run, shard: sh, worker: worker,
+					lease: opts.Lease, stall: opts.StallTimeout, rejectsDir: filepath.Join(opts.StateDir, "rejects", run.ID), stats: stats, onRows: onRows})
 				switch {
 				case err == nil:
 					streak.reset()
@@ -585,42 +588,6 @@ func (s *transientStreak) retry(ctx context.Context, _ error) bool {
 }
 
 func (s *transientStreak) reset() { s.first, s.n = time.Time{}, 0 }
-
-// execWithLease runs one shard attempt while heartbeating its lease; a lost
-// lease cancels the attempt before it can commit.
-func execWithLease(ctx context.Context, led ledger.Ledger, job *Job, snks []sinks.Sink, info sinks.RunInfo, run jobs.Run,
-	sh jobs.Shard, worker string, opts LocalOptions, stats *StageStats, onRows func(int64)) (jobs.Counts, error) {
-	sctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	go func() {
-		t := time.NewTicker(opts.Lease / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-sctx.Done():
-				return
-			case <-t.C:
-				if err := led.Heartbeat(sctx, run.ID, sh.Index, worker, opts.Lease); err != nil && sctx.Err() == nil {
-					cancel(fmt.Errorf("shard %d: heartbeat: %w", sh.Index, err))
-					return
-				}
-			}
-		}
-	}()
-	rejects := newRejectFile(filepath.Join(opts.StateDir, "rejects", run.ID), sh.Index)
-	counts, err := job.ExecShard(sctx, ShardTask{Run: info, Shard: sh, Sinks: snks, Rejects: rejects, ComputedAt: run.CreatedAt, OnRows: onRows, Stats: stats})
-	if err == nil && sctx.Err() != nil {
-		err = context.Cause(sctx)
-	}
-	if err != nil {
-		rejects.abort()
-		return counts, fmt.Errorf("shard %d: %w", sh.Index, err)
-	}
-	if err := rejects.commit(); err != nil {
-		return counts, fmt.Errorf("shard %d: rejects: %w", sh.Index, err)
-	}
-	return counts, nil
-}
 
 // abortRun marks the run failed and removes what it wrote from every sink.
 func abortRun(ctx context.Context, led ledger.Ledger, snks []sinks.Sink, info sinks.RunInfo, cause error, log *slog.Logger) {

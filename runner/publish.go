@@ -148,3 +148,65 @@ func lockAll(ctx context.Context, snks []sinks.Sink, info sinks.RunInfo) (contex
 	}
 	return ctx, release, nil
 }
+
+// publishDeps is what the cluster publish step needs.
+type publishDeps struct {
+	led  ledger.Ledger
+	snks []sinks.Sink
+	info sinks.RunInfo
+	spec *jobs.Spec
+	log  *slog.Logger
+}
+
+// publishStep is a cluster run's publish, run by the one worker holding its
+// publish lease: the sinks' locks, the reject limit over the whole run,
+// phase one on every sink, then phase two. It returns the terminal state to
+// record, or "" when the run is not finished: lost shards were sent back to
+// be recomputed, or a transient failure leaves the lease to lapse so that
+// another worker retries.
+func publishStep(ctx context.Context, d publishDeps) (jobs.RunState, string) {
+	policy := policyOf(d.spec)
+	fail := func(err error) (jobs.RunState, string) {
+		msg := fmt.Sprintf("nothing was published: %v", err)
+		for _, s := range d.snks {
+			if aerr := s.Abort(context.WithoutCancel(ctx), d.info); aerr != nil {
+				d.log.Warn("abort sink", "sink", s.Name(), "run", d.info.RunID, "err", aerr)
+			}
+		}
+		return jobs.RunFailed, msg
+	}
+	run, err := d.led.Run(ctx, d.info.RunID)
+	if err != nil {
+		d.log.Warn("publish: read run", "run", d.info.RunID, "err", err)
+		return "", ""
+	}
+	if max := d.spec.MaxRejected(); float64(run.Counts.Rejected) > max*float64(run.Counts.RowsIn) {
+		return fail(fmt.Errorf("%w: %d of %d rows rejected, more than max_rejected_fraction %g", ErrTooManyRejects, run.Counts.Rejected, run.Counts.RowsIn, max))
+	}
+	lctx, unlock, err := lockAll(ctx, d.snks, d.info)
+	if err != nil {
+		d.log.Warn("publish: a sink target is locked; retrying later", "run", d.info.RunID, "err", err)
+		return "", ""
+	}
+	defer unlock()
+	err = stageAll(lctx, d.led, d.snks, d.info, policy)
+	var lost *errLost
+	switch {
+	case errors.As(err, &lost):
+		d.log.Warn("sinks lost committed shards; recomputing them before anything is published", "run", d.info.RunID, "shards", lost.shards, "causes", lost.causes)
+		if err := d.led.Reopen(ctx, d.info.RunID, lost.shards, lost.Error()); err != nil {
+			d.log.Warn("publish: reopen lost shards", "run", d.info.RunID, "err", err)
+		}
+		return "", ""
+	case errors.Is(err, ErrDuplicateKeys) || retry.Classify(err) == retry.Permanent:
+		return fail(err)
+	case err != nil:
+		d.log.Warn("publish: stage failed; another attempt follows", "run", d.info.RunID, "err", err)
+		return "", ""
+	}
+	if err := publishAll(lctx, d.snks, d.info, policy, d.log); err != nil {
+		d.log.Warn("publish failed; another attempt follows", "run", d.info.RunID, "err", err)
+		return "", ""
+	}
+	return jobs.RunSucceeded, ""
+}

@@ -1,0 +1,96 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/sinks"
+)
+
+// DefaultStallTimeout is how long a shard attempt may make no progress
+// (no rows read) while its heartbeats continue before it is failed and
+// retried: a hung read or model must not hold a run at 99%.
+const DefaultStallTimeout = 10 * time.Minute
+
+// attempt is one shard attempt under a lease: what runAttempt needs.
+type attempt struct {
+	led    ledger.Ledger
+	job    *Job
+	snks   []sinks.Sink
+	info   sinks.RunInfo
+	run    jobs.Run
+	shard  jobs.Shard
+	worker string
+	// lease is renewed every lease/3 (and at once on kick).
+	lease time.Duration
+	// stall fails the attempt when no row was read for this long.
+	stall      time.Duration
+	rejectsDir string
+	stats      *StageStats
+	onRows     func(int64)
+	// kick, when it receives, makes the heartbeat run at once (a cancel
+	// notice: learn within a moment that the run was cancelled).
+	kick <-chan struct{}
+}
+
+// errStalled: the attempt made no progress for the stall timeout.
+var errStalled = errors.New("no progress")
+
+// runAttempt executes one shard attempt while heartbeating its lease and
+// watching its progress. A lost lease (another worker took the shard over,
+// or the run was cancelled) or a stall cancels the attempt before it can
+// commit.
+func runAttempt(ctx context.Context, a attempt) (jobs.Counts, error) {
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var lastRows atomic.Int64
+	lastRows.Store(time.Now().UnixNano())
+	go a.keepAlive(sctx, cancel, &lastRows)
+	rejects := newRejectFile(a.rejectsDir, a.shard.Index)
+	onRows := func(n int64) {
+		lastRows.Store(time.Now().UnixNano())
+		if a.onRows != nil {
+			a.onRows(n)
+		}
+	}
+	counts, err := a.job.ExecShard(sctx, ShardTask{Run: a.info, Shard: a.shard, Sinks: a.snks, Rejects: rejects,
+		ComputedAt: a.run.CreatedAt, OnRows: onRows, Stats: a.stats})
+	if err == nil && sctx.Err() != nil {
+		err = context.Cause(sctx)
+	}
+	if err != nil {
+		rejects.abort()
+		return counts, fmt.Errorf("shard %d: %w", a.shard.Index, err)
+	}
+	if err := rejects.commit(); err != nil {
+		return counts, fmt.Errorf("shard %d: rejects: %w", a.shard.Index, err)
+	}
+	return counts, nil
+}
+
+// keepAlive heartbeats the lease and runs the stall watchdog until ctx ends.
+func (a attempt) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, lastRows *atomic.Int64) {
+	t := time.NewTicker(a.lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-a.kick:
+		}
+		if err := a.led.Heartbeat(ctx, a.run.ID, a.shard.Index, a.worker, a.lease); err != nil && ctx.Err() == nil {
+			cancel(fmt.Errorf("shard %d: heartbeat: %w", a.shard.Index, err))
+			return
+		}
+		if idle := time.Since(time.Unix(0, lastRows.Load())); a.stall > 0 && idle > a.stall {
+			cancel(fmt.Errorf("shard %d: %w for %s (stall_timeout); the attempt is abandoned and retried", a.shard.Index, errStalled, idle.Round(time.Second)))
+			return
+		}
+	}
+}

@@ -1,0 +1,150 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/precog-ml/precog/internal/retry"
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/sinks"
+)
+
+// openRun is a run made ready on this worker: its spec parsed from the
+// ledger (secrets from this worker's environment), source, model and sinks
+// open, sinks prepared.
+type openRun struct {
+	key  string
+	job  *Job
+	snks []sinks.Sink
+	info sinks.RunInfo
+	refs int
+	used time.Time
+}
+
+func (o *openRun) close() {
+	for _, s := range o.snks {
+		s.Close()
+	}
+	if o.job != nil {
+		o.job.Close()
+	}
+}
+
+// runCache keeps the runs a worker executes open across shards (the model
+// loads once per run and device), least recently used first out, bounded.
+type runCache struct {
+	mu   sync.Mutex
+	max  int
+	runs map[string]*openRun
+	log  *slog.Logger
+}
+
+func newRunCache(max int, log *slog.Logger) *runCache {
+	return &runCache{max: max, runs: map[string]*openRun{}, log: log}
+}
+
+// open returns the run made ready for device; the caller releases it.
+func (c *runCache) open(ctx context.Context, run jobs.Run, device string) (*openRun, error) {
+	key := run.ID + "|" + device
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if o, ok := c.runs[key]; ok {
+		o.refs++
+		o.used = time.Now()
+		return o, nil
+	}
+	o, err := openRunFor(ctx, run, device)
+	if err != nil {
+		return nil, err
+	}
+	o.key, o.refs, o.used = key, 1, time.Now()
+	c.runs[key] = o
+	c.evict()
+	return o, nil
+}
+
+// release gives back a run open returned (nil is fine).
+func (c *runCache) release(o *openRun) {
+	if o == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o.refs--
+	c.evict()
+}
+
+// evict closes least recently used runs nobody uses beyond the bound.
+func (c *runCache) evict() {
+	for len(c.runs) > c.max {
+		var oldest *openRun
+		for _, o := range c.runs {
+			if o.refs == 0 && (oldest == nil || o.used.Before(oldest.used)) {
+				oldest = o
+			}
+		}
+		if oldest == nil {
+			return
+		}
+		delete(c.runs, oldest.key)
+		oldest.close()
+	}
+}
+
+func (c *runCache) closeAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, o := range c.runs {
+		o.close()
+		delete(c.runs, k)
+	}
+}
+
+// openRunFor parses the run's recorded spec with this worker's environment,
+// opens its source, model (on device) and sinks, checks that the model
+// file here is the one the run was submitted with, and prepares the sinks.
+func openRunFor(ctx context.Context, run jobs.Run, device string) (*openRun, error) {
+	if len(run.Spec) == 0 {
+		return nil, fmt.Errorf("run %s recorded no job spec", run.ID)
+	}
+	spec, err := jobs.Parse(run.Spec, run.SpecFile, run.Params, os.LookupEnv)
+	if err != nil {
+		return nil, fmt.Errorf("run %s: its job spec does not load here: %w", run.ID, err)
+	}
+	spec.Model.Device = device
+	job, err := OpenJob(ctx, spec)
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w", run.ID, err)
+	}
+	o := &openRun{job: job}
+	if v := job.Model.Version(); v != run.ModelVersion {
+		o.close()
+		return nil, fmt.Errorf("run %s: the model file %s here has version %s, but the run was submitted with %s: refusing its shards",
+			run.ID, spec.Model.Path, v, run.ModelVersion)
+	}
+	if o.snks, err = OpenSinks(ctx, spec); err != nil {
+		o.close()
+		return nil, fmt.Errorf("run %s: %w", run.ID, err)
+	}
+	o.info = sinks.RunInfo{Job: spec.Name, RunID: run.ID, Version: run.Version, Params: spec.Params, Schema: job.Output, Key: spec.Source.Key}
+	policy := policyOf(spec)
+	for _, s := range o.snks {
+		if err := policy.Do(ctx, func(ctx context.Context) error { return s.Prepare(ctx, o.info) }); err != nil {
+			o.close()
+			return nil, fmt.Errorf("run %s: sink %s: prepare: %w", run.ID, s.Name(), err)
+		}
+	}
+	return o, nil
+}
+
+// policyOf is how transient store errors are retried (retry.transient_window).
+func policyOf(spec *jobs.Spec) retry.Policy {
+	if w := spec.Retry.TransientWindow.Duration; w > 0 {
+		return retry.Policy{Window: w}
+	}
+	return retry.Policy{Window: -1}
+}

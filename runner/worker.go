@@ -1,0 +1,299 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/precog-ml/precog/internal/retry"
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
+)
+
+// WorkerOptions configures a pool worker (`precog worker`).
+type WorkerOptions struct {
+	// Pool is the worker pool whose runs this worker executes ("default").
+	Pool string
+	// Devices run one claim loop each ("cpu", "cuda:0", …). Default cpu.
+	Devices []string
+	// ID names the worker in leases, logs and status (default host-pid);
+	// each claim loop appends its device.
+	ID string
+	// Lease is how long a claimed shard stays leased without a heartbeat.
+	Lease time.Duration
+	// PublishLease bounds the publish step without a heartbeat.
+	PublishLease time.Duration
+	// DrainTimeout is how long in-flight shards may run on after the worker
+	// is told to stop (SIGTERM) before they are released.
+	DrainTimeout time.Duration
+	// StallTimeout fails an attempt that read no row for this long.
+	StallTimeout time.Duration
+	// StateDir holds the rejects this worker writes.
+	StateDir string
+	// OpenRuns bounds the runs kept open (model sessions, sinks) per
+	// device: a small LRU, so a backfill of many dates loads its model once
+	// per run at most and memory stays bounded. Default 4.
+	OpenRuns int
+	Logger   *slog.Logger
+	// OnShard, when set, is called after each shard attempt (metrics).
+	OnShard func(ShardEvent)
+}
+
+// ShardEvent reports one finished shard attempt.
+type ShardEvent struct {
+	Run, Worker string
+	Shard       int
+	Outcome     string // committed | released | failed | lost
+	Counts      jobs.Counts
+	Duration    time.Duration
+	Stats       *StageStats
+}
+
+func (o WorkerOptions) withDefaults() WorkerOptions {
+	if o.Pool == "" {
+		o.Pool = jobs.DefaultPool
+	}
+	if len(o.Devices) == 0 {
+		o.Devices = []string{"cpu"}
+	}
+	if o.ID == "" {
+		host, _ := os.Hostname()
+		o.ID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if o.Lease <= 0 {
+		o.Lease = 30 * time.Second
+	}
+	if o.PublishLease <= 0 {
+		o.PublishLease = time.Minute
+	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = time.Minute
+	}
+	if o.StallTimeout <= 0 {
+		o.StallTimeout = DefaultStallTimeout
+	}
+	if o.StateDir == "" {
+		o.StateDir = ".precog"
+	}
+	if o.OpenRuns <= 0 {
+		o.OpenRuns = 4
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// Worker executes shards of any run in its pool, through the cluster
+// ledger: the same shard pipeline and two-phase publish as `precog run`.
+type Worker struct {
+	led  ledger.Cluster
+	opts WorkerOptions
+	log  *slog.Logger
+	runs *runCache
+}
+
+// NewWorker builds a worker over led.
+func NewWorker(led ledger.Cluster, opts WorkerOptions) *Worker {
+	opts = opts.withDefaults()
+	return &Worker{led: led, opts: opts, log: opts.Logger, runs: newRunCache(opts.OpenRuns*len(opts.Devices), opts.Logger)}
+}
+
+// Run claims and executes shards until ctx ends (SIGTERM): then it stops
+// claiming, lets in-flight shards finish within DrainTimeout, releases
+// what is left and returns nil.
+func (w *Worker) Run(ctx context.Context) error {
+	defer w.runs.closeAll()
+	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWork()
+	stopDrain := context.AfterFunc(ctx, func() {
+		w.log.Info("draining: no new shards; in-flight shards finish or are released", "drain_timeout", w.opts.DrainTimeout)
+		time.AfterFunc(w.opts.DrainTimeout, stopWork)
+	})
+	defer stopDrain()
+	var wg sync.WaitGroup
+	for _, dev := range w.opts.Devices {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.loop(ctx, work, dev)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// loop is one device's claim loop.
+func (w *Worker) loop(ctx, work context.Context, device string) {
+	id := w.opts.ID + "/" + device
+	wake := w.led.Wake(ctx, w.opts.Pool)
+	w.log.Info("worker ready", "worker", id, "pool", w.opts.Pool, "device", device)
+	failures := 0
+	for ctx.Err() == nil {
+		run, sh, err := w.led.ClaimNext(ctx, w.opts.Pool, id, w.opts.Lease)
+		switch {
+		case errors.Is(err, ledger.ErrNoShard):
+			failures = 0
+			w.publishDue(ctx, work, id)
+			select {
+			case <-ctx.Done():
+				return
+			case <-wake:
+			}
+			continue
+		case err != nil:
+			failures++
+			d := retry.Policy{}.Delay(failures)
+			w.log.Warn("claim failed; retrying", "worker", id, "err", err, "in", d)
+			sleepCtx(ctx, d)
+			continue
+		}
+		failures = 0
+		w.execute(work, id, device, run, sh, wake)
+	}
+}
+
+// execute runs one claimed shard and records its outcome; after the last
+// shard of its run it tries the publish step.
+func (w *Worker) execute(ctx context.Context, id, device string, run jobs.Run, sh jobs.Shard, wake <-chan struct{}) {
+	began := time.Now()
+	or, err := w.runs.open(ctx, run, device)
+	defer w.runs.release(or)
+	if err != nil {
+		// This worker cannot execute the run (model missing or different,
+		// spec no longer valid here): fail the attempt with the reason, so
+		// that status shows it and another worker may try.
+		msg := fmt.Sprintf("worker %s: %v", id, err)
+		w.log.Error("cannot execute shard", "run", run.ID, "shard", sh.Index, "worker", id, "err", err)
+		_ = w.led.Fail(context.WithoutCancel(ctx), run.ID, sh.Index, id, msg, true, maxAttemptsOf(or))
+		w.report(ShardEvent{Run: run.ID, Worker: id, Shard: sh.Index, Outcome: "failed", Duration: time.Since(began)})
+		return
+	}
+	stats := &StageStats{}
+	counts, err := runAttempt(ctx, attempt{led: w.led, job: or.job, snks: or.snks, info: or.info, run: run, shard: sh, worker: id,
+		lease: w.opts.Lease, stall: w.opts.StallTimeout, rejectsDir: filepath.Join(w.opts.StateDir, "rejects", run.ID), stats: stats, kick: wake})
+	ev := ShardEvent{Run: run.ID, Worker: id, Shard: sh.Index, Counts: counts, Duration: time.Since(began), Stats: stats}
+	bg := context.WithoutCancel(ctx)
+	switch {
+	case err == nil:
+		if err := w.led.Complete(bg, run.ID, sh.Index, id, counts); err != nil {
+			ev.Outcome = "lost" // another attempt committed first, or the run ended
+			w.log.Info("shard result not recorded", "run", run.ID, "shard", sh.Index, "worker", id, "err", err)
+			break
+		}
+		ev.Outcome = "committed"
+		w.log.Debug("shard committed", "run", run.ID, "shard", sh.Index, "worker", id, "rows_in", counts.RowsIn)
+		w.report(ev)
+		w.tryPublish(ctx, id, run.ID)
+		return
+	case errors.Is(err, ledger.ErrLeaseLost) || errors.Is(err, ledger.ErrRunFinished):
+		ev.Outcome = "lost"
+		w.log.Info("shard attempt stopped: lease lost or run finished", "run", run.ID, "shard", sh.Index, "worker", id, "err", err)
+	case ctx.Err() != nil:
+		ev.Outcome = "released"
+		_ = w.led.Release(bg, run.ID, sh.Index, id)
+	default:
+		ev.Outcome = "failed"
+		w.failShard(bg, id, or, run, sh, err)
+	}
+	w.report(ev)
+}
+
+// failShard records a failed attempt; a permanent error, or the last
+// attempt, fails the run: nothing is published and the sinks are cleaned.
+func (w *Worker) failShard(ctx context.Context, id string, or *openRun, run jobs.Run, sh jobs.Shard, err error) {
+	maxAttempts := maxAttemptsOf(or)
+	permanent := retry.Classify(err) == retry.Permanent
+	w.log.Warn("shard failed", "run", run.ID, "shard", sh.Index, "worker", id, "attempt", sh.Attempts, "max_attempts", maxAttempts, "err", err)
+	if ferr := w.led.Fail(ctx, run.ID, sh.Index, id, err.Error(), !permanent, maxAttempts); ferr != nil {
+		return // the lease was lost: another attempt owns the shard now
+	}
+	if permanent || sh.Attempts >= maxAttempts {
+		cause := fmt.Errorf("shard %d failed on worker %s after %d attempt(s): %w", sh.Index, id, sh.Attempts, err)
+		endRun(ctx, w.led, or.snks, or.info, jobs.RunFailed, cause, w.log)
+	}
+}
+
+// publishDue picks up runs whose publisher died (or that nobody published).
+func (w *Worker) publishDue(ctx, work context.Context, id string) {
+	ids, err := w.led.PublishDue(ctx, w.opts.Pool)
+	if err != nil {
+		w.log.Warn("list runs due for publish", "err", err)
+		return
+	}
+	for _, runID := range ids {
+		w.tryPublish(work, id, runID)
+	}
+}
+
+// tryPublish runs the publish step of runID if this worker gets its lease
+// (the shards are all committed and nobody else publishes).
+func (w *Worker) tryPublish(ctx context.Context, id, runID string) {
+	run, err := w.led.ClaimPublish(ctx, runID, id, w.opts.PublishLease)
+	if err != nil {
+		if !errors.Is(err, ledger.ErrNoShard) && !errors.Is(err, ledger.ErrRunFinished) {
+			w.log.Warn("claim publish", "run", runID, "err", err)
+		}
+		return
+	}
+	or, err := w.runs.open(ctx, run, w.opts.Devices[0])
+	defer w.runs.release(or)
+	if err != nil {
+		w.log.Error("cannot publish run", "run", runID, "worker", id, "err", err)
+		return // the publish lease lapses; another worker takes it over
+	}
+	w.log.Info("publishing", "run", runID, "worker", id)
+	pctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		t := time.NewTicker(w.opts.PublishLease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-pctx.Done():
+				return
+			case <-t.C:
+				if err := w.led.HeartbeatPublish(pctx, runID, id, w.opts.PublishLease); err != nil && pctx.Err() == nil {
+					cancel(fmt.Errorf("publish lease: %w", err))
+					return
+				}
+			}
+		}
+	}()
+	state, msg := publishStep(pctx, publishDeps{led: w.led, snks: or.snks, info: or.info, spec: or.job.Spec, log: w.log})
+	if state == "" {
+		return // shards went back to be recomputed; their last commit publishes again
+	}
+	if err := w.led.FinishPublish(context.WithoutCancel(ctx), runID, id, state, msg); err != nil {
+		w.log.Warn("finish publish", "run", runID, "err", err)
+		return
+	}
+	w.log.Info("run finished", "run", runID, "state", state, "error", msg)
+}
+
+func (w *Worker) report(ev ShardEvent) {
+	if w.opts.OnShard != nil {
+		w.opts.OnShard(ev)
+	}
+}
+
+func maxAttemptsOf(or *openRun) int {
+	if or == nil || or.job == nil {
+		return jobs.DefaultMaxAttempts
+	}
+	return or.job.Spec.Retry.MaxAttempts
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
