@@ -428,26 +428,39 @@ func openOrCreateRun(ctx context.Context, led ledger.Ledger, job *Job, snks []si
 		return run, false, err
 	}
 
-	plans, err := job.Source.Plan(ctx, spec.Source.RowsPerShard)
+	run, shards, err := PlanRun(ctx, job)
 	if err != nil {
-		return run, false, fmt.Errorf("plan: %w", err)
-	}
-	version := newVersion()
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	run = jobs.Run{
-		ID: spec.Name + "-" + version, Job: spec.Name, Version: version, Params: spec.Params,
-		ParamsKey: paramsKey, SpecHash: spec.Hash(), ModelVersion: job.Model.Version(),
-		State: jobs.RunPending, Shards: len(plans), CreatedAt: now, UpdatedAt: now,
-		Spec: spec.Raw, SpecFile: spec.File,
-	}
-	shards := make([]jobs.Shard, len(plans))
-	for i, p := range plans {
-		shards[i] = jobs.Shard{RunID: run.ID, Index: i, Plan: p.Plan, EstRows: p.Rows, State: jobs.ShardPending, UpdatedAt: now}
+		return run, false, err
 	}
 	if err := led.CreateRun(ctx, run, shards); err != nil {
 		return run, false, err
 	}
 	return run, false, nil
+}
+
+// PlanRun plans a new run of job (from source metadata only) with a fresh
+// version: what `precog run` and `precog submit` store in the ledger. The
+// run records the spec as written (before ${ENV} expansion, so no secret
+// reaches the ledger), the model's version and the spec's pool and priority.
+func PlanRun(ctx context.Context, job *Job) (jobs.Run, []jobs.Shard, error) {
+	spec := job.Spec
+	plans, err := job.Source.Plan(ctx, spec.Source.RowsPerShard)
+	if err != nil {
+		return jobs.Run{}, nil, fmt.Errorf("plan: %w", err)
+	}
+	version := newVersion()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	run := jobs.Run{
+		ID: spec.Name + "-" + version, Job: spec.Name, Version: version, Params: spec.Params,
+		ParamsKey: jobs.ParamsKey(spec.Params), SpecHash: spec.Hash(), ModelVersion: job.Model.Version(),
+		State: jobs.RunPending, Shards: len(plans), CreatedAt: now, UpdatedAt: now,
+		Spec: spec.Raw, SpecFile: spec.File, Pool: spec.Pool, Priority: spec.Priority,
+	}
+	shards := make([]jobs.Shard, len(plans))
+	for i, p := range plans {
+		shards[i] = jobs.Shard{RunID: run.ID, Index: i, Plan: p.Plan, EstRows: p.Rows, State: jobs.ShardPending, UpdatedAt: now}
+	}
+	return run, shards, nil
 }
 
 // newVersion names a run's data in every sink: sortable UTC time plus a

@@ -92,6 +92,10 @@ var (
 		Name: "precog_shards_total",
 		Help: "Shard attempts by result: committed, failed, released (interrupted).",
 	}, []string{"result"})
+	claimSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "precog_worker_claim_seconds", Help: "Latency of one claim call to the ledger (a worker's ClaimNext).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+	})
 	shardSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "precog_shard_duration_seconds",
 		Help:    "Wall time of committed shard attempts.",
@@ -101,5 +105,5 @@ var (
 
 // Metrics are the batch runner's collectors, for a registry of the caller's.
 func Metrics() []prometheus.Collector {
-	return []prometheus.Collector{stageSeconds, rowsTotal, shardsTotal, shardSeconds}
+	return []prometheus.Collector{stageSeconds, rowsTotal, shardsTotal, shardSeconds, claimSeconds}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/precog-ml/precog/internal/retry"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/sinks"
 )
 
 // WorkerOptions configures a pool worker (`precog worker`).
@@ -135,7 +136,9 @@ func (w *Worker) loop(ctx, work context.Context, device string) {
 	w.log.Info("worker ready", "worker", id, "pool", w.opts.Pool, "device", device)
 	failures := 0
 	for ctx.Err() == nil {
+		began := time.Now()
 		run, sh, err := w.led.ClaimNext(ctx, w.opts.Pool, id, w.opts.Lease)
+		claimSeconds.Observe(time.Since(began).Seconds())
 		switch {
 		case errors.Is(err, ledger.ErrNoShard):
 			failures = 0
@@ -170,7 +173,11 @@ func (w *Worker) execute(ctx context.Context, id, device string, run jobs.Run, s
 		// that status shows it and another worker may try.
 		msg := fmt.Sprintf("worker %s: %v", id, err)
 		w.log.Error("cannot execute shard", "run", run.ID, "shard", sh.Index, "worker", id, "err", err)
-		_ = w.led.Fail(context.WithoutCancel(ctx), run.ID, sh.Index, id, msg, true, maxAttemptsOf(or))
+		bg := context.WithoutCancel(ctx)
+		if ferr := w.led.Fail(bg, run.ID, sh.Index, id, msg, true, maxAttemptsOf(or)); ferr == nil && sh.Attempts >= maxAttemptsOf(or) {
+			info := sinks.RunInfo{Job: run.Job, RunID: run.ID, Version: run.Version, Params: run.Params}
+			endRun(bg, w.led, nil, info, jobs.RunFailed, fmt.Errorf("shard %d: %s", sh.Index, msg), w.log)
+		}
 		w.report(ShardEvent{Run: run.ID, Worker: id, Shard: sh.Index, Outcome: "failed", Duration: time.Since(began)})
 		return
 	}
@@ -277,6 +284,13 @@ func (w *Worker) tryPublish(ctx context.Context, id, runID string) {
 }
 
 func (w *Worker) report(ev ShardEvent) {
+	shardsTotal.WithLabelValues(ev.Outcome).Inc()
+	if ev.Outcome == "committed" {
+		shardSeconds.Observe(ev.Duration.Seconds())
+		rowsTotal.WithLabelValues("read").Add(float64(ev.Counts.RowsIn))
+		rowsTotal.WithLabelValues("written").Add(float64(ev.Counts.RowsOut))
+		rowsTotal.WithLabelValues("rejected").Add(float64(ev.Counts.Rejected))
+	}
 	if w.opts.OnShard != nil {
 		w.opts.OnShard(ev)
 	}
