@@ -528,7 +528,7 @@ func runShards(ctx context.Context, led ledger.Ledger, job *Job, snks []sinks.Si
 					// data): fail at once with the cause.
 					shardsTotal.WithLabelValues("failed").Inc()
 					_ = led.Fail(ctx, run.ID, sh.Index, worker, err.Error(), false, maxAttempts)
-					cancel(fmt.Errorf("%w (a permanent error: not retried)", err))
+					cancel(fmt.Errorf("%w (a permanent error: not retried; nothing was published)", err))
 					return
 				case retry.Classify(err) == retry.Transient && streak.retry(ctx, err):
 					// A store restarting or a network blip: back off and try

@@ -81,6 +81,11 @@ func TestParquetNeverDeletesUserFiles(t *testing.T) {
 // except those listed in bad (row → key, nil for a null key) and huge (rows
 // whose features overflow the model into a non-finite score).
 func badRowsFile(t *testing.T, path string, n int, bad map[int]*string, huge map[int]bool) {
+	badRowsFileKeys(t, path, "user-", n, bad, huge)
+}
+
+// badRowsFileKeys is badRowsFile with keys prefix+row.
+func badRowsFileKeys(t *testing.T, path, prefix string, n int, bad map[int]*string, huge map[int]bool) {
 	t.Helper()
 	fields := []arrow.Field{{Name: "user_id", Type: arrow.BinaryTypes.String, Nullable: true}}
 	for i := range 16 {
@@ -98,7 +103,7 @@ func badRowsFile(t *testing.T, path string, n int, bad map[int]*string, huge map
 				kb.Append(*k)
 			}
 		} else {
-			kb.Append(fmt.Sprintf("user-%d", r))
+			kb.Append(fmt.Sprintf("%s%d", prefix, r))
 		}
 		for c := range 16 {
 			v := float32(math.Sin(float64(r*16 + c)))
@@ -189,17 +194,17 @@ func TestDuplicateKeyPublishesNothing(t *testing.T) {
 	rd := testservers.Redis(t)
 	ns := rd.Prefix + "dup"
 	dir := workdir(t)
-	// Two files (two shards) that share the key user-7.
-	badRowsFile(t, filepath.Join(dir, "in", "part-0.parquet"), 500, nil, nil)
-	badRowsFile(t, filepath.Join(dir, "in", "part-1.parquet"), 500, map[int]*string{0: strp("user-7")}, nil)
+	// Two files (two shards) that share one key, a-7.
+	badRowsFileKeys(t, filepath.Join(dir, "in", "part-0.parquet"), "a-", 500, nil, nil)
+	badRowsFileKeys(t, filepath.Join(dir, "in", "part-1.parquet"), "b-", 500, map[int]*string{0: strp("a-7")}, nil)
 	body := strings.NewReplacer("data/users/dt={{.date}}", "in", "out/scores/date={{.date}}", "out/dup").Replace(rankerSpec) +
 		"  postgres: { dsn: \"${TEST_DATABASE_URL}\", table: scores }\n" +
 		"  redis: { addr: \"${TEST_REDIS_ADDR}\", db: \"${TEST_REDIS_DB}\", namespace: \"${TEST_NS}\", ttl: 1h }\n"
 	spec := writeSpec(t, dir, "job.yaml", body)
 	env := []string{"TEST_DATABASE_URL=" + pg.DSN, "TEST_REDIS_ADDR=" + rd.Addr, fmt.Sprintf("TEST_REDIS_DB=%d", rd.DB), "TEST_NS=" + ns}
 	r := precogEnv(t, dir, env, "run", spec)
-	if r.code != 1 || !strings.Contains(r.stderr, `duplicate key "user-7"`) || !strings.Contains(r.stderr, "nothing was published") {
-		t.Fatalf("run with a key in two shards: exit %d, want 1 naming user-7:\n%s", r.code, r.stderr)
+	if r.code != 1 || !strings.Contains(r.stderr, `duplicate key "a-7"`) || !strings.Contains(r.stderr, "nothing was published") {
+		t.Fatalf("run with a key in two shards: exit %d, want 1 naming a-7:\n%s", r.code, r.stderr)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "out", "dup")); !os.IsNotExist(err) {
 		t.Errorf("parquet published although postgres failed to stage: %v", err)
