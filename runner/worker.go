@@ -43,6 +43,9 @@ type WorkerOptions struct {
 	Logger   *slog.Logger
 	// OnShard, when set, is called after each shard attempt (metrics).
 	OnShard func(ShardEvent)
+	// Run, when set, restricts the worker to that run's shards (`precog
+	// run --db` joining a run), and Run returns once the run is finished.
+	Run string
 }
 
 // ShardEvent reports one finished shard attempt.
@@ -137,12 +140,21 @@ func (w *Worker) loop(ctx, work context.Context, device string) {
 	failures := 0
 	for ctx.Err() == nil {
 		began := time.Now()
-		run, sh, err := w.led.ClaimNext(ctx, w.opts.Pool, id, w.opts.Lease)
+		run, sh, err := w.claim(ctx, id)
 		claimSeconds.Observe(time.Since(began).Seconds())
 		switch {
+		case w.opts.Run != "" && errors.Is(err, ledger.ErrRunFinished):
+			return
 		case errors.Is(err, ledger.ErrNoShard):
 			failures = 0
-			w.publishDue(ctx, work, id)
+			if w.opts.Run != "" {
+				w.tryPublish(work, id, w.opts.Run)
+				if r, err := w.led.Run(ctx, w.opts.Run); err == nil && r.State.Terminal() {
+					return
+				}
+			} else {
+				w.publishDue(ctx, work, id)
+			}
 			select {
 			case <-ctx.Done():
 				return
@@ -159,6 +171,22 @@ func (w *Worker) loop(ctx, work context.Context, device string) {
 		failures = 0
 		w.execute(work, id, device, run, sh, wake)
 	}
+}
+
+// claim leases the next shard: of any run of the pool, or of opts.Run only.
+func (w *Worker) claim(ctx context.Context, id string) (jobs.Run, jobs.Shard, error) {
+	if w.opts.Run == "" {
+		return w.led.ClaimNext(ctx, w.opts.Pool, id, w.opts.Lease)
+	}
+	sh, err := w.led.Claim(ctx, w.opts.Run, id, w.opts.Lease)
+	if err != nil {
+		return jobs.Run{}, sh, err
+	}
+	run, err := w.led.Run(ctx, w.opts.Run)
+	if err != nil {
+		_ = w.led.Release(context.WithoutCancel(ctx), w.opts.Run, sh.Index, id)
+	}
+	return run, sh, err
 }
 
 // execute runs one claimed shard and records its outcome; after the last
