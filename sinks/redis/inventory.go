@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -17,13 +18,15 @@ import (
 var _ sinks.Inventory = (*Sink)(nil)
 
 // Stored implements sinks.Inventory for `precog gc`: every version of the
-// namespace with a key record ({ns}:keys:{version}, a string) or a
-// shard-marker hash ({ns}:shards:{version}), found with SCAN on every
-// master. A version is Published when it is current or retained in
-// {ns}:versions. Record keys are never scanned, so a version is found only
-// through the bookkeeping precog writes for it; with publish: in_place only
-// the markers are (records are not kept by version, and a key record name
-// could be a user's entity key).
+// namespace whose shard-marker hash ({ns}:shards:{version}, which Prepare
+// creates with a "format" field before anything is written) exists, found
+// with SCAN on every master, with its key record ({ns}:keys:{version}) when
+// there is one. A version is Published when it is current or retained in
+// {ns}:versions. Record keys are never scanned, and a key by a bookkeeping
+// name that precog did not write that way (another type, no "format") is
+// not listed, so another application's keys are never taken for a version.
+// With publish: in_place only the markers are precog's to remove (records
+// are not kept by version).
 func (s *Sink) Stored(ctx context.Context, run sinks.RunInfo) ([]sinks.StoredVersion, error) {
 	cur, err := s.Current(ctx, run)
 	if err != nil {
@@ -37,90 +40,85 @@ func (s *Sink) Stored(ctx context.Context, run sinks.RunInfo) ([]sinks.StoredVer
 	if err != nil {
 		return nil, s.cfg.sanitize("list "+s.layout.GC(), err)
 	}
-	found := map[string]*versionKeys{}
-	// Each kind of bookkeeping key: its prefix before the version, and the
-	// Redis type precog writes it as.
-	type kind struct {
-		prefix, typ string
-		keyRecord   bool
+	prefix := strings.TrimSuffix(s.layout.Shards("x"), "x")
+	keys, err := s.scanAll(ctx, prefix+"*")
+	if err != nil {
+		return nil, err
 	}
-	kinds := []kind{{strings.TrimSuffix(s.layout.Shards("x"), "x"), "hash", false}}
-	if !s.layout.InPlace {
-		kinds = append(kinds, kind{strings.TrimSuffix(s.layout.Keys("x"), "x"), "string", true})
-	}
-	for _, k := range kinds {
-		keys, err := s.scanAll(ctx, k.prefix+"*")
+	var out []sinks.StoredVersion
+	for _, key := range keys {
+		v := strings.TrimPrefix(key, prefix)
+		if ValidVersion(v) != nil {
+			continue // not a name precog writes
+		}
+		fields, err := s.markers(ctx, key)
 		if err != nil {
 			return nil, err
 		}
-		for _, key := range keys {
-			v := strings.TrimPrefix(key, k.prefix)
-			if ValidVersion(v) != nil {
-				continue // not a name precog writes
-			}
-			typ, err := s.client.Type(ctx, key).Result()
-			if err != nil {
-				return nil, s.cfg.sanitize("TYPE "+key, err)
-			}
-			if typ != k.typ {
-				continue // a user's key (in_place entity key "shards:…")
-			}
-			if found[v] == nil {
-				found[v] = &versionKeys{}
-			}
-			if k.keyRecord {
-				found[v].keys = true
-			} else {
-				found[v].shards = true
-			}
+		if fields == nil {
+			continue // not precog's marker hash
 		}
-	}
-	out := make([]sinks.StoredVersion, 0, len(found))
-	for v, vk := range found {
-		what, err := s.describeVersion(ctx, v, vk, slices.Contains(expiring, v))
+		what, err := s.describeVersion(ctx, v, fields, slices.Contains(expiring, v))
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, sinks.StoredVersion{Version: v, Current: v == cur, Published: v == cur || slices.Contains(retained, v), What: what})
 	}
-	slices.SortFunc(out, func(a, b sinks.StoredVersion) int { return strings.Compare(a.Version, b.Version) })
 	return out, nil
 }
 
-// versionKeys is which bookkeeping keys a version has.
-type versionKeys struct{ keys, shards bool }
+// markers reads a shard-marker hash; nil when key is not one: another
+// type, or a hash with neither the "format" field Prepare writes nor only
+// shard markers.
+func (s *Sink) markers(ctx context.Context, key string) (map[string]string, error) {
+	typ, err := s.client.Type(ctx, key).Result()
+	if err != nil {
+		return nil, s.cfg.sanitize("TYPE "+key, err)
+	}
+	if typ != "hash" {
+		return nil, nil
+	}
+	fields, err := s.client.HGetAll(ctx, key).Result()
+	if err != nil {
+		return nil, s.cfg.sanitize("HGETALL "+key, err)
+	}
+	if _, ok := fields["format"]; ok {
+		return fields, nil
+	}
+	// in_place Prepare writes no "format": a hash of shard markers only.
+	for f, raw := range fields {
+		var m Marker
+		if _, err := strconv.Atoi(f); err != nil || json.Unmarshal([]byte(raw), &m) != nil || m.Nodes == nil {
+			return nil, nil
+		}
+	}
+	if len(fields) == 0 {
+		return nil, nil
+	}
+	return fields, nil
+}
 
 // describeVersion says what a version holds: the records its committed
 // shards' markers count, and the size of its key record.
-func (s *Sink) describeVersion(ctx context.Context, v string, vk *versionKeys, expiring bool) (string, error) {
-	var parts []string
-	if vk.shards {
-		fields, err := s.client.HGetAll(ctx, s.layout.Shards(v)).Result()
-		if err != nil {
-			return "", s.cfg.sanitize("HGETALL "+s.layout.Shards(v), err)
+func (s *Sink) describeVersion(ctx context.Context, v string, markers map[string]string, expiring bool) (string, error) {
+	var shards, rows int64
+	for f, raw := range markers {
+		var m Marker
+		if f == "format" || json.Unmarshal([]byte(raw), &m) != nil {
+			continue
 		}
-		var shards, rows int64
-		for f, raw := range fields {
-			var m Marker
-			if f == "format" || json.Unmarshal([]byte(raw), &m) != nil {
-				continue
-			}
-			shards++
-			rows += m.Rows
-		}
-		parts = append(parts, fmt.Sprintf("%d records in %d committed shards", rows, shards))
+		shards++
+		rows += m.Rows
 	}
-	if vk.keys {
-		n, err := s.client.StrLen(ctx, s.layout.Keys(v)).Result()
-		if err != nil {
-			return "", s.cfg.sanitize("STRLEN "+s.layout.Keys(v), err)
-		}
-		parts = append(parts, fmt.Sprintf("key record of %d bytes", n))
-	}
-	what := "keys " + s.layout.RecordPrefix(v) + "* (" + strings.Join(parts, ", ") + ")"
+	desc := fmt.Sprintf("%d records in %d committed shards", rows, shards)
 	if s.layout.InPlace {
-		what = "shard markers " + s.layout.Shards(v) + " (" + strings.Join(parts, ", ") + "; in_place records are not kept by version and stay)"
+		return "shard markers " + s.layout.Shards(v) + " (" + desc + "; in_place records are not kept by version and stay)", nil
 	}
+	n, err := s.client.StrLen(ctx, s.layout.Keys(v)).Result()
+	if err != nil {
+		return "", s.cfg.sanitize("STRLEN "+s.layout.Keys(v), err)
+	}
+	what := fmt.Sprintf("keys %s* (%s, key record of %d bytes)", s.layout.RecordPrefix(v), desc, n)
 	if expiring {
 		what += "; expired by retention, deletion unfinished"
 	}

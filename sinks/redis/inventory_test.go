@@ -68,7 +68,9 @@ func TestStoredKilledRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Set(ctx, ns+":shards:mine", "a user's string", 0)
-	c.Set(ctx, "other:keys:v9", "x", 0)
+	c.HSet(ctx, ns+":shards:theirs", "0", "a hash without precog's format field")
+	c.Set(ctx, ns+":keys:v9", "a string named like a key record", 0)
+	c.Set(ctx, "other:shards:v9", "x", 0)
 
 	sum, got := storedSummary(t, s)
 	if sum != "v2:retained v3:current v4:orphan v5:orphan" {
@@ -90,7 +92,7 @@ func TestStoredKilledRun(t *testing.T) {
 	}
 	checkVersion(t, c, ns, testRun("v2"), 20, 1)
 	checkVersion(t, c, ns, testRun("v3"), 20, 1)
-	for _, k := range []string{ns + ":shards:mine", "other:keys:v9"} {
+	for _, k := range []string{ns + ":shards:mine", ns + ":shards:theirs", ns + ":keys:v9", "other:shards:v9"} {
 		if c.Exists(ctx, k).Val() != 1 {
 			t.Errorf("another application's key %s was deleted", k)
 		}
