@@ -225,3 +225,29 @@ const (
 type Checker interface {
 	Check(ctx context.Context) error
 }
+
+// Inventory is implemented by sinks that can list every version of a job's
+// data they hold, published or not, so that `precog gc` can remove what no
+// run owns any more (the leftovers of killed runs). Abort of a listed
+// version removes its entries that are not Published and never anything
+// readers see.
+type Inventory interface {
+	// Stored lists what the sink holds for run's target (run.Job and
+	// run.Params pick it; the other fields are ignored): one entry per
+	// version and place. Only what precog created is listed, never a
+	// user's file, table or key.
+	Stored(ctx context.Context, run RunInfo) ([]StoredVersion, error)
+}
+
+// StoredVersion is one version's data in one place of a sink.
+type StoredVersion struct {
+	Version string
+	// Published: readers see it now, or retention keeps it as a rollback
+	// target. gc keeps it.
+	Published bool
+	// Current: readers see it now (implies Published).
+	Current bool
+	// What describes the data for people, with its approximate size:
+	// "run table public.scores__v1 (~12000 rows, 1.2 MB)".
+	What string
+}

@@ -188,6 +188,10 @@ func (e *foreignError) Error() string {
 // removed one by one, then the empty directory. Anything else stays, with
 // dir, and is reported as a *foreignError. A missing dir is fine.
 func removeOwned(dir string) error {
+	if fi, err := os.Lstat(dir); err == nil && !fi.IsDir() {
+		// A symlink or file by a precog name: precog made neither.
+		return &foreignError{Dir: filepath.Dir(dir), Names: []string{filepath.Base(dir)}}
+	}
 	names, err := readNames(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil

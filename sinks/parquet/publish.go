@@ -83,8 +83,10 @@ func cleanUp(dirs ...string) {
 }
 
 // Abort removes the run's staging directory, file by precog file; a
-// published run is untouched. A file precog did not write stays, and the
-// error names it.
+// published run is untouched. A directory its publish moved aside goes too
+// once the target exists again (while the target is missing it is the only
+// copy of the previous run, and stays). A file precog did not write stays,
+// and the error names it. It needs only the run's Job, Version and Params.
 func (s *Sink) Abort(ctx context.Context, run sinks.RunInfo) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -94,7 +96,12 @@ func (s *Sink) Abort(ctx context.Context, run sinks.RunInfo) error {
 		return err
 	}
 	if err := removeOwned(d.staging); err != nil {
-		return fmt.Errorf("parquet: abort run %s: %w", run.RunID, err)
+		return fmt.Errorf("parquet: abort run %s version %s: %w", run.RunID, run.Version, err)
+	}
+	if _, err := os.Lstat(d.target); err == nil {
+		if err := removeOwned(d.old); err != nil {
+			return fmt.Errorf("parquet: abort run %s version %s: %w", run.RunID, run.Version, err)
+		}
 	}
 	return nil
 }
