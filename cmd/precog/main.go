@@ -76,7 +76,7 @@ func run(args []string) int {
 	switch {
 	case errors.Is(err, runner.ErrInterrupted) || errors.Is(err, context.Canceled):
 		return exitInterrupted
-	case errors.Is(err, sinks.ErrUnreachable) || errors.Is(err, ledger.ErrBusy) || errors.As(err, &locked):
+	case errors.Is(err, sinks.ErrUnreachable) || errors.Is(err, ledger.ErrBusy) || errors.Is(err, errLedgerUnreachable) || errors.As(err, &locked):
 		return exitUnavailable
 	case errors.As(err, &inv):
 		return exitInvalid
