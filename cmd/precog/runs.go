@@ -263,3 +263,134 @@ directory: stop that process first (Ctrl-C or SIGTERM drains it).`,
 	cmd.Flags().DurationVar(&drain, "drain", time.Minute, "Postgres ledger: wait at most this long for workers to let go of the run's shards")
 	return cmd
 }
+
+// runReopener is the ledger method retry needs to take a failed cluster run
+// back up (the Postgres ledger does not have it yet; retry uses it as soon
+// as it does).
+type runReopener interface {
+	// RetryRun moves a failed run back to running, its error cleared and
+	// its failed shards pending with attempts reset, and wakes its pool;
+	// it returns the shards moved. A succeeded or cancelled run is
+	// ErrRunFinished; when (job, params) has another open run meanwhile,
+	// an *OpenRunError naming it.
+	RetryRun(ctx context.Context, runID string) (int, error)
+}
+
+func newRetryCmd(g *globals) *cobra.Command {
+	var (
+		db         string
+		wait       bool
+		noProgress bool
+		parallel   int
+	)
+	cmd := &cobra.Command{
+		Use:   "retry RUN",
+		Short: "Rerun a run's failed shards (its committed shards are kept)",
+		Long: `Rerun the failed shards of a run; its committed shards are kept.
+
+Postgres ledger (--db or PRECOG_DATABASE_URL): the failed shards go back to
+pending and the pool's workers pick them up; --wait follows the run as submit
+--wait does.
+
+Embedded ledger: the run is resumed on this machine with the spec it recorded
+(expanded with this environment), as precog run with its params would: failed
+shards are retried, the rest of the run executed and published.`,
+		Example: "  precog retry scores-20261101t040000-ab12\n  precog retry scores-20261101t040000-ab12 --db postgres://precog@db/precog --wait",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			led, err := openLedger(ctx, g, db)
+			if err != nil {
+				return err
+			}
+			r, _, err := loadRun(ctx, led, args[0])
+			if err != nil {
+				led.Close()
+				return err
+			}
+			if led.cluster == nil {
+				led.Close() // RunLocal opens the embedded ledger itself
+				return retryLocal(cmd, g, r, parallel, !noProgress)
+			}
+			defer led.Close()
+			if err := retryCluster(ctx, led, r, cmd.OutOrStdout()); err != nil || !wait {
+				return err
+			}
+			return waitRun(ctx, g, led, r.ID, !noProgress)
+		},
+	}
+	addDBFlag(cmd, &db)
+	cmd.Flags().BoolVar(&wait, "wait", false, "Postgres ledger: follow the run until it finishes; exit as precog run does")
+	cmd.Flags().BoolVar(&noProgress, "no-progress", false, "no progress bar, even on a terminal")
+	cmd.Flags().IntVar(&parallel, "parallel", 2, "embedded ledger: shards processed at once")
+	return cmd
+}
+
+// retryCluster puts a cluster run's failed shards back to pending.
+func retryCluster(ctx context.Context, led *openedLedger, r jobs.Run, out io.Writer) error {
+	var n int
+	var err error
+	switch {
+	case !r.State.Terminal():
+		n, err = led.RetryFailed(ctx, r.ID)
+	case r.State == jobs.RunFailed:
+		re, ok := led.Ledger.(runReopener)
+		if !ok {
+			return fmt.Errorf("run %s failed and this ledger cannot reopen a failed run yet; submit it again (a new run, every shard recomputed) with:\n  %s",
+				r.ID, commandLine(r.Params, "submit", r.SpecFile))
+		}
+		n, err = re.RetryRun(ctx, r.ID)
+	default:
+		return invalid(fmt.Errorf("run %s is %s: nothing to retry", r.ID, r.State))
+	}
+	var open *ledger.OpenRunError
+	switch {
+	case errors.As(err, &open):
+		return invalid(open)
+	case errors.Is(err, ledger.ErrRunFinished):
+		return invalid(fmt.Errorf("run %s finished meanwhile: nothing to retry: %w", r.ID, err))
+	case err != nil:
+		return err
+	case n == 0:
+		fmt.Fprintf(out, "run %s (%s) has no failed shards: nothing to retry\n", r.ID, r.State)
+	default:
+		fmt.Fprintf(out, "run %s: %d failed shard(s) back to pending; the %s pool's workers pick them up\n", r.ID, n, runview.FromAt(r, nil, time.Now()).Pool)
+	}
+	return nil
+}
+
+// retryLocal resumes an open run of the embedded ledger from the spec it
+// recorded: RunLocal retries its failed shards and finishes it.
+func retryLocal(cmd *cobra.Command, g *globals, r jobs.Run, parallel int, progress bool) error {
+	if r.State.Terminal() {
+		msg := fmt.Sprintf("run %s is %s: nothing to retry", r.ID, r.State)
+		if r.State == jobs.RunFailed && r.SpecFile != "" {
+			msg += "; start a new run with:\n  " + commandLine(r.Params, "run", r.SpecFile)
+		}
+		return invalid(errors.New(msg))
+	}
+	if len(r.Spec) == 0 {
+		return invalid(fmt.Errorf("run %s recorded no spec (made by an older precog): rerun its job with precog run and the same --param values", r.ID))
+	}
+	spec, err := jobs.Parse(r.Spec, r.SpecFile, r.Params, os.LookupEnv)
+	if err != nil {
+		return invalid(fmt.Errorf("run %s: its recorded spec (%s): %w", r.ID, r.SpecFile, err))
+	}
+	if parallel < 1 {
+		return invalid(fmt.Errorf("--parallel: must be >= 1 (got %d)", parallel))
+	}
+	g.runningJob()
+	bar := newProgressBar(os.Stderr, progress, g.log)
+	res, err := runner.RunLocal(cmd.Context(), spec, runner.LocalOptions{
+		StateDir: g.stateDir, Parallel: parallel, Logger: g.log, OnProgress: bar.update, ProgressEvery: bar.every(),
+	})
+	bar.finish()
+	if err != nil {
+		return err
+	}
+	if res.Run.ID != r.ID {
+		g.log.Warn("the run retried is not the one named", "named", r.ID, "ran", res.Run.ID)
+	}
+	printSummary(cmd, res)
+	return nil
+}
