@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -15,6 +16,8 @@ import (
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/ledger/postgres"
+	"github.com/precog-ml/precog/runner"
+	"github.com/precog-ml/precog/sinks"
 )
 
 var runIDRE = regexp.MustCompile(`^scores-\d{8}t\d{6}-[0-9a-f]{4}\n$`)
@@ -166,9 +169,22 @@ func TestClusterRunsStatusCancel(t *testing.T) {
 		t.Errorf("status of an unknown run: exit %d, %s", r.code, r.stderr)
 	}
 
-	// Staging the sink left a directory; cancel waits for worker-b's lease
-	// (2s) and removes it.
-	staging, _ := filepath.Glob(filepath.Join(dir, "out", "scores", "*"))
+	// A worker prepared the parquet sink (its staging directory); cancel
+	// waits for worker-b's lease (2s) and removes it.
+	prepareSinks(t, spec, id)
+	staged := func() []string {
+		var files []string
+		filepath.WalkDir(filepath.Join(dir, "out"), func(p string, d os.DirEntry, err error) error {
+			if err == nil && strings.Contains(p, id[len("scores-"):]) {
+				files = append(files, p)
+			}
+			return nil
+		})
+		return files
+	}
+	if len(staged()) == 0 {
+		t.Fatal("preparing the parquet sink staged nothing under out/ naming the run's version")
+	}
 	r = precog(t, dir, "cancel", id)
 	if r.code != 0 || !strings.Contains(r.stdout, "run "+id+" cancelled") || !strings.Contains(r.stdout, "parquet: removed the data of version") {
 		t.Fatalf("cancel: exit %d\n%s%s", r.code, r.stdout, r.stderr)
@@ -176,7 +192,9 @@ func TestClusterRunsStatusCancel(t *testing.T) {
 	if got, err := led.Run(ctx, id); err != nil || got.State != jobs.RunCancelled {
 		t.Errorf("after cancel: %+v, %v", got, err)
 	}
-	t.Logf("staging before cancel: %v", staging)
+	if left := staged(); len(left) > 0 {
+		t.Errorf("cancel left the run's staging behind: %v", left)
+	}
 	if err := led.Heartbeat(ctx, id, 1, "worker-b", time.Minute); err == nil {
 		t.Error("worker-b's heartbeat after cancel succeeded")
 	}
@@ -311,5 +329,32 @@ func TestClusterLedgerErrors(t *testing.T) {
 	r := precog(t, dir, "runs", "--db", pg.DSN)
 	if r.code != 1 || !strings.Contains(r.stderr, "upgrade precog") {
 		t.Errorf("runs on a newer schema: exit %d, %s", r.code, r.stderr)
+	}
+}
+
+// prepareSinks prepares the sinks of run id as a worker does before its
+// first shard.
+func prepareSinks(t *testing.T, specPath, id string) {
+	t.Helper()
+	ctx := context.Background()
+	spec, err := jobs.Load(specPath, map[string]string{"date": "2026-11-01"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := runner.OpenJob(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer job.Close()
+	snks, err := runner.OpenSinks(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := sinks.RunInfo{Job: spec.Name, RunID: id, Version: strings.TrimPrefix(id, spec.Name+"-"), Params: spec.Params, Schema: job.Output, Key: spec.Source.Key}
+	for _, s := range snks {
+		if err := s.Prepare(ctx, info); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
 	}
 }
