@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/precog-ml/precog/internal/clusterctl"
 	"github.com/precog-ml/precog/internal/runview"
 	"github.com/precog-ml/precog/internal/testservers"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/ledger/bolt"
 	"github.com/precog-ml/precog/jobs/ledger/postgres"
 	"github.com/precog-ml/precog/runner"
 	"github.com/precog-ml/precog/sinks"
@@ -356,5 +358,67 @@ func prepareSinks(t *testing.T, specPath, id string) {
 			t.Fatal(err)
 		}
 		s.Close()
+	}
+}
+
+// TestRetryEmbedded: retry of an open run of the embedded ledger with a
+// failed shard resumes that very run from the spec it recorded: the failed
+// shard is recomputed and the run published, equal to the reference.
+func TestRetryEmbedded(t *testing.T) {
+	t.Setenv(envDatabaseURL, "")
+	dir := workdir(t)
+	specPath := writeSpec(t, dir, "job.yaml", rankerSpec)
+	ctx := context.Background()
+	spec, err := jobs.Load(specPath, map[string]string{"date": "2026-11-01"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := runner.OpenJob(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plans, err := job.Source.Plan(ctx, spec.Source.RowsPerShard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, shards := clusterctl.NewRun(spec, clusterctl.RunOptions{ModelVersion: job.Model.Version(), Plans: plans})
+	job.Close()
+	if err := os.MkdirAll(filepath.Join(dir, ".precog"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	led, err := bolt.Open(filepath.Join(dir, ".precog", "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := led.CreateRun(ctx, run, shards); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := led.Claim(ctx, run.ID, "w", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := led.Fail(ctx, run.ID, 0, "w", "gpu fell off the bus", false, 3); err != nil {
+		t.Fatal(err)
+	}
+	led.Close()
+
+	r := precog(t, dir, "status", run.ID)
+	if r.code != 0 || !strings.Contains(r.stdout, "shard 0 (1 attempts): gpu fell off the bus") {
+		t.Fatalf("status (embedded): exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = precog(t, dir, "retry", run.ID)
+	if r.code != 0 || !strings.Contains(r.stdout, "run "+run.ID+" succeeded") || !strings.Contains(r.stdout, "4000 in, 4000 out") {
+		t.Fatalf("retry (embedded): exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	got := readScores(t, filepath.Join(dir, "out", "scores", "date=2026-11-01"))
+	if want := expectedScores(t, usersData, 0); len(got) != len(want) {
+		t.Errorf("retried run published %d rows, want %d", len(got), len(want))
+	}
+	r = precog(t, dir, "runs", "--json")
+	var runs []runview.Run
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &runs) != nil || len(runs) != 1 || runs[0].ID != run.ID || runs[0].State != "succeeded" {
+		t.Errorf("runs --json after retry: exit %d %s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := precog(t, dir, "retry", run.ID); r.code != 2 || !strings.Contains(r.stderr, "succeeded: nothing to retry") {
+		t.Errorf("retry of a succeeded run: exit %d, %s", r.code, r.stderr)
 	}
 }
