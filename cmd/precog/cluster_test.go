@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -420,5 +422,34 @@ func TestRetryEmbedded(t *testing.T) {
 	}
 	if r := precog(t, dir, "retry", run.ID); r.code != 2 || !strings.Contains(r.stderr, "succeeded: nothing to retry") {
 		t.Errorf("retry of a succeeded run: exit %d, %s", r.code, r.stderr)
+	}
+}
+
+// TestSubmitWaitInterrupted: Ctrl-C while submit --wait follows a run is
+// exit 130 and says that the run keeps going; the run is still open.
+func TestSubmitWaitInterrupted(t *testing.T) {
+	pg := testservers.Postgres(t)
+	dir := workdir(t)
+	spec := writeSpec(t, dir, "job.yaml", rankerSpec)
+	cmd := exec.Command(precogBin, "--state-dir", filepath.Join(dir, ".precog"), "submit", "--db", pg.DSN, spec, "--param", "date=2026-11-01", "--wait")
+	cmd.Dir = dir
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	led := clusterLedger(t, pg.DSN)
+	id := waitForRun(t, led)
+	time.Sleep(500 * time.Millisecond)
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 || stdout.String() != id+"\n" || !strings.Contains(stderr.String(), "the run keeps going on the workers") {
+		t.Fatalf("interrupted --wait: %v, stdout %q\n%s", err, stdout.String(), stderr.String())
+	}
+	if r, err := led.Run(context.Background(), id); err != nil || r.State != jobs.RunPending {
+		t.Errorf("run after the interrupted wait: %+v, %v", r, err)
 	}
 }
