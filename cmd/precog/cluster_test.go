@@ -453,3 +453,27 @@ func TestSubmitWaitInterrupted(t *testing.T) {
 		t.Errorf("run after the interrupted wait: %+v, %v", r, err)
 	}
 }
+
+// TestStatusWatch: status --watch (not a terminal) prints a line per change
+// until the run ends, exit 0 when it succeeded; on the embedded ledger it
+// is refused.
+func TestStatusWatch(t *testing.T) {
+	pg := testservers.Postgres(t)
+	dir := workdir(t)
+	spec := writeSpec(t, dir, "job.yaml", rankerSpec)
+	id := submit(t, dir, pg.DSN, spec, "--param", "date=2026-11-01")
+	led := clusterLedger(t, pg.DSN)
+	done := make(chan result, 1)
+	go func() { done <- precog(t, dir, "status", id, "--watch", "--db", pg.DSN) }()
+	time.Sleep(1500 * time.Millisecond)
+	fakeWorker(t, led, id, "")
+	r := <-done
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if r.code != 0 || len(lines) < 3 || !strings.Contains(lines[0], "pending rows 0/4000") || !strings.Contains(lines[len(lines)-1], "succeeded rows 4000/4000") {
+		t.Fatalf("status --watch: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	t.Setenv(envDatabaseURL, "")
+	if r := precog(t, dir, "status", id, "--watch"); r.code != 2 || !strings.Contains(r.stderr, "--watch follows runs of the Postgres ledger") {
+		t.Errorf("--watch on the embedded ledger: exit %d, %s", r.code, r.stderr)
+	}
+}

@@ -115,6 +115,9 @@ prints one object per change.`,
 				return err
 			}
 			defer led.Close()
+			if watch && led.cluster == nil {
+				return invalid(errors.New("--watch follows runs of the Postgres ledger (--db or PRECOG_DATABASE_URL); precog run shows its own progress"))
+			}
 			r, shards, err := loadRun(ctx, led, args[0])
 			if err != nil {
 				return err
@@ -126,9 +129,6 @@ prints one object per change.`,
 					return json.NewEncoder(w).Encode(v)
 				}
 				return runview.Detail{Run: v, Shards: shards}.Write(w)
-			}
-			if led.cluster == nil {
-				return invalid(errors.New("--watch follows runs of the Postgres ledger (--db or PRECOG_DATABASE_URL); precog run shows its own progress"))
 			}
 			return watchRun(ctx, led, r.ID, w, asJSON)
 		},
