@@ -3,8 +3,6 @@ package runner
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/precog-ml/precog/internal/clusterctl"
 	"github.com/precog-ml/precog/internal/retry"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
@@ -448,28 +447,10 @@ func PlanRun(ctx context.Context, job *Job) (jobs.Run, []jobs.Shard, error) {
 	if err != nil {
 		return jobs.Run{}, nil, fmt.Errorf("plan: %w", err)
 	}
-	version := newVersion()
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	run := jobs.Run{
-		ID: spec.Name + "-" + version, Job: spec.Name, Version: version, Params: spec.Params,
-		ParamsKey: jobs.ParamsKey(spec.Params), SpecHash: spec.Hash(), ModelVersion: job.Model.Version(),
-		State: jobs.RunPending, Shards: len(plans), CreatedAt: now, UpdatedAt: now,
-		Spec: spec.Raw, SpecFile: spec.File, Pool: spec.Pool, Priority: spec.Priority,
-	}
-	shards := make([]jobs.Shard, len(plans))
-	for i, p := range plans {
-		shards[i] = jobs.Shard{RunID: run.ID, Index: i, Plan: p.Plan, EstRows: p.Rows, State: jobs.ShardPending, UpdatedAt: now}
-	}
+	run, shards := clusterctl.NewRun(spec, clusterctl.RunOptions{ModelVersion: job.Model.Version(), Plans: plans})
 	return run, shards, nil
 }
 
-// newVersion names a run's data in every sink: sortable UTC time plus a
-// random suffix, lower-case so it is a valid identifier fragment everywhere.
-func newVersion() string {
-	var b [2]byte
-	_, _ = rand.Read(b[:])
-	return time.Now().UTC().Format("20060102t150405") + "-" + hex.EncodeToString(b[:])
-}
 
 // runShards claims and executes shards with opts.Parallel workers until none
 // is left. A shard whose attempts are spent leaves the run resumable.

@@ -76,7 +76,7 @@ func run(args []string) int {
 	switch {
 	case errors.Is(err, runner.ErrInterrupted) || errors.Is(err, context.Canceled):
 		return exitInterrupted
-	case errors.Is(err, sinks.ErrUnreachable) || errors.Is(err, ledger.ErrBusy) || errors.As(err, &locked):
+	case errors.Is(err, sinks.ErrUnreachable) || errors.Is(err, ledger.ErrBusy) || errors.Is(err, errLedgerUnreachable) || errors.As(err, &locked):
 		return exitUnavailable
 	case errors.As(err, &inv):
 		return exitInvalid
@@ -147,7 +147,7 @@ later), 130 interrupted (committed work kept; the same command resumes).`,
 		return cmd.Help()
 	}
 	root.AddCommand(newVersionCmd(), newRunCmd(g), newValidateCmd(g), newInspectCmd(g), newBackfillCmd(g), newRollbackCmd(g), newServeCmd(g),
-		newRunsCmd(g), newStatusCmd(g), newCancelCmd(g), newWorkerCmd(g), newGCCmd(g))
+		newRunsCmd(g), newStatusCmd(g), newCancelCmd(g), newSubmitCmd(g), newRetryCmd(g), newWorkerCmd(g), newGCCmd(g))
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return invalid(err) })
 	for _, c := range root.Commands() {
 		if c.Args != nil {

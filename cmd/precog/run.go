@@ -45,6 +45,7 @@ func newRunCmd(g *globals) *cobra.Command {
 		restart    bool
 		noProgress bool
 		metrics    string
+		db         string
 	)
 	cmd := &cobra.Command{
 		Use:   "run JOB.yaml [--param k=v]...",
@@ -71,6 +72,9 @@ fails only when they exceed max_rejected_fraction (default 0.01).`,
 			}
 			if parallel < 1 {
 				return invalid(fmt.Errorf("--parallel: must be >= 1 (got %d)", parallel))
+			}
+			if db != "" {
+				return runOnCluster(cmd, g, spec, args[0], db, parallel, !noProgress)
 			}
 			stopMetrics, err := serveMetrics(cmd.Context(), metrics, g.log)
 			if err != nil {
@@ -99,6 +103,7 @@ fails only when they exceed max_rejected_fraction (default 0.01).`,
 	cmd.Flags().IntVar(&parallel, "parallel", 2, "shards processed at once (2 hides each shard's start and commit behind another's work)")
 	cmd.Flags().BoolVar(&restart, "restart", false, "abandon an unfinished run whose spec or model changed and start a new one")
 	cmd.Flags().BoolVar(&noProgress, "no-progress", false, "no progress bar, even on a terminal")
+	cmd.Flags().StringVar(&db, "db", "", "use the Postgres ledger at this URL: join the open run of the job and params (workers may be on it) or create one, and work on it here; never printed")
 	cmd.Flags().StringVar(&metrics, "metrics-addr", "", "serve Prometheus metrics (rows, shards, stage busy time) on this address, e.g. :9090")
 	return cmd
 }

@@ -1,53 +1,39 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
+	"io"
+	"os"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
+	"github.com/precog-ml/precog/internal/clusterctl"
 	"github.com/precog-ml/precog/internal/runview"
+	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/jobs/ledger/bolt"
 	"github.com/precog-ml/precog/runner"
 )
 
-// openViews reads runs from the embedded ledger under --state-dir as views.
-func openViews(cmd *cobra.Command, g *globals, job string, limit int, id string) ([]runview.Run, error) {
-	led, err := bolt.Open(filepath.Join(g.stateDir, "ledger.db"))
-	if err != nil {
-		return nil, err
+// ledgerHelp says which ledger runs/status/cancel/retry read.
+const ledgerHelp = `With --db URL or PRECOG_DATABASE_URL they read the Postgres ledger of the
+cluster; without, the embedded ledger under --state-dir.`
+
+// loadRun reads one run and its shards, a clear invalid error when unknown.
+func loadRun(ctx context.Context, led *openedLedger, id string) (jobs.Run, []jobs.Shard, error) {
+	r, err := led.Run(ctx, id)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return r, nil, led.notFound(id)
+	} else if err != nil {
+		return r, nil, err
 	}
-	defer led.Close()
-	ctx := cmd.Context()
-	var runs []runview.Run
-	if id != "" {
-		r, err := led.Run(ctx, id)
-		if errors.Is(err, ledger.ErrNotFound) {
-			return nil, invalid(fmt.Errorf("run %s: not found in %s (see precog runs)", id, g.stateDir))
-		} else if err != nil {
-			return nil, err
-		}
-		shards, err := led.Shards(ctx, r.ID)
-		if err != nil {
-			return nil, err
-		}
-		return []runview.Run{runview.From(r, shards)}, nil
-	}
-	rs, err := led.Runs(ctx, job, limit)
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range rs {
-		shards, err := led.Shards(ctx, r.ID)
-		if err != nil {
-			return nil, err
-		}
-		runs = append(runs, runview.From(r, shards))
-	}
-	return runs, nil
+	shards, err := led.Shards(ctx, r.ID)
+	return r, shards, err
 }
 
 func newRunsCmd(g *globals) *cobra.Command {
@@ -55,28 +41,43 @@ func newRunsCmd(g *globals) *cobra.Command {
 		job    string
 		limit  int
 		asJSON bool
+		db     string
 	)
 	cmd := &cobra.Command{
 		Use:   "runs",
-		Short: "List runs, newest first: state, progress, shards, rejects, error",
-		Long: `List the runs recorded in the embedded ledger under --state-dir, newest first.
+		Short: "List runs, newest first: state, progress, rate, duration, shards, rejects, error",
+		Long: `List runs, newest first. ` + ledgerHelp + `
 
 --json prints an array of run objects (id, job, state, rows_done, rows_total,
 rejected, shards{pending,running,committed,failed}, scheduled_for, created_at,
-finished_at, error), the same shape as precog status RUN --json.`,
+finished_at, error, rows_per_s, duration_s), the same shape as precog status
+RUN --json.`,
 		Example: `  precog runs
   precog runs --job user-recs -n 5
+  precog runs --db postgres://precog@db/precog
   precog runs --json | jq '.[] | select(.state=="failed") | .id'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			runs, err := openViews(cmd, g, job, limit, "")
+			ctx := cmd.Context()
+			led, err := openLedger(ctx, g, db)
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				if runs == nil {
-					runs = []runview.Run{}
+			defer led.Close()
+			rs, err := led.Runs(ctx, job, limit)
+			if err != nil {
+				return err
+			}
+			now := time.Now()
+			runs := []runview.Run{}
+			for _, r := range rs {
+				shards, err := led.Shards(ctx, r.ID)
+				if err != nil {
+					return err
 				}
+				runs = append(runs, runview.FromAt(r, shards, now))
+			}
+			if asJSON {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(runs)
 			}
 			return runview.Table(cmd.OutOrStdout(), runs)
@@ -85,46 +86,165 @@ finished_at, error), the same shape as precog status RUN --json.`,
 	cmd.Flags().StringVar(&job, "job", "", "only this job's runs")
 	cmd.Flags().IntVarP(&limit, "limit", "n", 20, "at most this many runs (0: all)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for machines")
+	addDBFlag(cmd, &db)
 	return cmd
 }
 
 func newStatusCmd(g *globals) *cobra.Command {
-	var asJSON bool
+	var (
+		asJSON bool
+		watch  bool
+		db     string
+	)
 	cmd := &cobra.Command{
-		Use:     "status RUN",
-		Short:   "One run's state, progress, shards, rejects and error",
-		Example: "  precog status scores-20261101t040000-ab12\n  precog status scores-20261101t040000-ab12 --json",
+		Use:   "status RUN",
+		Short: "One run's state, progress, rate and ETA, shards, workers, errors",
+		Long: `One run: state, progress with rate and ETA, shards by state, the workers
+holding shards, the failed shards' errors and the run's error. ` + ledgerHelp + `
+
+--watch (Postgres ledger) redraws every second until the run finishes, then
+exits 0 if it succeeded and 1 if it failed or was cancelled; on a terminal it
+redraws in place, elsewhere it prints one line per change. With --json it
+prints one object per change.`,
+		Example: "  precog status scores-20261101t040000-ab12\n  precog status scores-20261101t040000-ab12 --json\n  precog status scores-20261101t040000-ab12 --watch --db postgres://precog@db/precog",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			runs, err := openViews(cmd, g, "", 0, args[0])
+			ctx := cmd.Context()
+			led, err := openLedger(ctx, g, db)
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(runs[0])
+			defer led.Close()
+			if watch && led.cluster == nil {
+				return invalid(errors.New("--watch follows runs of the Postgres ledger (--db or PRECOG_DATABASE_URL); precog run shows its own progress"))
 			}
-			return runview.Table(cmd.OutOrStdout(), runs)
+			r, shards, err := loadRun(ctx, led, args[0])
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if !watch {
+				v := runview.From(r, shards)
+				if asJSON {
+					return json.NewEncoder(w).Encode(v)
+				}
+				return runview.Detail{Run: v, Shards: shards}.Write(w)
+			}
+			return watchRun(ctx, led, r.ID, w, asJSON)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for machines")
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "redraw every second until the run finishes")
+	addDBFlag(cmd, &db)
 	return cmd
 }
 
+// watchRun follows a run until it is terminal: a redrawn detail view on a
+// terminal, else one line (or JSON object) per change. A run that did not
+// succeed is an error (exit 1).
+func watchRun(ctx context.Context, led *openedLedger, id string, w io.Writer, asJSON bool) error {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		tty = term.IsTerminal(int(f.Fd()))
+	}
+	last := ""
+	r, err := clusterctl.Follow(ctx, led, id, clusterctl.FollowOptions{
+		Every: time.Second,
+		OnPoll: func(s clusterctl.Snapshot) {
+			v := runview.FromAt(s.Run, s.Shards, s.At)
+			switch {
+			case asJSON:
+				b, _ := json.Marshal(v)
+				if line := string(b); changed(&last, stripClock(v)) {
+					fmt.Fprintln(w, line)
+				}
+			case tty:
+				var b strings.Builder
+				_ = runview.Detail{Run: v, Shards: s.Shards, Rate: s.Rate}.Write(&b)
+				fmt.Fprint(w, "\033[H\033[2J"+b.String())
+			default:
+				if changed(&last, stripClock(v)) {
+					fmt.Fprintln(w, watchLine(v, s.Rate))
+				}
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if r.State != jobs.RunSucceeded {
+		return fmt.Errorf("run %s %s: %s", r.ID, r.State, r.Error)
+	}
+	return nil
+}
+
+// stripClock is a view without the fields that change with the clock
+// alone, to tell whether anything happened.
+func stripClock(v runview.Run) string {
+	v.DurationS, v.RowsPerS = 0, 0
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func changed(last *string, now string) bool {
+	if *last == now {
+		return false
+	}
+	*last = now
+	return true
+}
+
+// watchLine is one line of a run's progress for logs.
+func watchLine(v runview.Run, rate float64) string {
+	if rate <= 0 {
+		rate = v.RowsPerS
+	}
+	line := fmt.Sprintf("%s %s rows %d/%d shards committed=%d running=%d pending=%d failed=%d rows/s=%s",
+		time.Now().UTC().Format(time.RFC3339), v.State, v.RowsDone, v.RowsTotal,
+		v.Shards.Committed, v.Shards.Running, v.Shards.Pending, v.Shards.Failed, runview.Human(int64(rate)))
+	if eta := v.ETA(rate); eta > 0 {
+		line += " eta=" + runview.Duration(eta)
+	}
+	if v.Error != "" {
+		line += " error=" + fmt.Sprintf("%q", v.Error)
+	}
+	return line
+}
+
 func newCancelCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var (
+		db    string
+		force bool
+		drain time.Duration
+	)
+	cmd := &cobra.Command{
 		Use:     "cancel RUN",
 		Aliases: []string{"abandon"},
-		Short:   "Abandon an unfinished run and remove what it wrote from every sink",
-		Long: `Abandon an unfinished run of the embedded ledger: it is marked cancelled, and
-its unpublished data is removed from every sink (its run table, its Redis
-version, its Parquet staging directory). Published data is never touched. The
-next precog run of the job starts a new run.
+		Short:   "Stop an unfinished run and remove what it wrote from every sink",
+		Long: `Stop an unfinished run: it is marked cancelled, and its unpublished data is
+removed from every sink (its run table, its Redis version, its Parquet staging
+directory). Published data is never touched. The next run of the job starts a
+new run.
 
-A run still executing in another process holds the state directory: stop that
-process first (Ctrl-C or SIGTERM drains it).`,
-		Example: "  precog runs\n  precog cancel scores-20261101t040000-ab12",
+Postgres ledger (--db or PRECOG_DATABASE_URL): workers holding its shards stop
+within seconds; cancel waits for their leases to end (at most --drain) before
+it cleans the sinks, with the spec the run recorded and this environment's
+${ENV} values. Cancelling an already cancelled run cleans its sinks again. A
+run that is publishing is refused without --force.
+
+Embedded ledger: a run still executing in another process holds the state
+directory: stop that process first (Ctrl-C or SIGTERM drains it).`,
+		Example: "  precog runs\n  precog cancel scores-20261101t040000-ab12\n  precog cancel scores-20261101t040000-ab12 --db postgres://precog@db/precog",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if dsn := databaseURL(db); dsn != "" {
+				led, err := openLedger(cmd.Context(), g, db)
+				if err != nil {
+					return err
+				}
+				defer led.Close()
+				return cancelCluster(cmd.Context(), led, args[0], cancelOptions{force: force, drain: drain, out: cmd.OutOrStdout(), log: g.log})
+			}
 			r, err := runner.CancelLocal(cmd.Context(), g.stateDir, args[0], g.log)
 			switch {
 			case errors.Is(err, ledger.ErrNotFound):
@@ -138,4 +258,139 @@ process first (Ctrl-C or SIGTERM drains it).`,
 			return nil
 		},
 	}
+	addDBFlag(cmd, &db)
+	cmd.Flags().BoolVar(&force, "force", false, "cancel a run that is publishing (its sinks may then disagree)")
+	cmd.Flags().DurationVar(&drain, "drain", time.Minute, "Postgres ledger: wait at most this long for workers to let go of the run's shards")
+	return cmd
+}
+
+// runReopener is the ledger method retry needs to take a failed cluster run
+// back up (the Postgres ledger does not have it yet; retry uses it as soon
+// as it does).
+type runReopener interface {
+	// RetryRun moves a failed run back to running, its error cleared and
+	// its failed shards pending with attempts reset, and wakes its pool;
+	// it returns the shards moved. A succeeded or cancelled run is
+	// ErrRunFinished; when (job, params) has another open run meanwhile,
+	// an *OpenRunError naming it.
+	RetryRun(ctx context.Context, runID string) (int, error)
+}
+
+func newRetryCmd(g *globals) *cobra.Command {
+	var (
+		db         string
+		wait       bool
+		noProgress bool
+		parallel   int
+	)
+	cmd := &cobra.Command{
+		Use:   "retry RUN",
+		Short: "Rerun a run's failed shards (its committed shards are kept)",
+		Long: `Rerun the failed shards of a run; its committed shards are kept.
+
+Postgres ledger (--db or PRECOG_DATABASE_URL): the failed shards go back to
+pending and the pool's workers pick them up; --wait follows the run as submit
+--wait does.
+
+Embedded ledger: the run is resumed on this machine with the spec it recorded
+(expanded with this environment), as precog run with its params would: failed
+shards are retried, the rest of the run executed and published.`,
+		Example: "  precog retry scores-20261101t040000-ab12\n  precog retry scores-20261101t040000-ab12 --db postgres://precog@db/precog --wait",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			led, err := openLedger(ctx, g, db)
+			if err != nil {
+				return err
+			}
+			r, _, err := loadRun(ctx, led, args[0])
+			if err != nil {
+				led.Close()
+				return err
+			}
+			if led.cluster == nil {
+				led.Close() // RunLocal opens the embedded ledger itself
+				return retryLocal(cmd, g, r, parallel, !noProgress)
+			}
+			defer led.Close()
+			if err := retryCluster(ctx, led, r, cmd.OutOrStdout()); err != nil || !wait {
+				return err
+			}
+			return waitRun(ctx, g, led, r.ID, !noProgress)
+		},
+	}
+	addDBFlag(cmd, &db)
+	cmd.Flags().BoolVar(&wait, "wait", false, "Postgres ledger: follow the run until it finishes; exit as precog run does")
+	cmd.Flags().BoolVar(&noProgress, "no-progress", false, "no progress bar, even on a terminal")
+	cmd.Flags().IntVar(&parallel, "parallel", 2, "embedded ledger: shards processed at once")
+	return cmd
+}
+
+// retryCluster puts a cluster run's failed shards back to pending.
+func retryCluster(ctx context.Context, led *openedLedger, r jobs.Run, out io.Writer) error {
+	var n int
+	var err error
+	switch {
+	case !r.State.Terminal():
+		n, err = led.RetryFailed(ctx, r.ID)
+	case r.State == jobs.RunFailed:
+		re, ok := led.Ledger.(runReopener)
+		if !ok {
+			return fmt.Errorf("run %s failed and this ledger cannot reopen a failed run yet; submit it again (a new run, every shard recomputed) with:\n  %s",
+				r.ID, commandLine(r.Params, "submit", r.SpecFile))
+		}
+		n, err = re.RetryRun(ctx, r.ID)
+	default:
+		return invalid(fmt.Errorf("run %s is %s: nothing to retry", r.ID, r.State))
+	}
+	var open *ledger.OpenRunError
+	switch {
+	case errors.As(err, &open):
+		return invalid(open)
+	case errors.Is(err, ledger.ErrRunFinished):
+		return invalid(fmt.Errorf("run %s finished meanwhile: nothing to retry: %w", r.ID, err))
+	case err != nil:
+		return err
+	case n == 0:
+		fmt.Fprintf(out, "run %s (%s) has no failed shards: nothing to retry\n", r.ID, r.State)
+	default:
+		fmt.Fprintf(out, "run %s: %d failed shard(s) back to pending; the %s pool's workers pick them up\n", r.ID, n, runview.FromAt(r, nil, time.Now()).Pool)
+	}
+	return nil
+}
+
+// retryLocal resumes an open run of the embedded ledger from the spec it
+// recorded: RunLocal retries its failed shards and finishes it.
+func retryLocal(cmd *cobra.Command, g *globals, r jobs.Run, parallel int, progress bool) error {
+	if r.State.Terminal() {
+		msg := fmt.Sprintf("run %s is %s: nothing to retry", r.ID, r.State)
+		if r.State == jobs.RunFailed && r.SpecFile != "" {
+			msg += "; start a new run with:\n  " + commandLine(r.Params, "run", r.SpecFile)
+		}
+		return invalid(errors.New(msg))
+	}
+	if len(r.Spec) == 0 {
+		return invalid(fmt.Errorf("run %s recorded no spec (made by an older precog): rerun its job with precog run and the same --param values", r.ID))
+	}
+	spec, err := jobs.Parse(r.Spec, r.SpecFile, r.Params, os.LookupEnv)
+	if err != nil {
+		return invalid(fmt.Errorf("run %s: its recorded spec (%s): %w", r.ID, r.SpecFile, err))
+	}
+	if parallel < 1 {
+		return invalid(fmt.Errorf("--parallel: must be >= 1 (got %d)", parallel))
+	}
+	g.runningJob()
+	bar := newProgressBar(os.Stderr, progress, g.log)
+	res, err := runner.RunLocal(cmd.Context(), spec, runner.LocalOptions{
+		StateDir: g.stateDir, Parallel: parallel, Logger: g.log, OnProgress: bar.update, ProgressEvery: bar.every(),
+	})
+	bar.finish()
+	if err != nil {
+		return err
+	}
+	if res.Run.ID != r.ID {
+		g.log.Warn("the run retried is not the one named", "named", r.ID, "ran", res.Run.ID)
+	}
+	printSummary(cmd, res)
+	return nil
 }

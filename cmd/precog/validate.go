@@ -1,14 +1,17 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/runner"
 	"github.com/precog-ml/precog/runner/model"
 	"github.com/precog-ml/precog/sinks"
+	"github.com/precog-ml/precog/sources"
 )
 
 func newValidateCmd(g *globals) *cobra.Command {
@@ -32,32 +35,16 @@ Then print the shard plan (from file metadata only: no data is read).`,
   precog validate jobs/scores.yaml --param date=2026-11-01`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
 			spec, err := loadSpec(args[0], params)
 			if err != nil {
 				return err
 			}
-			job, err := runner.OpenJob(ctx, spec)
+			c, err := checkJob(cmd.Context(), spec)
 			if err != nil {
-				return invalid(err)
+				return err
 			}
-			defer job.Close()
-			plans, err := job.Source.Plan(ctx, spec.Source.RowsPerShard)
-			if err != nil {
-				return invalid(fmt.Errorf("plan: %w", err))
-			}
-			snks, err := runner.OpenSinks(ctx, spec)
-			if err != nil {
-				return invalid(err)
-			}
-			for _, s := range snks {
-				defer s.Close()
-				if c, ok := s.(sinks.Checker); ok {
-					if err := c.Check(ctx); err != nil {
-						return invalid(fmt.Errorf("sinks.%s: %w", s.Name(), err))
-					}
-				}
-			}
+			defer c.Close()
+			job, plans := c.job, c.plans
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "job %s: valid\n", spec.Name)
 			fmt.Fprintf(w, "model %s (version %s)\n", spec.Model.Path, job.Model.Version())
@@ -90,6 +77,52 @@ Then print the shard plan (from file metadata only: no data is read).`,
 	cmd.Flags().StringArrayVar(&params, "param", nil, "run parameter k=v filling {{.k}} in the spec (repeatable)")
 	cmd.Flags().IntVar(&maxShards, "max-shards", 50, "print at most this many shards of the plan (0: all)")
 	return cmd
+}
+
+// checkedJob is a job that passed every check validate makes: its spec, its
+// model against its source, its sinks reachable, and its shard plan.
+type checkedJob struct {
+	job   *runner.Job
+	plans []sources.ShardPlan
+	snks  []sinks.Sink
+}
+
+// Close releases the job's source, model and sinks.
+func (c *checkedJob) Close() {
+	for _, s := range c.snks {
+		s.Close()
+	}
+	c.job.Close()
+}
+
+// checkJob makes the checks of precog validate (and submit) from metadata
+// only: the model's I/O against the source schema, the shard plan, and
+// every sink reachable with its credentials. Errors are invalid (exit 2),
+// except an unreachable store, which main maps to exit 75.
+func checkJob(ctx context.Context, spec *jobs.Spec) (*checkedJob, error) {
+	job, err := runner.OpenJob(ctx, spec)
+	if err != nil {
+		return nil, invalid(err)
+	}
+	c := &checkedJob{job: job}
+	fail := func(err error) (*checkedJob, error) {
+		c.Close()
+		return nil, invalid(err)
+	}
+	if c.plans, err = job.Source.Plan(ctx, spec.Source.RowsPerShard); err != nil {
+		return fail(fmt.Errorf("plan: %w", err))
+	}
+	if c.snks, err = runner.OpenSinks(ctx, spec); err != nil {
+		return fail(err)
+	}
+	for _, s := range c.snks {
+		if ch, ok := s.(sinks.Checker); ok {
+			if err := ch.Check(ctx); err != nil {
+				return fail(fmt.Errorf("sinks.%s: %w", s.Name(), err))
+			}
+		}
+	}
+	return c, nil
 }
 
 func newInspectCmd(_ *globals) *cobra.Command {

@@ -16,29 +16,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/precog-ml/precog/jobs"
-	"github.com/precog-ml/precog/jobs/ledger"
 	pgledger "github.com/precog-ml/precog/jobs/ledger/postgres"
 	"github.com/precog-ml/precog/runner"
 )
-
-// openClusterLedger opens the Postgres ledger named by --db or
-// PRECOG_DATABASE_URL. The URL holds a password: it is never printed.
-func openClusterLedger(ctx context.Context, g *globals, db string, opts pgledger.Options) (*pgledger.Ledger, error) {
-	if db == "" {
-		db = envOr("PRECOG_DATABASE_URL", "")
-	}
-	if db == "" {
-		return nil, invalid(errors.New("no ledger database: pass --db URL or set PRECOG_DATABASE_URL"))
-	}
-	opts.Logger = g.log
-	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	led, err := pgledger.Open(octx, db, opts)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ledger.ErrBusy, err)
-	}
-	return led, nil
-}
 
 func newWorkerCmd(g *globals) *cobra.Command {
 	var (
@@ -77,7 +57,7 @@ within --drain-timeout or are released for another worker, and the worker exits 
 					opts.Devices = append(opts.Devices, d)
 				}
 			}
-			led, err := openClusterLedger(cmd.Context(), g, db, pgledger.Options{PollOnly: pollOnly})
+			led, err := openCluster(cmd.Context(), databaseURL(db), pgledger.Options{PollOnly: pollOnly, Logger: g.log})
 			if err != nil {
 				return err
 			}
@@ -96,10 +76,10 @@ within --drain-timeout or are released for another worker, and the worker exits 
 			return err
 		},
 	}
+	addDBFlag(cmd, &db)
 	f := cmd.Flags()
 	f.StringVar(&opts.Pool, "pool", jobs.DefaultPool, "worker pool to serve (a job spec's pool field)")
 	f.StringVar(&devices, "devices", "cpu", "devices, one claim loop each: cpu, cuda:0, cuda:1, …")
-	f.StringVar(&db, "db", "", "Postgres ledger URL (default $PRECOG_DATABASE_URL)")
 	f.StringVar(&addr, "addr", "", "serve /healthz, /readyz and /metrics on this address, e.g. :9090")
 	f.BoolVar(&pollOnly, "poll-only", false, "do not LISTEN for notices, poll the ledger (PgBouncer in transaction mode)")
 	f.DurationVar(&opts.DrainTimeout, "drain-timeout", time.Minute, "on SIGTERM, how long in-flight shards may finish before they are released")

@@ -28,6 +28,8 @@ type Run struct {
 	Job          string            `json:"job"`
 	State        string            `json:"state"`
 	Version      string            `json:"version"`
+	Pool         string            `json:"pool"`
+	Priority     int               `json:"priority"`
 	ModelVersion string            `json:"model_version"`
 	Params       map[string]string `json:"params,omitempty"`
 	RowsDone     int64             `json:"rows_done"`
@@ -41,11 +43,32 @@ type Run struct {
 	// FinishedAt is set once the run is terminal ("" before).
 	FinishedAt string `json:"finished_at"`
 	Error      string `json:"error"`
+	// DurationS is the seconds from created to finished (or to now while
+	// the run is open); RowsPerS is RowsDone over it.
+	DurationS float64 `json:"duration_s"`
+	RowsPerS  float64 `json:"rows_per_s"`
 }
 
-// From builds the view of r with its shards.
-func From(r jobs.Run, shards []jobs.Shard) Run {
+// ETA is the time left at rate rows per second (0 when unknown or done).
+func (v Run) ETA(rate float64) time.Duration {
+	if rate <= 0 || v.RowsDone >= v.RowsTotal || v.FinishedAt != "" {
+		return 0
+	}
+	return time.Duration(float64(v.RowsTotal-v.RowsDone) / rate * float64(time.Second))
+}
+
+// From builds the view of r with its shards, now.
+func From(r jobs.Run, shards []jobs.Shard) Run { return FromAt(r, shards, time.Now()) }
+
+// FromAt builds the view of r with its shards at time now (which ends the
+// duration of an open run).
+func FromAt(r jobs.Run, shards []jobs.Shard, now time.Time) Run {
+	pool := r.Pool
+	if pool == "" {
+		pool = jobs.DefaultPool
+	}
 	v := Run{ID: r.ID, Job: r.Job, State: publicState(r.State), Version: r.Version, ModelVersion: r.ModelVersion,
+		Pool: pool, Priority: r.Priority,
 		Params: r.Params, RowsDone: r.Counts.RowsIn, RowsOut: r.Counts.RowsOut, Rejected: r.Counts.Rejected,
 		ScheduledFor: r.Params["scheduled_for"], CreatedAt: r.CreatedAt.UTC().Format(time.RFC3339), Error: r.Error}
 	for _, s := range shards {
@@ -61,8 +84,14 @@ func From(r jobs.Run, shards []jobs.Shard) Run {
 			v.Shards.Failed++
 		}
 	}
+	end := now
 	if r.State.Terminal() {
 		v.FinishedAt = r.UpdatedAt.UTC().Format(time.RFC3339)
+		end = r.UpdatedAt
+	}
+	if d := end.Sub(r.CreatedAt); d > 0 && !r.CreatedAt.IsZero() {
+		v.DurationS = d.Round(time.Millisecond).Seconds()
+		v.RowsPerS = float64(v.RowsDone) / d.Seconds()
 	}
 	return v
 }
@@ -79,15 +108,15 @@ func publicState(s jobs.RunState) string {
 // Table writes runs as an aligned table for people.
 func Table(w io.Writer, runs []Run) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tJOB\tSTATE\tPROGRESS\tSHARDS (done/failed/all)\tREJECTED\tCREATED\tERROR")
+	fmt.Fprintln(tw, "RUN\tJOB\tSTATE\tPROGRESS\tROWS/S\tDURATION\tSHARDS (done/failed/all)\tREJECTED\tCREATED\tERROR")
 	for _, r := range runs {
 		all := r.Shards.Pending + r.Shards.Running + r.Shards.Committed + r.Shards.Failed
 		progress := "-"
 		if r.RowsTotal > 0 {
 			progress = fmt.Sprintf("%.0f%%", 100*float64(min(r.RowsDone, r.RowsTotal))/float64(r.RowsTotal))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d/%d\t%d\t%s\t%s\n", r.ID, r.Job, r.State, progress,
-			r.Shards.Committed, r.Shards.Failed, all, r.Rejected, r.CreatedAt, oneLine(r.Error, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d/%d\t%d\t%s\t%s\n", r.ID, r.Job, r.State, progress,
+			Human(int64(r.RowsPerS)), Duration(time.Duration(r.DurationS*float64(time.Second))), r.Shards.Committed, r.Shards.Failed, all, r.Rejected, r.CreatedAt, oneLine(r.Error, 60))
 	}
 	return tw.Flush()
 }
@@ -98,4 +127,29 @@ func oneLine(s string, n int) string {
 		return s[:n-1] + "…"
 	}
 	return s
+}
+
+// Human writes a count short: 950, 12k, 1.5M, 12M.
+func Human(n int64) string {
+	switch {
+	case n >= 10_000_000:
+		return fmt.Sprintf("%.0fM", float64(n)/1e6)
+	case n >= 1_000_000:
+		return fmt.Sprintf("%.1fM", float64(n)/1e6)
+	case n >= 10_000:
+		return fmt.Sprintf("%.0fk", float64(n)/1e3)
+	}
+	return fmt.Sprint(n)
+}
+
+// Duration writes d to the second (to the millisecond under a second);
+// "-" for none.
+func Duration(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "-"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
 }

@@ -41,3 +41,36 @@ func TestFromAndJSON(t *testing.T) {
 		t.Errorf("table: %v\n%s", err, buf.String())
 	}
 }
+
+func TestDetail(t *testing.T) {
+	created := time.Date(2026, 11, 1, 4, 0, 0, 0, time.UTC)
+	r := jobs.Run{ID: "recs-1", Job: "recs", State: jobs.RunRunning, Counts: jobs.Counts{RowsIn: 1000},
+		Params: map[string]string{"date": "2026-11-01"}, CreatedAt: created, UpdatedAt: created}
+	shards := []jobs.Shard{
+		{Index: 0, EstRows: 1000, State: jobs.ShardCommitted},
+		{Index: 1, EstRows: 1000, State: jobs.ShardRunning, Worker: "host-b-2"},
+		{Index: 2, EstRows: 1000, State: jobs.ShardRunning, Worker: "host-a-1"},
+		{Index: 3, EstRows: 1000, State: jobs.ShardRunning, Worker: "host-a-1"},
+	}
+	for i := 4; i < 11; i++ {
+		shards = append(shards, jobs.Shard{Index: i, EstRows: 1000, State: jobs.ShardFailed, Attempts: 3, Error: "boom"})
+	}
+	v := FromAt(r, shards, created.Add(10*time.Second))
+	if v.DurationS != 10 || v.RowsPerS != 100 || v.Pool != jobs.DefaultPool {
+		t.Errorf("view = %+v", v)
+	}
+	var buf bytes.Buffer
+	if err := (Detail{Run: v, Shards: shards, Rate: 50}).Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{"recs (params date=2026-11-01)", "9.1%", "50 rows/s", "ETA 3m20s",
+		"1 committed, 3 running, 0 pending, 7 failed (of 11)", "host-a-1 (2), host-b-2 (1)", "shard 4 (3 attempts): boom", "… 2 more"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("detail lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "shard 9 ") {
+		t.Errorf("detail lists more than %d failed shards:\n%s", DefaultMaxFailed, out)
+	}
+}

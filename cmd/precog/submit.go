@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/precog-ml/precog/internal/clusterctl"
+	"github.com/precog-ml/precog/internal/runview"
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/runner"
+	"github.com/precog-ml/precog/sources"
+)
+
+// msgInterruptWait is what Ctrl-C says while submit --wait or retry --wait
+// follows a cluster run.
+const msgInterruptWait = "\ninterrupted: stopped following; the run keeps going on the workers (precog status RUN --watch follows it, precog cancel RUN stops it)"
+
+func newSubmitCmd(g *globals) *cobra.Command {
+	var (
+		params     []string
+		priority   int
+		wait       bool
+		noProgress bool
+		db         string
+	)
+	cmd := &cobra.Command{
+		Use:   "submit JOB.yaml [--param k=v]... [--priority N] [--wait]",
+		Short: "Create a run in the Postgres ledger for the cluster's workers; print its id",
+		Long: `Check the job as precog validate does (spec, model I/O against the source
+schema, sinks reachable), plan its shards, and create a pending run in the
+Postgres ledger (--db or PRECOG_DATABASE_URL) for the workers of the job's pool.
+The run id alone is printed on stdout; logs go to stderr.
+
+A job with a run of the same params still open is refused (exit 2), naming that
+run: wait for it, or cancel it.
+
+The run records the spec's YAML before ${ENV} expansion, so secrets never reach
+the ledger: workers expand it with their own environment. Relative paths in the
+spec resolve against the spec file's directory, which workers must see at the
+same absolute path (a shared volume), or use absolute paths and URLs.
+
+--wait follows the run with a progress bar and exits as precog run does: 0
+succeeded, 1 failed (with the failed shards' errors), 130 interrupted (the run
+keeps going on the workers).`,
+		Example: `  precog submit jobs/scores.yaml --param date=2026-11-01
+  RUN=$(precog submit jobs/scores.yaml --param date=2026-11-01 --priority 10)
+  precog submit jobs/user-recs.yaml --wait --db postgres://precog@db/precog`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			dsn := databaseURL(db)
+			if dsn == "" {
+				return invalid(fmt.Errorf("submit needs the Postgres ledger: pass --db URL or set %s (precog run runs a job on this machine)", envDatabaseURL))
+			}
+			spec, err := loadSpec(args[0], params)
+			if err != nil {
+				return err
+			}
+			opts := clusterctl.RunOptions{}
+			if cmd.Flags().Changed("priority") {
+				if err := jobs.ValidatePriority(priority); err != nil {
+					return invalid(fmt.Errorf("--priority: %w", err))
+				}
+				opts.Priority = &priority
+			}
+			if opts.SpecFile, err = filepath.Abs(args[0]); err != nil {
+				return invalid(err)
+			}
+			c, err := checkJob(ctx, spec)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			opts.ModelVersion, opts.Plans = c.job.Model.Version(), c.plans
+			led, err := openCluster(ctx, dsn, cliLedgerOptions(g.log))
+			if err != nil {
+				return err
+			}
+			defer led.Close()
+			run, shards := clusterctl.NewRun(spec, opts)
+			if err := led.CreateRun(ctx, run, shards); err != nil {
+				var open *ledger.OpenRunError
+				if errors.As(err, &open) {
+					return invalid(open)
+				}
+				return fmt.Errorf("submit %s: %w", spec.Name, err)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), run.ID)
+			g.log.Info("run submitted", "run", run.ID, "pool", run.Pool, "priority", run.Priority,
+				"shards", len(shards), "rows", planRows(c.plans))
+			if !wait {
+				return nil
+			}
+			return waitRun(ctx, g, led, run.ID, !noProgress)
+		},
+	}
+	cmd.Flags().StringArrayVar(&params, "param", nil, "run parameter k=v filling {{.k}} in the spec (repeatable)")
+	cmd.Flags().IntVar(&priority, "priority", 0, fmt.Sprintf("claim priority between runs of the pool, higher first (%d..%d; default: the spec's)", jobs.MinPriority, jobs.MaxPriority))
+	cmd.Flags().BoolVar(&wait, "wait", false, "follow the run with a progress bar until it finishes; exit as precog run does")
+	cmd.Flags().BoolVar(&noProgress, "no-progress", false, "with --wait: no progress bar, even on a terminal")
+	addDBFlag(cmd, &db)
+	return cmd
+}
+
+// planRows is the planned rows of a shard plan.
+func planRows(plans []sources.ShardPlan) int64 {
+	var n int64
+	for _, p := range plans {
+		n += p.Rows
+	}
+	return n
+}
+
+// waitRun follows a cluster run with the progress bar of precog run,
+// polling the ledger every 500ms, and ends as precog run does: nil when it
+// succeeded, an error (exit 1) naming the failed shards when it failed or
+// was cancelled, context.Canceled (exit 130) when interrupted: the run
+// keeps going on the workers.
+func waitRun(ctx context.Context, g *globals, led clusterctl.Reader, id string, progress bool) error {
+	if g.interrupts != nil {
+		g.interrupts.SetMessage(msgInterruptWait)
+	}
+	bar := newProgressBar(os.Stderr, progress, g.log)
+	start := time.Now()
+	var last clusterctl.Snapshot
+	r, err := clusterctl.Follow(ctx, led, id, clusterctl.FollowOptions{
+		OnPoll: func(s clusterctl.Snapshot) {
+			last = s
+			bar.update(progressOf(s, start))
+		},
+		OnError: func(err error) { g.log.Warn("reading the run from the ledger failed; retrying", "run", id, "err", err) },
+	})
+	bar.finish()
+	if err != nil {
+		return err
+	}
+	v := runview.From(r, last.Shards)
+	if r.State != jobs.RunSucceeded {
+		return runFailure(r, last.Shards)
+	}
+	fmt.Fprintf(os.Stderr, "run %s succeeded (version %s, model %s)\n  rows:      %d in, %d out, %d rejected\n  duration:  %s since it was created (%s rows/s)\n",
+		r.ID, r.Version, r.ModelVersion, r.Counts.RowsIn, r.Counts.RowsOut, r.Counts.Rejected,
+		runview.Duration(time.Duration(v.DurationS*float64(time.Second))), runview.Human(int64(v.RowsPerS)))
+	return nil
+}
+
+// progressOf is a followed run as precog run's progress bar draws it.
+func progressOf(s clusterctl.Snapshot, start time.Time) runner.Progress {
+	p := runner.Progress{RunID: s.Run.ID, RowsDone: s.Run.Counts.RowsIn, ShardsTotal: len(s.Shards),
+		Rejected: s.Run.Counts.Rejected, Elapsed: time.Since(start), Rate: s.Rate}
+	for _, sh := range s.Shards {
+		p.RowsTotal += sh.EstRows
+		if sh.State == jobs.ShardCommitted {
+			p.ShardsDone++
+		}
+	}
+	if p.Rate > 0 && p.RowsTotal > p.RowsDone {
+		p.ETA = time.Duration(float64(p.RowsTotal-p.RowsDone) / p.Rate * float64(time.Second))
+	}
+	return p
+}
+
+// runFailure is the error of a run that ended without succeeding: its
+// error and the first failed shards' errors.
+func runFailure(r jobs.Run, shards []jobs.Shard) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "run %s %s", r.ID, r.State)
+	if r.Error != "" {
+		fmt.Fprintf(&b, ": %s", r.Error)
+	}
+	n := 0
+	for _, s := range shards {
+		if s.State != jobs.ShardFailed {
+			continue
+		}
+		if n == runview.DefaultMaxFailed {
+			fmt.Fprintf(&b, "\n  … more failed shards: precog status %s", r.ID)
+			break
+		}
+		fmt.Fprintf(&b, "\n  shard %d (%d attempts): %s", s.Index, s.Attempts, s.Error)
+		n++
+	}
+	return errors.New(b.String())
+}
+
+// commandLine is a command for people to copy: "precog" then args quoted
+// for a POSIX shell, then one --param per run parameter, sorted.
+func commandLine(params map[string]string, args ...string) string {
+	names := make([]string, 0, len(params))
+	for k := range params {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		args = append(args, "--param", k+"="+params[k])
+	}
+	out := []string{"precog"}
+	for _, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$`!*?[]{}()<>|&;#~") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		out = append(out, a)
+	}
+	return strings.Join(out, " ")
+}

@@ -1,0 +1,120 @@
+package runview
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/precog-ml/precog/jobs"
+)
+
+// DefaultMaxFailed is how many failed shards' errors a detail view lists.
+const DefaultMaxFailed = 5
+
+// Detail is one run as `precog status RUN` shows it to people: progress
+// with rate and ETA, shards by state, the workers holding shards, the
+// failed shards' errors and the run's error.
+type Detail struct {
+	Run    Run
+	Shards []jobs.Shard
+	// Rate is the rows per second to show (a recent rate while watching);
+	// <= 0 shows the run's average since it was created.
+	Rate float64
+	// MaxFailed bounds the failed shards listed (default DefaultMaxFailed).
+	MaxFailed int
+}
+
+// Write writes the detail view as aligned "label  value" lines.
+func (d Detail) Write(w io.Writer) error {
+	r := d.Run
+	rate := d.Rate
+	if rate <= 0 {
+		rate = r.RowsPerS
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "run\t%s\n", r.ID)
+	fmt.Fprintf(tw, "job\t%s%s\n", r.Job, paramsSuffix(r.Params))
+	fmt.Fprintf(tw, "state\t%s (pool %s, priority %d)\n", r.State, r.Pool, r.Priority)
+	progress := "-"
+	if r.RowsTotal > 0 {
+		progress = fmt.Sprintf("%.1f%%", 100*float64(min(r.RowsDone, r.RowsTotal))/float64(r.RowsTotal))
+	}
+	line := fmt.Sprintf("%s  %s/%s rows  %s rows/s", progress, Human(r.RowsDone), Human(r.RowsTotal), Human(int64(rate)))
+	if eta := r.ETA(rate); eta > 0 {
+		line += "  ETA " + Duration(eta)
+	}
+	fmt.Fprintf(tw, "progress\t%s\n", line)
+	all := r.Shards.Pending + r.Shards.Running + r.Shards.Committed + r.Shards.Failed
+	fmt.Fprintf(tw, "shards\t%d committed, %d running, %d pending, %d failed (of %d)\n",
+		r.Shards.Committed, r.Shards.Running, r.Shards.Pending, r.Shards.Failed, all)
+	if ws := workers(d.Shards); ws != "" {
+		fmt.Fprintf(tw, "workers\t%s\n", ws)
+	}
+	fmt.Fprintf(tw, "rows\t%d in, %d out, %d rejected\n", r.RowsDone, r.RowsOut, r.Rejected)
+	fmt.Fprintf(tw, "created\t%s (%s)\n", r.CreatedAt, Duration(time.Duration(r.DurationS*float64(time.Second))))
+	if r.FinishedAt != "" {
+		fmt.Fprintf(tw, "finished\t%s\n", r.FinishedAt)
+	}
+	if r.Error != "" {
+		fmt.Fprintf(tw, "error\t%s\n", oneLine(r.Error, 300))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return d.writeFailed(w)
+}
+
+// writeFailed lists the first failed shards with their errors.
+func (d Detail) writeFailed(w io.Writer) error {
+	limit := d.MaxFailed
+	if limit <= 0 {
+		limit = DefaultMaxFailed
+	}
+	var failed []jobs.Shard
+	for _, s := range d.Shards {
+		if s.State == jobs.ShardFailed {
+			failed = append(failed, s)
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	fmt.Fprintf(w, "failed shards:\n")
+	for i, s := range failed {
+		if i == limit {
+			fmt.Fprintf(w, "  … %d more\n", len(failed)-limit)
+			break
+		}
+		fmt.Fprintf(w, "  shard %d (%d attempts): %s\n", s.Index, s.Attempts, oneLine(s.Error, 200))
+	}
+	return nil
+}
+
+// workers lists who holds running shards: "host-a-12 (2), host-b-7 (1)".
+func workers(shards []jobs.Shard) string {
+	held := map[string]int{}
+	for _, s := range shards {
+		if s.State == jobs.ShardRunning && s.Worker != "" {
+			held[s.Worker]++
+		}
+	}
+	names := make([]string, 0, len(held))
+	for n := range held {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for i, n := range names {
+		names[i] = fmt.Sprintf("%s (%d)", n, held[n])
+	}
+	return strings.Join(names, ", ")
+}
+
+func paramsSuffix(params map[string]string) string {
+	if len(params) == 0 {
+		return ""
+	}
+	return " (params " + jobs.ParamsKey(params) + ")"
+}
