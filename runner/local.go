@@ -451,7 +451,6 @@ func PlanRun(ctx context.Context, job *Job) (jobs.Run, []jobs.Shard, error) {
 	return run, shards, nil
 }
 
-
 // runShards claims and executes shards with opts.Parallel workers until none
 // is left. A shard whose attempts are spent leaves the run resumable.
 func runShards(ctx context.Context, led ledger.Ledger, job *Job, snks []sinks.Sink, info sinks.RunInfo, run jobs.Run,

@@ -18,7 +18,6 @@ import (
 	pgledger "github.com/precog-ml/precog/jobs/ledger/postgres"
 )
 
-
 // submit plans spec and creates its run in led, as `precog submit` does.
 func submit(t *testing.T, led ledger.Ledger, spec *jobs.Spec) jobs.Run {
 	t.Helper()
