@@ -265,8 +265,7 @@ directory: stop that process first (Ctrl-C or SIGTERM drains it).`,
 }
 
 // runReopener is the ledger method retry needs to take a failed cluster run
-// back up (the Postgres ledger does not have it yet; retry uses it as soon
-// as it does).
+// back up (the Postgres ledger has it).
 type runReopener interface {
 	// RetryRun moves a failed run back to running, its error cleared and
 	// its failed shards pending with attempts reset, and wakes its pool;

@@ -125,3 +125,59 @@ func TestListenReconnects(t *testing.T) {
 		}
 	}
 }
+
+// TestRetryRun: a failed run comes back to running with its failed shards
+// pending and committed ones kept; a succeeded run cannot; a failed run
+// whose params have another open run meanwhile names it.
+func TestRetryRun(t *testing.T) {
+	ctx := context.Background()
+	l := open(t, testservers.Postgres(t).DSN)
+	mk := func(id string) jobs.Run {
+		now := time.Now().UTC()
+		r := jobs.Run{ID: id, Job: "recs", Version: id, ParamsKey: "date=1", Pool: "default", State: jobs.RunPending, Shards: 2, CreatedAt: now, UpdatedAt: now}
+		sh := []jobs.Shard{{RunID: id, Index: 0, Plan: []byte(`{}`)}, {RunID: id, Index: 1, Plan: []byte(`{}`)}}
+		if err := l.CreateRun(ctx, r, sh); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	r := mk("r1")
+	s, err := l.Claim(ctx, r.ID, "w", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Complete(ctx, r.ID, s.Index, "w", jobs.Counts{RowsIn: 5, RowsOut: 5}); err != nil {
+		t.Fatal(err)
+	}
+	s, _ = l.Claim(ctx, r.ID, "w", time.Minute)
+	if err := l.Fail(ctx, r.ID, s.Index, "w", "boom", false, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetRunState(ctx, r.ID, jobs.RunFailed, "shard 1 failed"); err != nil {
+		t.Fatal(err)
+	}
+	n, err := l.RetryRun(ctx, r.ID)
+	if err != nil || n != 1 {
+		t.Fatalf("RetryRun = %d, %v; want 1 shard moved", n, err)
+	}
+	got, _ := l.Run(ctx, r.ID)
+	shards, _ := l.Shards(ctx, r.ID)
+	if got.State != jobs.RunRunning || got.Error != "" || shards[0].State != jobs.ShardCommitted || shards[1].State != jobs.ShardPending {
+		t.Fatalf("after RetryRun: run %s %q, shards %s/%s", got.State, got.Error, shards[0].State, shards[1].State)
+	}
+	// Fail it again, open another run of the same params: retry names it.
+	if err := l.SetRunState(ctx, r.ID, jobs.RunFailed, "again"); err != nil {
+		t.Fatal(err)
+	}
+	mk("r2")
+	var open *ledger.OpenRunError
+	if _, err := l.RetryRun(ctx, r.ID); !errors.As(err, &open) || open.RunID != "r2" {
+		t.Fatalf("RetryRun with r2 open = %v, want an OpenRunError naming r2", err)
+	}
+	if err := l.SetRunState(ctx, "r2", jobs.RunSucceeded, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.RetryRun(ctx, "r2"); !errors.Is(err, ledger.ErrRunFinished) {
+		t.Fatalf("RetryRun of a succeeded run = %v, want ErrRunFinished", err)
+	}
+}

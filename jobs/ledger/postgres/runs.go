@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
@@ -207,4 +208,59 @@ func (l *Ledger) PublishDue(ctx context.Context, pool string) ([]string, error) 
 		return nil, fmt.Errorf("ledger: runs due to publish in pool %s: %w", pool, err)
 	}
 	return ids, nil
+}
+
+// RetryRun takes a failed run back up: the run goes back to running with
+// its error cleared, its failed shards to pending with attempts reset, and
+// its pool is woken; committed shards are kept (a sink that lost them when
+// the failed run was aborted reports them at stage time, and they are
+// recomputed). It returns the shards moved. A succeeded or cancelled run is
+// ErrRunFinished; when (job, params) has another open run meanwhile, an
+// *OpenRunError names it.
+func (l *Ledger) RetryRun(ctx context.Context, runID string) (int, error) {
+	n := 0
+	var job, paramsKey string
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		var pool string
+		var state jobs.RunState
+		err := tx.QueryRow(ctx, `SELECT pool, state, job, params_key FROM precog_runs WHERE id = $1 FOR UPDATE`, runID).Scan(&pool, &state, &job, &paramsKey)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("run %s: %w", runID, ledger.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		if state != jobs.RunFailed {
+			if state.Terminal() {
+				return fmt.Errorf("run %s is %s: %w", runID, state, ledger.ErrRunFinished)
+			}
+			return nil // open already: just its failed shards
+		}
+		if _, err := tx.Exec(ctx, `UPDATE precog_runs SET state = 'running', error = '', publisher = NULL, publish_until = NULL,
+			updated_at = now() WHERE id = $1`, runID); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE precog_shards SET state = 'pending', attempts = 0, error = '', worker = NULL,
+			lease_until = NULL, worker2 = NULL, lease2_until = NULL, updated_at = now()
+			WHERE run_id = $1 AND state IN ('failed', 'running')`, runID)
+		if err != nil {
+			return err
+		}
+		n = int(tag.RowsAffected())
+		return notify(ctx, tx, pool)
+	})
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "precog_runs_open_key" {
+		if open, oerr := l.OpenRun(ctx, job, paramsKey); oerr == nil {
+			return 0, fmt.Errorf("ledger: retry run %s: %w", runID, &ledger.OpenRunError{Job: job, ParamsKey: paramsKey, RunID: open.ID, State: open.State})
+		}
+		return 0, fmt.Errorf("ledger: retry run %s: job %s has another open run: %w", runID, job, ledger.ErrRunOpen)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("ledger: retry run %s: %w", runID, err)
+	}
+	if n == 0 {
+		return l.RetryFailed(ctx, runID)
+	}
+	return n, nil
 }
