@@ -489,7 +489,12 @@ func runShards(ctx context.Context, led ledger.Ledger, job *Job, snks []sinks.Si
 					rowsTotal.WithLabelValues("read").Add(float64(counts.RowsIn))
 					rowsTotal.WithLabelValues("written").Add(float64(counts.RowsOut))
 					rowsTotal.WithLabelValues("rejected").Add(float64(counts.Rejected))
-					if err := led.Complete(ctx, run.ID, sh.Index, worker, counts); err != nil {
+					// The sinks committed: record it even when interrupted
+					// meanwhile, or the shard would be computed again.
+					cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+					err := led.Complete(cctx, run.ID, sh.Index, worker, counts)
+					ccancel()
+					if err != nil {
 						cancel(fmt.Errorf("shard %d: complete: %w", sh.Index, err))
 						return
 					}
