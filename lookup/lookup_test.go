@@ -130,8 +130,8 @@ sinks:
 	cfg := Config{
 		Specs:        []*jobs.Spec{spec},
 		Tokens:       []string{"other", token},
-		StoreTimeout: 200 * time.Millisecond,
-		VersionPoll:  time.Hour, // tests see pub/sub, not the poll
+		StoreTimeout: 2 * time.Second, // generous: CI runs the race detector on 2 shared cores
+		VersionPoll:  time.Hour,       // tests see pub/sub, not the poll
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	if o.mutate != nil {
