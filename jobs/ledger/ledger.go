@@ -153,3 +153,42 @@ type Cluster interface {
 	// closed when ctx ends or the ledger closes.
 	Wake(ctx context.Context, pool string) <-chan struct{}
 }
+
+// ErrTickExists: the tick (job, scheduled time) was already recorded, by
+// this scheduler or another one that also believed it led.
+var ErrTickExists = errors.New("tick already recorded")
+
+// Tick outcomes.
+const (
+	TickFired   = "fired"   // a run was created
+	TickSkipped = "skipped" // concurrency: forbid, the previous run still open
+	TickMissed  = "missed"  // later than starting_deadline, or beyond catch-up
+)
+
+// Tick is one scheduled time of a job and what the scheduler did with it.
+type Tick struct {
+	Job          string    `json:"job"`
+	ScheduledFor time.Time `json:"scheduled_for"`
+	Outcome      string    `json:"outcome"`
+	RunID        string    `json:"run_id,omitempty"`
+	Reason       string    `json:"reason,omitempty"`
+	RecordedAt   time.Time `json:"recorded_at"`
+}
+
+// Scheduler is what cron schedulers need from the ledger: a leader lease,
+// so that one replica fires, and ticks unique per (job, scheduled time), so
+// that even two replicas that both believe they lead create one run.
+type Scheduler interface {
+	// Lead takes or renews the lease name for holder until now+ttl (the
+	// database's clock). It reports false when another holder's lease is
+	// live.
+	Lead(ctx context.Context, name, holder string, ttl time.Duration) (bool, error)
+	// Resign gives the lease up if holder has it.
+	Resign(ctx context.Context, name, holder string) error
+	// RecordTick records t and, when run is not nil, creates the run (with
+	// shards) in the same transaction. ErrTickExists when t's (job,
+	// scheduled time) was recorded before: nothing changes.
+	RecordTick(ctx context.Context, t Tick, run *jobs.Run, shards []jobs.Shard) error
+	// LastTick is the job's latest recorded tick; ErrNotFound when none.
+	LastTick(ctx context.Context, job string) (Tick, error)
+}

@@ -38,6 +38,8 @@ var (
 	bucketOpen    = []byte("open")    // job \x00 paramsKey \x00 run id → nothing; non-terminal runs only
 	bucketShards  = []byte("shards")  // run id → nested bucket of that run's shards
 	bucketPublish = []byte("publish") // run id → publishLease JSON while a worker holds the publish step
+	bucketTicks   = []byte("ticks")   // job \x00 scheduled time (8 bytes BE ns) → Tick JSON
+	bucketLeaders = []byte("leaders") // lease name → leaderLease JSON
 )
 
 // Nested buckets of one run under bucketShards.
@@ -85,7 +87,7 @@ func Open(path string) (*Ledger, error) {
 		return nil, fmt.Errorf("ledger: open %s: %w", path, err)
 	}
 	if err := db.Update(func(tx *bbolt.Tx) error {
-		for _, b := range [][]byte{bucketRuns, bucketCreated, bucketOpen, bucketShards, bucketPublish} {
+		for _, b := range [][]byte{bucketRuns, bucketCreated, bucketOpen, bucketShards, bucketPublish, bucketTicks, bucketLeaders} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -235,54 +237,7 @@ func (l *Ledger) CreateRun(ctx context.Context, run jobs.Run, shards []jobs.Shar
 		run.CreatedAt = now
 	}
 	run.UpdatedAt = now
-	err := l.db.Update(func(tx *bbolt.Tx) error {
-		if tx.Bucket(bucketRuns).Get([]byte(run.ID)) != nil {
-			return fmt.Errorf("run %s already exists", run.ID)
-		}
-		if open, err := openRun(tx, run.Job, run.ParamsKey); err != nil {
-			return err
-		} else if open != nil {
-			return &ledger.OpenRunError{Job: run.Job, ParamsKey: run.ParamsKey, RunID: open.ID, State: open.State}
-		}
-		if err := putRun(tx, run); err != nil {
-			return err
-		}
-		if err := tx.Bucket(bucketCreated).Put(createdKey(run.CreatedAt, run.ID), []byte(run.ID)); err != nil {
-			return err
-		}
-		if err := tx.Bucket(bucketOpen).Put(openKey(run.Job, run.ParamsKey, run.ID), nil); err != nil {
-			return err
-		}
-		rb, err := tx.Bucket(bucketShards).CreateBucket([]byte(run.ID))
-		if err != nil {
-			return err
-		}
-		for _, name := range [][]byte{subAll, subPending, subRunning} {
-			if _, err := rb.CreateBucket(name); err != nil {
-				return err
-			}
-		}
-		for _, s := range shards {
-			if s.Index < 0 || s.Index > 1<<31 {
-				return fmt.Errorf("shard index %d out of range", s.Index)
-			}
-			if rb.Bucket(subAll).Get(idx(s.Index)) != nil {
-				return fmt.Errorf("shard index %d appears twice", s.Index)
-			}
-			s.RunID = run.ID
-			s.State = jobs.ShardPending
-			s.Attempts = 0
-			s.Worker = ""
-			s.LeaseUntil = time.Time{}
-			s.Counts = jobs.Counts{}
-			s.Error = ""
-			s.UpdatedAt = now
-			if err := putShard(rb, rec{Shard: s}); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	err := l.db.Update(func(tx *bbolt.Tx) error { return createRunTx(tx, run, shards, now) })
 	if err != nil {
 		return fmt.Errorf("ledger: create run %s: %w", run.ID, err)
 	}
@@ -880,6 +835,56 @@ func (l *Ledger) SetRunState(ctx context.Context, runID string, state jobs.RunSt
 	}
 	if state == jobs.RunCancelled || state == jobs.RunFailed {
 		l.hub.Signal(pool)
+	}
+	return nil
+}
+
+// createRunTx stores run (defaults applied) and its pending shards in tx.
+func createRunTx(tx *bbolt.Tx, run jobs.Run, shards []jobs.Shard, now time.Time) error {
+	if tx.Bucket(bucketRuns).Get([]byte(run.ID)) != nil {
+		return fmt.Errorf("run %s already exists", run.ID)
+	}
+	if open, err := openRun(tx, run.Job, run.ParamsKey); err != nil {
+		return err
+	} else if open != nil {
+		return &ledger.OpenRunError{Job: run.Job, ParamsKey: run.ParamsKey, RunID: open.ID, State: open.State}
+	}
+	if err := putRun(tx, run); err != nil {
+		return err
+	}
+	if err := tx.Bucket(bucketCreated).Put(createdKey(run.CreatedAt, run.ID), []byte(run.ID)); err != nil {
+		return err
+	}
+	if err := tx.Bucket(bucketOpen).Put(openKey(run.Job, run.ParamsKey, run.ID), nil); err != nil {
+		return err
+	}
+	rb, err := tx.Bucket(bucketShards).CreateBucket([]byte(run.ID))
+	if err != nil {
+		return err
+	}
+	for _, name := range [][]byte{subAll, subPending, subRunning} {
+		if _, err := rb.CreateBucket(name); err != nil {
+			return err
+		}
+	}
+	for _, s := range shards {
+		if s.Index < 0 || s.Index > 1<<31 {
+			return fmt.Errorf("shard index %d out of range", s.Index)
+		}
+		if rb.Bucket(subAll).Get(idx(s.Index)) != nil {
+			return fmt.Errorf("shard index %d appears twice", s.Index)
+		}
+		s.RunID = run.ID
+		s.State = jobs.ShardPending
+		s.Attempts = 0
+		s.Worker = ""
+		s.LeaseUntil = time.Time{}
+		s.Counts = jobs.Counts{}
+		s.Error = ""
+		s.UpdatedAt = now
+		if err := putShard(rb, rec{Shard: s}); err != nil {
+			return err
+		}
 	}
 	return nil
 }

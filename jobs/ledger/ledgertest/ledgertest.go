@@ -45,6 +45,8 @@ func Exercise(t *testing.T, newLedger func(t *testing.T) ledger.Ledger) {
 		{"Release", testRelease},
 		{"RetryFailed", testRetryFailed},
 		{"Reopen", testReopen},
+		{"SchedulerTicks", testSchedulerTicks},
+		{"SchedulerLead", testSchedulerLead},
 		{"SetRunState", testSetRunState},
 		{"NotFound", testNotFound},
 		{"ConcurrentClaims", testConcurrentClaims},
@@ -679,4 +681,98 @@ func testReopen(t *testing.T, l ledger.Ledger) {
 		t.Fatal(err)
 	}
 	wantErr(t, "Reopen of a finished run", l.Reopen(ctx, r.ID, []int{0}, "x"), ledger.ErrRunFinished)
+}
+
+// testSchedulerTicks: a tick is recorded once per (job, scheduled time),
+// with its run in the same step; a second leader's attempt changes nothing.
+func testSchedulerTicks(t *testing.T, l ledger.Ledger) {
+	sch, ok := l.(ledger.Scheduler)
+	if !ok {
+		t.Skip("the ledger does not implement ledger.Scheduler")
+	}
+	ctx := context.Background()
+	if _, err := sch.LastTick(ctx, "recs"); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("LastTick with no ticks = %v, want ErrNotFound", err)
+	}
+	at := time.Date(2026, 11, 1, 4, 0, 0, 0, time.UTC)
+	run, shards := newRun("recs", "date=2026-11-01", 2)
+	tick := ledger.Tick{Job: "recs", ScheduledFor: at, Outcome: ledger.TickFired}
+	if err := sch.RecordTick(ctx, tick, &run, shards); err != nil {
+		t.Fatalf("RecordTick: %v", err)
+	}
+	if got := mustRun(t, l, run.ID); got.State != jobs.RunPending || got.Shards != 2 {
+		t.Fatalf("the fired run = %+v, want pending with 2 shards", got)
+	}
+	// Another scheduler fires the same tick: refused, no second run.
+	run2, shards2 := newRun("recs", "date=2026-11-01x", 1)
+	if err := sch.RecordTick(ctx, tick, &run2, shards2); !errors.Is(err, ledger.ErrTickExists) {
+		t.Fatalf("second RecordTick = %v, want ErrTickExists", err)
+	}
+	if _, err := l.Run(ctx, run2.ID); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("the refused tick created its run: %v", err)
+	}
+	// A skipped tick has no run; LastTick is the latest scheduled time.
+	if err := sch.RecordTick(ctx, ledger.Tick{Job: "recs", ScheduledFor: at.Add(4 * time.Hour), Outcome: ledger.TickSkipped, Reason: "previous run open"}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := sch.RecordTick(ctx, ledger.Tick{Job: "recs-other", ScheduledFor: at.Add(8 * time.Hour), Outcome: ledger.TickMissed}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	last, err := sch.LastTick(ctx, "recs")
+	if err != nil || !last.ScheduledFor.Equal(at.Add(4*time.Hour)) || last.Outcome != ledger.TickSkipped || last.Reason != "previous run open" {
+		t.Fatalf("LastTick = %+v, %v", last, err)
+	}
+	// A tick whose run cannot be created (its params have an open run)
+	// records nothing.
+	run3, shards3 := newRun("recs", "date=2026-11-01", 1)
+	err = sch.RecordTick(ctx, ledger.Tick{Job: "recs", ScheduledFor: at.Add(12 * time.Hour), Outcome: ledger.TickFired}, &run3, shards3)
+	if !errors.Is(err, ledger.ErrRunOpen) {
+		t.Fatalf("tick with an open run of its params = %v, want ErrRunOpen", err)
+	}
+	if last, _ := sch.LastTick(ctx, "recs"); !last.ScheduledFor.Equal(at.Add(4 * time.Hour)) {
+		t.Fatalf("a failed tick was recorded: %+v", last)
+	}
+}
+
+// testSchedulerLead: one holder at a time; renewals keep it; it passes on
+// when the lease lapses or is resigned.
+func testSchedulerLead(t *testing.T, l ledger.Ledger) {
+	sch, ok := l.(ledger.Scheduler)
+	if !ok {
+		t.Skip("the ledger does not implement ledger.Scheduler")
+	}
+	ctx := context.Background()
+	lead := func(holder string, ttl time.Duration) bool {
+		t.Helper()
+		ok, err := sch.Lead(ctx, "scheduler", holder, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if !lead("a", time.Minute) || !lead("a", time.Minute) {
+		t.Fatal("a could not take and renew a free lease")
+	}
+	if lead("b", time.Minute) {
+		t.Fatal("b took a live lease")
+	}
+	if err := sch.Resign(ctx, "scheduler", "b"); err != nil { // not b's: no effect
+		t.Fatal(err)
+	}
+	if lead("b", time.Minute) {
+		t.Fatal("b's Resign released a's lease")
+	}
+	if err := sch.Resign(ctx, "scheduler", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if !lead("b", 300*time.Millisecond) {
+		t.Fatal("b could not take a resigned lease")
+	}
+	time.Sleep(500 * time.Millisecond)
+	if !lead("a", time.Minute) {
+		t.Fatal("a could not take a lapsed lease")
+	}
+	if lead("b", time.Minute) {
+		t.Fatal("b renewed a lease it lost")
+	}
 }

@@ -71,6 +71,24 @@ CREATE TABLE precog_shards (
 CREATE INDEX precog_shards_pending ON precog_shards (run_id, idx) WHERE state = 'pending';
 CREATE INDEX precog_shards_running ON precog_shards (run_id, idx) WHERE state = 'running';
 `,
+	// 2: the scheduler's ticks (one row per job and scheduled time) and
+	// leader leases.
+	`
+CREATE TABLE precog_ticks (
+	job           text NOT NULL,
+	scheduled_for timestamptz NOT NULL,
+	outcome       text NOT NULL,
+	run_id        text NOT NULL DEFAULT '',
+	reason        text NOT NULL DEFAULT '',
+	recorded_at   timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (job, scheduled_for)
+);
+CREATE TABLE precog_leaders (
+	name   text PRIMARY KEY,
+	holder text NOT NULL,
+	until  timestamptz NOT NULL
+);
+`,
 }
 
 // migrateLockKey is the pg_advisory_xact_lock key that serialises schema

@@ -191,37 +191,46 @@ func (l *Ledger) CreateRun(ctx context.Context, run jobs.Run, shards []jobs.Shar
 		return errors.New("ledger: create run: empty run id")
 	}
 	run.Pool = poolOf(run)
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		created := run.CreatedAt
-		if created.IsZero() {
-			created = time.Now().UTC()
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error { return createRunTx(ctx, tx, run, shards) })
+	return l.createRunError(ctx, run, err)
+}
+
+// createRunTx inserts run and its shards in tx and notifies the pool.
+func createRunTx(ctx context.Context, tx pgx.Tx, run jobs.Run, shards []jobs.Shard) error {
+	created := run.CreatedAt
+	if created.IsZero() {
+		created = time.Now().UTC()
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO precog_runs (id, job, version, params, params_key, spec_hash, model_version,
+		pool, priority, state, shards, spec, spec_file, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending', $10, $11, $12, $13, now())`,
+		run.ID, run.Job, run.Version, run.Params, run.ParamsKey, run.SpecHash, run.ModelVersion,
+		run.Pool, run.Priority, len(shards), run.Spec, run.SpecFile, created)
+	if err != nil {
+		return err
+	}
+	seen := make(map[int]bool, len(shards))
+	rows := make([][]any, len(shards))
+	for i, s := range shards {
+		if s.Index < 0 || s.Index > 1<<31-1 {
+			return fmt.Errorf("shard index %d out of range", s.Index)
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO precog_runs (id, job, version, params, params_key, spec_hash, model_version,
-			pool, priority, state, shards, spec, spec_file, created_at, updated_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending', $10, $11, $12, $13, now())`,
-			run.ID, run.Job, run.Version, run.Params, run.ParamsKey, run.SpecHash, run.ModelVersion,
-			run.Pool, run.Priority, len(shards), run.Spec, run.SpecFile, created)
-		if err != nil {
-			return err
+		if seen[s.Index] {
+			return fmt.Errorf("shard index %d appears twice", s.Index)
 		}
-		seen := make(map[int]bool, len(shards))
-		rows := make([][]any, len(shards))
-		for i, s := range shards {
-			if s.Index < 0 || s.Index > 1<<31-1 {
-				return fmt.Errorf("shard index %d out of range", s.Index)
-			}
-			if seen[s.Index] {
-				return fmt.Errorf("shard index %d appears twice", s.Index)
-			}
-			seen[s.Index] = true
-			rows[i] = []any{run.ID, s.Index, []byte(s.Plan), s.EstRows, "pending", time.Now()}
-		}
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"precog_shards"},
-			[]string{"run_id", "idx", "plan", "est_rows", "state", "updated_at"}, pgx.CopyFromRows(rows)); err != nil {
-			return fmt.Errorf("insert shards: %w", err)
-		}
-		return notify(ctx, tx, run.Pool)
-	})
+		seen[s.Index] = true
+		rows[i] = []any{run.ID, s.Index, []byte(s.Plan), s.EstRows, "pending", time.Now()}
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"precog_shards"},
+		[]string{"run_id", "idx", "plan", "est_rows", "state", "updated_at"}, pgx.CopyFromRows(rows)); err != nil {
+		return fmt.Errorf("insert shards: %w", err)
+	}
+	return notify(ctx, tx, run.Pool)
+}
+
+// createRunError turns CreateRun's constraint violations into the errors
+// callers branch on.
+func (l *Ledger) createRunError(ctx context.Context, run jobs.Run, err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "23505" {
 		if pe.ConstraintName == "precog_runs_open_key" {
