@@ -144,4 +144,3 @@ func (l *Ledger) LastTick(ctx context.Context, job string) (ledger.Tick, error) 
 	}
 	return t, nil
 }
-
