@@ -238,13 +238,17 @@ func TestClusterRetryAndWait(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "shard 2 (1 attempts): disk full on /scratch") || r.stdout != id+"\n" {
 		t.Fatalf("submit --wait of a run that fails: exit %d, stdout %q\n%s", r.code, r.stdout, r.stderr)
 	}
-	if r := precog(t, dir, "retry", id, "--db", pg.DSN); r.code != 1 || !strings.Contains(r.stderr, "precog submit") || !strings.Contains(r.stderr, "--param date=2026-11-02") {
-		t.Errorf("retry of a failed run: exit %d, %s", r.code, r.stderr)
+	// A failed run goes back to running with its failed shard pending.
+	if r := precog(t, dir, "retry", id, "--db", pg.DSN); r.code != 0 || !strings.Contains(r.stdout, "back to pending") {
+		t.Errorf("retry of a failed run: exit %d, %s%s", r.code, r.stdout, r.stderr)
+	}
+	if got, _ := led.Run(ctx, id); got.State != jobs.RunRunning || got.Error != "" {
+		t.Errorf("the retried run is %s (%q), want running", got.State, got.Error)
 	}
 
 	// An open run with a failed shard: retry moves it back to pending.
 	id = submit(t, dir, pg.DSN, spec, "--param", "date=2026-11-01")
-	if _, _, err := led.ClaimNext(ctx, jobs.DefaultPool, "w", time.Minute); err != nil {
+	if _, err := led.Claim(ctx, id, "w", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if err := led.Fail(ctx, id, 0, "w", "boom", false, 3); err != nil {
