@@ -53,6 +53,10 @@ type LocalOptions struct {
 	// this long although its heartbeats continue (a hung read or model).
 	// Default 10m.
 	StallTimeout time.Duration
+	// Ledger, when set, is used instead of opening the embedded ledger under
+	// StateDir (a scheduler that holds it open; backfill); RunLocal does
+	// not close it.
+	Ledger ledger.Ledger
 	// Sinks, when set, replace the spec's sinks (embedding precog, tests).
 	// RunLocal does not close them.
 	Sinks []sinks.Sink
@@ -148,11 +152,15 @@ func RunLocal(ctx context.Context, spec *jobs.Spec, opts LocalOptions) (Result, 
 		return Result{}, err
 	}
 	defer job.Close()
-	led, err := bolt.Open(filepath.Join(opts.StateDir, "ledger.db"))
-	if err != nil {
-		return Result{}, err
+	led := opts.Ledger
+	if led == nil {
+		bl, err := bolt.Open(filepath.Join(opts.StateDir, "ledger.db"))
+		if err != nil {
+			return Result{}, err
+		}
+		defer bl.Close()
+		led = bl
 	}
-	defer led.Close()
 	snks := opts.Sinks
 	if snks == nil {
 		if snks, err = OpenSinks(ctx, spec); err != nil {
