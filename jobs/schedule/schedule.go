@@ -145,12 +145,12 @@ func (s *Schedule) nextElapsed(after time.Time) time.Time {
 	seg := s.segmentAt(after)
 	lo := after
 	for range maxScan {
-		if w := s.fields.Next(wallOf(lo, seg.off)); !w.IsZero() {
-			if t := instantOf(w, seg.off); seg.end.IsZero() || t.Before(seg.end) {
-				return t
-			}
-		} else if seg.end.IsZero() {
-			return time.Time{}
+		w := s.fields.Next(wallOf(lo, seg.off))
+		if w.IsZero() {
+			return time.Time{} // nothing named within robfig's five years
+		}
+		if t := instantOf(w, seg.off); seg.end.IsZero() || t.Before(seg.end) {
+			return t
 		}
 		b := seg.end
 		next := s.segmentAt(b)
