@@ -27,6 +27,12 @@ func newScheduleCmd(g *globals) *cobra.Command {
 		Short: "Check job schedules: next fire times, every job's schedule",
 	}
 	cmd.AddCommand(newScheduleNextCmd(), newScheduleListCmd(g))
+	// Wrong arguments are invalid input (exit 2), as for top-level commands.
+	for _, c := range cmd.Commands() {
+		if args := c.Args; args != nil {
+			c.Args = func(cmd *cobra.Command, a []string) error { return invalid(args(cmd, a)) }
+		}
+	}
 	return cmd
 }
 

@@ -45,6 +45,7 @@ func TestScheduleNextInvalid(t *testing.T) {
 		{[]string{plain}, "schedule: the job has no schedule"},
 		{[]string{ny, "--from", "tomorrow"}, `--from "tomorrow": not an RFC 3339 time`},
 		{[]string{ny, "-n", "0"}, "-n: must be between 1 and"},
+		{nil, "accepts 1 arg(s), received 0"},
 	} {
 		r := precog(t, dir, append([]string{"schedule", "next"}, c.args...)...)
 		if r.code != exitInvalid || !strings.Contains(r.stderr, c.want) || r.stdout != "" {
