@@ -11,6 +11,17 @@ type Spec struct {
 	Schedule    string `yaml:"schedule"`
 	Timezone    string `yaml:"timezone"`
 	Concurrency string `yaml:"concurrency"` // forbid | replace | allow
+	// Catchup is what a scheduler back from downtime fires of the ticks it
+	// missed: none, latest (default) or all (bounded by MaxCatchup).
+	Catchup CatchupPolicy `yaml:"catchup,omitempty"`
+	// MaxCatchup bounds catchup: all. Default 10.
+	MaxCatchup CatchupLimit `yaml:"max_catchup,omitempty"`
+	// StartingDeadline: a tick seen later than this after its time is
+	// recorded as missed, not fired. 0 (absent): one schedule interval.
+	StartingDeadline Duration `yaml:"starting_deadline,omitempty"`
+	// MaxStaleness: published predictions older than this are flagged
+	// stale. 0 (absent): never.
+	MaxStaleness Duration `yaml:"max_staleness,omitempty"`
 	// Pool is the worker pool whose workers claim the run's shards
 	// ([a-z0-9-]{1,63}). Default "default".
 	Pool string `yaml:"pool"`
@@ -164,6 +175,22 @@ type FeaturesSpec struct {
 	DSN   string `yaml:"dsn"`
 	Table string `yaml:"table"`
 }
+
+// CatchupPolicy is the catchup field: CatchupNone, CatchupLatest or
+// CatchupAll.
+type CatchupPolicy string
+
+// IsZero leaves the default out of the marshalled spec, so that Spec.Hash
+// is the same whether the default is spelled out or not, and the same as
+// before the field existed (a run started then still resumes).
+func (c CatchupPolicy) IsZero() bool { return c == "" || c == DefaultCatchup }
+
+// CatchupLimit is the max_catchup field.
+type CatchupLimit int
+
+// IsZero leaves the default out of the marshalled spec (see
+// CatchupPolicy.IsZero).
+func (n CatchupLimit) IsZero() bool { return n == 0 || n == DefaultMaxCatchup }
 
 // Duration is a time.Duration that reads "48h", "90s" from YAML.
 type Duration struct{ time.Duration }

@@ -15,7 +15,15 @@ import (
 const (
 	DefaultTimezone    = "UTC"
 	DefaultConcurrency = "forbid"
-	DefaultPool        = "default"
+	// Catchup policies (spec field catchup).
+	CatchupNone       = "none"
+	CatchupLatest     = "latest"
+	CatchupAll        = "all"
+	DefaultCatchup    = CatchupLatest
+	DefaultMaxCatchup = 10
+	// MaxMaxCatchup bounds max_catchup: runs fired at once after downtime.
+	MaxMaxCatchup = 1000
+	DefaultPool   = "default"
 	// MinPriority and MaxPriority bound a spec's priority (and submit --priority).
 	MinPriority                = -1000
 	MaxPriority                = 1000
@@ -86,6 +94,12 @@ func (d *decoder) applyDefaults(s *Spec) {
 	}
 	if s.Pool == "" {
 		s.Pool = DefaultPool
+	}
+	if s.Catchup == "" {
+		s.Catchup = DefaultCatchup
+	}
+	if absent("max_catchup") {
+		s.MaxCatchup = DefaultMaxCatchup
 	}
 	if absent("source.rows_per_shard") {
 		s.Source.RowsPerShard = DefaultRowsPerShard
@@ -172,6 +186,7 @@ func (d *decoder) validate(s *Spec) {
 	default:
 		d.fail("concurrency", "must be forbid, replace or allow (got %q)", s.Concurrency)
 	}
+	d.validateCatchup(s)
 	if err := ValidatePool(s.Pool); err != nil {
 		d.fail("pool", "%v", err)
 	}
@@ -207,6 +222,34 @@ func (d *decoder) validate(s *Spec) {
 		d.fail("serving.writeback_ttl", "must be >= 0 (got %v)", ttl)
 	} else if ttl > 0 && s.Sinks.Redis == nil {
 		d.fail("serving.writeback_ttl", "needs a redis sink to write live results back to")
+	}
+}
+
+// validateCatchup checks the scheduling fields beyond schedule and
+// timezone: they only mean something for a scheduled job.
+func (d *decoder) validateCatchup(s *Spec) {
+	switch s.Catchup {
+	case CatchupNone, CatchupLatest, CatchupAll:
+	default:
+		d.fail("catchup", "must be none, latest or all (got %q)", s.Catchup)
+	}
+	if n := s.MaxCatchup; n < 1 || n > MaxMaxCatchup {
+		d.fail("max_catchup", "must be between 1 and %d (got %d)", MaxMaxCatchup, n)
+	} else if d.set["max_catchup"] && s.Catchup != CatchupAll {
+		d.fail("max_catchup", "applies to catchup: all only (catchup is %s)", s.Catchup)
+	}
+	if d.set["starting_deadline"] && s.StartingDeadline.Duration <= 0 {
+		d.fail("starting_deadline", "must be > 0 (leave it out for one schedule interval; got %v)", s.StartingDeadline.Duration)
+	}
+	if d.set["max_staleness"] && s.MaxStaleness.Duration <= 0 {
+		d.fail("max_staleness", "must be > 0 (leave it out to never flag predictions stale; got %v)", s.MaxStaleness.Duration)
+	}
+	if s.Schedule == "" {
+		for _, f := range []string{"catchup", "max_catchup", "starting_deadline"} {
+			if d.set[f] {
+				d.fail(f, "applies to scheduled jobs only (the spec has no schedule)")
+			}
+		}
 	}
 }
 

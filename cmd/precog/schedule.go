@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/schedule"
+)
+
+// maxScheduleNext bounds `schedule next -n`.
+const maxScheduleNext = 10_000
+
+func newScheduleCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "schedule",
+		Short: "Check job schedules: next fire times, every job's schedule",
+	}
+	cmd.AddCommand(newScheduleNextCmd(), newScheduleListCmd(g))
+	// Wrong arguments are invalid input (exit 2), as for top-level commands.
+	for _, c := range cmd.Commands() {
+		if args := c.Args; args != nil {
+			c.Args = func(cmd *cobra.Command, a []string) error { return invalid(args(cmd, a)) }
+		}
+	}
+	return cmd
+}
+
+func newScheduleNextCmd() *cobra.Command {
+	var (
+		from string
+		n    int
+	)
+	cmd := &cobra.Command{
+		Use:   "next JOB.yaml [--from T] [-n N]",
+		Short: "Print the next fire times of a job, one RFC 3339 timestamp (in the job's zone) per line",
+		Long: `Print the next N fire times of the job's schedule after --from (default: now),
+one RFC 3339 timestamp with the zone's offset per line, in the job's timezone.
+
+Across daylight-saving changes: a time skipped by a spring-forward change fires
+once, at the first instant after it; a time repeated by a fall-back change fires
+once, at its first occurrence, except for expressions whose hour field is *
+(every hour or more often), which follow elapsed time and fire in both.`,
+		Example: `  precog schedule next jobs/user-recs.yaml
+  precog schedule next jobs/user-recs.yaml --from 2026-11-01T00:00:00-04:00 -n 5`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			after := time.Now()
+			if from != "" {
+				t, err := time.Parse(time.RFC3339, from)
+				if err != nil {
+					return invalid(fmt.Errorf("--from %q: not an RFC 3339 time (e.g. 2026-11-01T00:00:00Z): %w", from, err))
+				}
+				after = t
+			}
+			if n < 1 || n > maxScheduleNext {
+				return invalid(fmt.Errorf("-n: must be between 1 and %d (got %d)", maxScheduleNext, n))
+			}
+			sched, _, err := loadSchedule(args[0])
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			for t, i := after, 0; i < n; i++ {
+				if t = sched.Next(t); t.IsZero() {
+					break
+				}
+				fmt.Fprintln(w, t.Format(time.RFC3339))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&from, "from", "", "list fire times after this RFC 3339 time (default now)")
+	cmd.Flags().IntVarP(&n, "n", "n", 10, "how many fire times")
+	return cmd
+}
+
+// loadScheduledSpec loads a job spec with the params a scheduled run gets
+// (date and scheduled_for, here of the current time): a spec whose
+// templates need others could never run from a schedule.
+func loadScheduledSpec(path string) (*jobs.Spec, error) {
+	var params []string
+	for k, v := range schedule.Params(time.Now(), time.UTC) {
+		params = append(params, k+"="+v)
+	}
+	return loadSpecAnyParams(path, params)
+}
+
+// loadSchedule loads a job spec and its schedule; a spec without one is
+// invalid input naming the field.
+func loadSchedule(path string) (*schedule.Schedule, *jobs.Spec, error) {
+	spec, err := loadScheduledSpec(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	sched, err := schedule.FromSpec(spec)
+	if errors.Is(err, schedule.ErrNoSchedule) {
+		return nil, nil, invalid(fmt.Errorf("%s: schedule: the job has no schedule; add a 5-field cron expression (e.g. schedule: \"0 */4 * * *\")", path))
+	}
+	if err != nil {
+		return nil, nil, invalid(fmt.Errorf("%s: %w", path, err))
+	}
+	return sched, spec, nil
+}
+
+// lastRun is a job's newest scheduled run, for `schedule list`.
+type lastRun struct {
+	ID           string
+	State        string
+	ScheduledFor time.Time
+	// PublishedAt is when its predictions were published (zero: not yet).
+	PublishedAt time.Time
+}
+
+// lastRunLookup finds a job's newest scheduled run; ok false when it has none.
+type lastRunLookup func(ctx context.Context, job string) (run lastRun, ok bool, err error)
+
+// scheduleLastRuns is the hook through which `schedule list` learns each
+// job's last run and staleness from the ledger. It returns nil (columns
+// print "-") until the scheduler records its runs there.
+func scheduleLastRuns(*globals) (lastRunLookup, func(), error) {
+	return nil, func() {}, nil
+}
+
+func newScheduleListCmd(g *globals) *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "list --jobs DIR",
+		Short: "List every scheduled job of a directory: schedule, zone, next fire, catch-up policy",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dir == "" {
+				return invalid(errors.New("--jobs: required (the directory of job specs)"))
+			}
+			specs, err := loadScheduledSpecs(dir)
+			if err != nil {
+				return err
+			}
+			lookup, done, err := scheduleLastRuns(g)
+			if err != nil {
+				return err
+			}
+			defer done()
+			return writeScheduleList(cmd.Context(), cmd.OutOrStdout(), specs, time.Now(), lookup)
+		},
+	}
+	cmd.Flags().StringVar(&dir, "jobs", "", "directory of job specs (*.yaml, *.yml)")
+	return cmd
+}
+
+// loadScheduledSpecs loads every spec of dir, in name order; specs without
+// a schedule are left out.
+func loadScheduledSpecs(dir string) ([]*jobs.Spec, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, invalid(fmt.Errorf("--jobs: %w", err))
+	}
+	var names []string
+	for _, e := range entries {
+		if ext := filepath.Ext(e.Name()); !e.IsDir() && (ext == ".yaml" || ext == ".yml") {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	var specs []*jobs.Spec
+	for _, name := range names {
+		spec, err := loadScheduledSpec(filepath.Join(dir, name))
+		if err != nil {
+			return nil, err
+		}
+		if spec.Schedule != "" {
+			specs = append(specs, spec)
+		}
+	}
+	return specs, nil
+}
+
+// writeScheduleList prints one line per job; lookup may be nil.
+func writeScheduleList(ctx context.Context, w io.Writer, specs []*jobs.Spec, now time.Time, lookup lastRunLookup) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tSCHEDULE\tTIMEZONE\tNEXT\tCATCHUP\tCONCURRENCY\tMAX_STALENESS\tLAST_RUN\tSTALE")
+	for _, spec := range specs {
+		sched, err := schedule.FromSpec(spec)
+		if err != nil {
+			return invalid(fmt.Errorf("%s: %w", spec.File, err))
+		}
+		next := "-"
+		if t := sched.Next(now); !t.IsZero() {
+			next = t.Format(time.RFC3339)
+		}
+		catchup := string(spec.Catchup)
+		if spec.Catchup == jobs.CatchupAll {
+			catchup += " (max " + strconv.Itoa(int(spec.MaxCatchup)) + ")"
+		}
+		staleness := "-"
+		if d := spec.MaxStaleness.Duration; d > 0 {
+			staleness = d.String()
+		}
+		last, stale := "-", "-"
+		if lookup != nil {
+			run, ok, err := lookup(ctx, spec.Name)
+			if err != nil {
+				return fmt.Errorf("last run of job %s: %w", spec.Name, err)
+			}
+			if ok {
+				last = run.ScheduledFor.In(sched.Location()).Format(time.RFC3339) + " " + run.State
+				stale = staleState(spec, run, now)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", spec.Name, spec.Schedule, spec.Timezone, next,
+			catchup, spec.Concurrency, staleness, last, stale)
+	}
+	return tw.Flush()
+}
+
+// staleState says whether a job's last run's predictions are older than
+// its max_staleness ("-" without a bound).
+func staleState(spec *jobs.Spec, run lastRun, now time.Time) string {
+	bound := spec.MaxStaleness.Duration
+	switch {
+	case bound <= 0:
+		return "-"
+	case run.PublishedAt.IsZero():
+		return "unpublished"
+	case now.Sub(run.PublishedAt) > bound:
+		return "stale (" + now.Sub(run.PublishedAt).Round(time.Second).String() + " old)"
+	}
+	return "fresh"
+}
