@@ -15,6 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/ledger/bolt"
 	"github.com/precog-ml/precog/jobs/schedule"
 )
 
@@ -125,11 +127,49 @@ type lastRun struct {
 // lastRunLookup finds a job's newest scheduled run; ok false when it has none.
 type lastRunLookup func(ctx context.Context, job string) (run lastRun, ok bool, err error)
 
-// scheduleLastRuns is the hook through which `schedule list` learns each
-// job's last run and staleness from the ledger. It returns nil (columns
-// print "-") until the scheduler records its runs there.
-func scheduleLastRuns(*globals) (lastRunLookup, func(), error) {
-	return nil, func() {}, nil
+// scheduleLastRuns reads each job's newest scheduled run from the ledger
+// for `schedule list`: the Postgres ledger of PRECOG_DATABASE_URL, else
+// the embedded one under --state-dir when it exists and is free (an
+// embedded scheduler holds it: then the columns print "-").
+func scheduleLastRuns(g *globals) (lastRunLookup, func(), error) {
+	var led ledger.Ledger
+	if dsn := databaseURL(""); dsn != "" {
+		l, err := openCluster(context.Background(), dsn, cliLedgerOptions(g.log))
+		if err != nil {
+			return nil, nil, err
+		}
+		led = l
+	} else {
+		path := filepath.Join(g.stateDir, "ledger.db")
+		if _, err := os.Stat(path); err != nil {
+			return nil, func() {}, nil
+		}
+		l, err := bolt.Open(path)
+		if err != nil {
+			g.log.Warn("last runs unavailable", "err", err)
+			return nil, func() {}, nil
+		}
+		led = l
+	}
+	lookup := func(ctx context.Context, job string) (lastRun, bool, error) {
+		runs, err := led.Runs(ctx, job, 100)
+		if err != nil {
+			return lastRun{}, false, err
+		}
+		for _, r := range runs { // newest first
+			at, err := time.Parse(time.RFC3339, r.Params["scheduled_for"])
+			if err != nil {
+				continue // a manual run
+			}
+			lr := lastRun{ID: r.ID, State: string(r.State), ScheduledFor: at}
+			if r.State == jobs.RunSucceeded {
+				lr.PublishedAt = r.UpdatedAt
+			}
+			return lr, true, nil
+		}
+		return lastRun{}, false, nil
+	}
+	return lookup, func() { led.Close() }, nil
 }
 
 func newScheduleListCmd(g *globals) *cobra.Command {

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/ledger/bolt"
+	pgledger "github.com/precog-ml/precog/jobs/ledger/postgres"
+	"github.com/precog-ml/precog/jobs/scheduler"
+	"github.com/precog-ml/precog/runner"
+)
+
+func newSchedulerCmd(g *globals) *cobra.Command {
+	var (
+		dir  string
+		db   string
+		addr string
+		ttl  time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "scheduler --jobs DIR",
+		Short: "Fire the cron runs of every scheduled job in a directory",
+		Long: `Fire a run of each job spec of --jobs whose schedule says so, exactly once per
+tick: the tick (job, scheduled time) is unique in the ledger and commits with
+its run, so two replicas that both believe they lead still create one run.
+
+With a database (--db or PRECOG_DATABASE_URL) it creates runs for the workers;
+run two or more replicas: they elect one leader with a lease (--lease), and a
+leader that cannot renew stops firing before its lease ends. Without one it
+runs each fired job in this process, in turn, with the embedded ledger (a
+second scheduler on the same --state-dir is refused).
+
+Runs get the params date (the tick's date in the job's time zone) and
+scheduled_for (RFC 3339). The spec's concurrency (forbid, replace, allow),
+catchup (none, latest, all with max_catchup) and starting_deadline decide what
+a tick does when a run is open or the scheduler was down; every decision is
+logged and recorded as a tick (fired, skipped, missed). SIGHUP, or a change
+in the directory, reloads the specs: a bad one is refused by file and field
+while the others keep firing. --addr serves /healthz, /readyz and /metrics
+(leader, ticks, precog_job_last_success_timestamp_seconds, precog_job_stale).`,
+		Example: `  PRECOG_DATABASE_URL=postgres://… precog scheduler --jobs jobs/ --addr :9090
+  precog scheduler --jobs jobs/        # single machine: fires and runs the jobs itself`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dir == "" {
+				return invalid(errors.New("--jobs: required (the directory of job specs)"))
+			}
+			ctx := cmd.Context()
+			led, embedded, closeLed, err := openSchedulerLedger(ctx, g, databaseURL(db))
+			if err != nil {
+				return err
+			}
+			defer closeLed()
+			src := scheduler.Dir{Path: dir}
+			opts := scheduler.Options{Specs: src, Ledger: led, LeaseTTL: ttl, Logger: g.log,
+				Plan:   planRun,
+				Cancel: func(ctx context.Context, run jobs.Run) error { return cancelForReplace(ctx, g, led, run) }}
+			if embedded {
+				opts.OnFired = func(ctx context.Context, run jobs.Run) { runFired(ctx, g, led, run) }
+			}
+			s := scheduler.New(opts)
+			if errs := s.Load(); len(errs) > 0 {
+				return invalid(errors.Join(errs...))
+			}
+			stop, err := serveSchedulerHTTP(ctx, addr, g)
+			if err != nil {
+				return err
+			}
+			defer stop()
+			go watchSpecs(ctx, s, src)
+			return s.Run(ctx)
+		},
+	}
+	cmd.Flags().StringVar(&dir, "jobs", "", "directory of job specs (*.yaml, *.yml); those with a schedule fire")
+	addDBFlag(cmd, &db)
+	cmd.Flags().StringVar(&addr, "addr", "", "serve /healthz, /readyz and /metrics on this address, e.g. :9090")
+	cmd.Flags().DurationVar(&ttl, "lease", 15*time.Second, "leader lease; renewed every third of it")
+	return cmd
+}
+
+// schedulerLedger is a ledger with the scheduler's ticks and leases.
+type schedulerLedger interface {
+	ledger.Ledger
+	ledger.Scheduler
+}
+
+// openSchedulerLedger opens the Postgres ledger, or the embedded one (which
+// a second process cannot open: one scheduler per state directory).
+func openSchedulerLedger(ctx context.Context, g *globals, dsn string) (schedulerLedger, bool, func(), error) {
+	if dsn != "" {
+		l, err := openCluster(ctx, dsn, pgledger.Options{PollOnly: true, Logger: g.log})
+		if err != nil {
+			return nil, false, nil, err
+		}
+		return l, false, func() { l.Close() }, nil
+	}
+	l, err := bolt.Open(filepath.Join(g.stateDir, "ledger.db"))
+	if err != nil {
+		return nil, false, nil, fmt.Errorf("scheduler: %w (one scheduler per state directory)", err)
+	}
+	return l, true, func() { l.Close() }, nil
+}
+
+// planRun plans a fired run from source metadata, as submit does.
+func planRun(ctx context.Context, spec *jobs.Spec) (jobs.Run, []jobs.Shard, error) {
+	job, err := runner.OpenJob(ctx, spec)
+	if err != nil {
+		return jobs.Run{}, nil, err
+	}
+	defer job.Close()
+	run, shards, err := runner.PlanRun(ctx, job)
+	if err == nil && spec.File != "" {
+		if abs, aerr := filepath.Abs(spec.File); aerr == nil {
+			run.SpecFile = abs
+		}
+	}
+	return run, shards, err
+}
+
+// cancelForReplace ends an open run for concurrency: replace: cancelled in
+// the ledger, then its unpublished data removed from every sink.
+func cancelForReplace(ctx context.Context, g *globals, led ledger.Ledger, run jobs.Run) error {
+	if err := led.SetRunState(ctx, run.ID, jobs.RunCancelled, "replaced by a newer scheduled run (concurrency: replace)"); err != nil && !errors.Is(err, ledger.ErrRunFinished) {
+		return err
+	}
+	return abortSinks(ctx, run, cancelOptions{out: io.Discard, log: g.log})
+}
+
+// runFired executes a fired run in this process (embedded mode): RunLocal
+// finds it open in the ledger and runs it to the end.
+func runFired(ctx context.Context, g *globals, led ledger.Ledger, run jobs.Run) {
+	spec, err := jobs.Parse(run.Spec, run.SpecFile, run.Params, os.LookupEnv)
+	if err != nil {
+		g.log.Error("fired run: its spec no longer loads", "run", run.ID, "err", err)
+		_ = led.SetRunState(ctx, run.ID, jobs.RunFailed, err.Error())
+		return
+	}
+	res, err := runner.RunLocal(ctx, spec, runner.LocalOptions{StateDir: g.stateDir, Ledger: led, Logger: g.log})
+	if err != nil {
+		g.log.Error("fired run failed", "run", run.ID, "err", err)
+		return
+	}
+	g.log.Info("fired run succeeded", "run", res.Run.ID, "rows_out", res.Run.Counts.RowsOut, "duration", res.Duration.Round(time.Millisecond))
+}
+
+// watchSpecs reloads the specs on SIGHUP and when the directory changes.
+func watchSpecs(ctx context.Context, s *scheduler.Scheduler, src scheduler.Dir) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	stamp := src.Stamp()
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			s.Reload()
+		case <-t.C:
+			if now := src.Stamp(); now != stamp {
+				stamp = now
+				s.Reload()
+			}
+		}
+	}
+}
+
+func serveSchedulerHTTP(ctx context.Context, addr string, g *globals) (func(), error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(scheduler.Metrics()...)
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	ok := func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") }
+	mux.HandleFunc("GET /healthz", ok)
+	mux.HandleFunc("GET /readyz", ok) // leader or standby, a replica is ready
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, invalid(fmt.Errorf("--addr: %w", err))
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			g.log.Warn("scheduler http server", "err", err)
+		}
+	}()
+	g.log.Info("scheduler http", "addr", ln.Addr().String())
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}, nil
+}

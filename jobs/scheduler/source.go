@@ -1,0 +1,87 @@
+package scheduler
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/schedule"
+)
+
+// Dir is a directory of job specs (*.yaml, *.yml).
+type Dir struct {
+	Path string
+	// Now renders templates when listing (a tick's params of now).
+	Now func() time.Time
+}
+
+// Load implements SpecSource: every spec of the directory, rendered with
+// the params of a tick at now (date, scheduled_for) so that specs whose
+// paths use {{.date}} load.
+func (d Dir) Load(params map[string]string) ([]*jobs.Spec, []error) {
+	names, err := d.files()
+	if err != nil {
+		return nil, []error{err}
+	}
+	var specs []*jobs.Spec
+	var errs []error
+	for _, f := range names {
+		p := params
+		if p == nil {
+			p = schedule.Params(d.now(), time.UTC)
+		}
+		spec, err := jobs.Load(f, p)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		specs = append(specs, spec)
+	}
+	return specs, errs
+}
+
+// LoadOne implements SpecSource.
+func (d Dir) LoadOne(file string, params map[string]string) (*jobs.Spec, error) {
+	return jobs.Load(file, params)
+}
+
+func (d Dir) now() time.Time {
+	if d.Now != nil {
+		return d.Now()
+	}
+	return time.Now()
+}
+
+func (d Dir) files() ([]string, error) {
+	entries, err := os.ReadDir(d.Path)
+	if err != nil {
+		return nil, fmt.Errorf("--jobs %s: %w", d.Path, err)
+	}
+	var out []string
+	for _, e := range entries {
+		if ext := filepath.Ext(e.Name()); !e.IsDir() && (ext == ".yaml" || ext == ".yml") {
+			out = append(out, filepath.Join(d.Path, e.Name()))
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// Stamp is a cheap fingerprint of the directory (names, sizes, mtimes): a
+// change means the specs should be reloaded.
+func (d Dir) Stamp() string {
+	names, err := d.files()
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	s := ""
+	for _, f := range names {
+		if fi, err := os.Stat(f); err == nil {
+			s += fmt.Sprintf("%s:%d:%d;", f, fi.Size(), fi.ModTime().UnixNano())
+		}
+	}
+	return s
+}
