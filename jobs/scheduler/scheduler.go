@@ -49,7 +49,7 @@ type Canceller func(ctx context.Context, run jobs.Run) error
 type Options struct {
 	// Specs loads the job specs (the --jobs directory), with params; it is
 	// called at start and on every Reload.
-	Specs SpecSource
+	Specs  SpecSource
 	Ledger Ledger
 	Plan   Planner
 	Cancel Canceller

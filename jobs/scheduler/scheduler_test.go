@@ -83,7 +83,9 @@ func newLedger(t *testing.T) *pgledger.Ledger {
 func newScheduler(t *testing.T, led Ledger, clock Clock, src SpecSource, holder string, cancel Canceller) *Scheduler {
 	t.Helper()
 	if cancel == nil {
-		cancel = func(ctx context.Context, r jobs.Run) error { return led.SetRunState(ctx, r.ID, jobs.RunCancelled, "replaced") }
+		cancel = func(ctx context.Context, r jobs.Run) error {
+			return led.SetRunState(ctx, r.ID, jobs.RunCancelled, "replaced")
+		}
 	}
 	s := New(Options{Specs: src, Ledger: led, Plan: plan, Cancel: cancel, Holder: holder, Clock: clock,
 		LeaseTTL: time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -144,7 +146,7 @@ func TestExactlyOncePerTickInSplitBrain(t *testing.T) {
 func TestOverlapPolicies(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
-		policy            string
+		policy             string
 		wantRuns, wantOpen int
 	}{{"forbid", 1, 1}, {"replace", 2, 1}, {"allow", 2, 2}} {
 		t.Run(tc.policy, func(t *testing.T) {
