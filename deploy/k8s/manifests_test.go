@@ -108,8 +108,10 @@ func checkDrain(t *testing.T, where string, w worker) {
 		return
 	}
 	g := w.dep.Spec.Template.Spec.TerminationGracePeriodSeconds
-	if g == nil || time.Duration(*g)*time.Second <= drain+10*time.Second {
-		t.Errorf("%s: terminationGracePeriodSeconds %v must exceed --drain-timeout %s by more than 10s", where, g, drain)
+	if g == nil {
+		t.Errorf("%s: no terminationGracePeriodSeconds (default 30s) for --drain-timeout %s", where, drain)
+	} else if time.Duration(*g)*time.Second <= drain+10*time.Second {
+		t.Errorf("%s: terminationGracePeriodSeconds %d must exceed --drain-timeout %s by more than 10s", where, *g, drain)
 	}
 }
 
