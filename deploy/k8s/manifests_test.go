@@ -504,7 +504,7 @@ func TestReadmeWalkthroughMatchesManifests(t *testing.T) {
 			t.Errorf("README: the walk-through never creates Secret %s", name)
 			continue
 		}
-		line, _, _ := strings.Cut(section[i:], "\n\n")
+		line, _, _ := strings.Cut(section[i:], "\n")
 		for _, k := range keys {
 			if !strings.Contains(line, k) {
 				t.Errorf("README: Secret %s is created without key %s", name, k)
