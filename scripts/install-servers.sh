@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs redis-server, PostgreSQL (and curl, for the demo) from Debian's packages when they are missing.
+# Installs redis-server, PostgreSQL (and curl, for the demo) from Debian's packages when they are missing,
+# and the tools deploy/k8s's test needs: promtool (Debian's prometheus package) and a kustomize of v4 or
+# later (kubectl's built-in one when kubectl is that recent; else kustomize itself, built from its Go module).
 # Tests start their own instances in temp dirs; nothing here starts a service.
 set -euo pipefail
 need=()
@@ -9,9 +11,25 @@ if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb 
 fi
 command -v psql >/dev/null 2>&1 || need+=(postgresql-client)
 command -v curl >/dev/null 2>&1 || need+=(curl)  # make demo queries the API with it
-[ ${#need[@]} -eq 0 ] && exit 0
-echo "installing: ${need[*]}"
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)  # promtool; the daemon is not started
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing: ${need[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# kustomize v4+: `kubectl kustomize` renders deploy/k8s when kubectl embeds v4 or later. Debian's
+# kubernetes-client (kubectl 1.20) embeds v2, which cannot take directories in `resources`, so
+# without a recent kubectl the kustomize binary is built from its Go module (the version kubectl
+# 1.32 embeds).
+KUSTOMIZE_VERSION=v5.5.0
+kubectl_kustomize_major() {
+  command -v kubectl >/dev/null 2>&1 || { echo 0; return; }
+  kubectl version --client 2>/dev/null | sed -n 's/^Kustomize Version: v\([0-9]*\)\..*/\1/p' | grep . || echo 0
+}
+if [ "$(kubectl_kustomize_major)" -lt 4 ] && ! command -v kustomize >/dev/null 2>&1; then
+  echo "installing: kustomize $KUSTOMIZE_VERSION (go install)"
+  $SUDO env GOBIN=/usr/local/bin "$(command -v go)" install "sigs.k8s.io/kustomize/kustomize/v5@$KUSTOMIZE_VERSION"
+fi
