@@ -250,6 +250,7 @@ func (lr *localRun) runAndPublish(ctx context.Context, run jobs.Run) error {
 	if err := lr.led.SetRunState(ctx, run.ID, jobs.RunSucceeded, ""); err != nil {
 		return err
 	}
+	runFinished(lr.info.Job, jobs.RunSucceeded)
 	if lr.res.Run, err = lr.led.Run(ctx, run.ID); err != nil {
 		return err
 	}
@@ -606,6 +607,7 @@ func abortRun(ctx context.Context, led ledger.Ledger, snks []sinks.Sink, info si
 func endRun(ctx context.Context, led ledger.Ledger, snks []sinks.Sink, info sinks.RunInfo, state jobs.RunState, cause error, log *slog.Logger) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
+	runFinished(info.Job, state)
 	if err := led.SetRunState(actx, info.RunID, state, cause.Error()); err != nil {
 		log.Warn("mark run failed", "run", info.RunID, "err", err)
 	}

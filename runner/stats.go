@@ -2,6 +2,7 @@ package runner
 
 import (
 	"fmt"
+	"github.com/precog-ml/precog/jobs"
 	"sort"
 	"strings"
 	"sync"
@@ -92,6 +93,9 @@ var (
 		Name: "precog_shards_total",
 		Help: "Shard attempts by result: committed, failed, released (interrupted).",
 	}, []string{"result"})
+	runsFinished = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "precog_runs_finished_total", Help: "Runs this process finished, by job and final state (succeeded, failed, cancelled).",
+	}, []string{"job_name", "state"})
 	claimSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "precog_worker_claim_seconds", Help: "Latency of one claim call to the ledger (a worker's ClaimNext).",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
@@ -105,5 +109,10 @@ var (
 
 // Metrics are the batch runner's collectors, for a registry of the caller's.
 func Metrics() []prometheus.Collector {
-	return []prometheus.Collector{stageSeconds, rowsTotal, shardsTotal, shardSeconds, claimSeconds}
+	return []prometheus.Collector{stageSeconds, rowsTotal, shardsTotal, shardSeconds, claimSeconds, runsFinished}
+}
+
+// runFinished counts a run that reached a terminal state in this process.
+func runFinished(job string, state jobs.RunState) {
+	runsFinished.WithLabelValues(job, string(state)).Inc()
 }

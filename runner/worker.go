@@ -308,6 +308,7 @@ func (w *Worker) tryPublish(ctx context.Context, id, runID string) {
 		w.log.Warn("finish publish", "run", runID, "err", err)
 		return
 	}
+	runFinished(or.info.Job, state)
 	w.log.Info("run finished", "run", runID, "state", state, "error", msg)
 }
 

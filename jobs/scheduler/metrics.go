@@ -15,16 +15,16 @@ var (
 	})
 	ticksTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "precog_scheduler_ticks_total", Help: "Ticks recorded by this replica, by job and outcome (fired, skipped, missed).",
-	}, []string{"job", "outcome"})
+	}, []string{"job_name", "outcome"})
 	lastSuccess = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "precog_job_last_success_timestamp_seconds", Help: "When the job's newest succeeded run finished (Unix seconds).",
-	}, []string{"job"})
+	}, []string{"job_name"})
 	stale = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "precog_job_stale", Help: "1 when the job's newest succeeded run is older than its max_staleness.",
-	}, []string{"job"})
+	}, []string{"job_name"})
 	staleAge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "precog_job_staleness_seconds", Help: "Age of the job's newest succeeded run.",
-	}, []string{"job"})
+	}, []string{"job_name"})
 )
 
 // Metrics are the scheduler's collectors, for the caller's registry.
