@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/precog-ml/precog/jobs"
 )
 
 // Prediction is one answered key, as the API returns it.
@@ -288,6 +290,7 @@ func (s *Server) answerOne(ctx context.Context, w *reqInfo, n *namespace, lv *li
 		return
 	}
 	w.source = a.source
+	markStale(w, n.spec, p.caVal, time.Now())
 	bp := bufPool.Get().(*[]byte)
 	b := appendPrediction((*bp)[:0], n.name, key, nil, a, &p)
 	writeBody(w, http.StatusOK, append(b, '\n'))
@@ -679,4 +682,28 @@ func status(err error) string {
 		return "error: " + err.Error()
 	}
 	return "ok"
+}
+
+// StaleAgeHeader carries the age in seconds of a served record older than
+// its job's max_staleness: precomputed predictions go stale silently, this
+// makes it visible to the application.
+const StaleAgeHeader = "X-Precog-Stale-Age"
+
+// markStale sets StaleAgeHeader when the record's computed_at (raw JSON
+// value) is older than spec's max_staleness.
+func markStale(w http.ResponseWriter, spec *jobs.Spec, computedAt []byte, now time.Time) {
+	if spec == nil || spec.MaxStaleness.Duration <= 0 || len(computedAt) < 2 {
+		return
+	}
+	var s string
+	if err := json.Unmarshal(computedAt, &s); err != nil {
+		return
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return
+	}
+	if age := now.Sub(t); age > spec.MaxStaleness.Duration {
+		w.Header().Set(StaleAgeHeader, strconv.FormatInt(int64(age.Seconds()), 10))
+	}
 }

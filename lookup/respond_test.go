@@ -178,3 +178,27 @@ func TestUnknownVersionIsNotAMiss(t *testing.T) {
 	e.publishRedis("r1", map[string]string{"user-1": rec})
 	waitUntil(t, "hit after Redis came up", func() bool { return get() == 200 })
 }
+
+// TestMarkStale: a record older than the job's max_staleness gets its age
+// in X-Precog-Stale-Age; a fresh one, or a job without max_staleness, none.
+func TestMarkStale(t *testing.T) {
+	now := time.Date(2026, 11, 2, 12, 0, 0, 0, time.UTC)
+	spec := &jobs.Spec{MaxStaleness: jobs.Duration{Duration: 6 * time.Hour}}
+	for _, tc := range []struct {
+		spec *jobs.Spec
+		ca   string
+		want string
+	}{
+		{spec, `"2026-11-02T00:00:00Z"`, "43200"},
+		{spec, `"2026-11-02T08:00:00.123456Z"`, ""},
+		{&jobs.Spec{}, `"2026-10-01T00:00:00Z"`, ""},
+		{spec, `"not a time"`, ""},
+		{spec, ``, ""},
+	} {
+		rec := httptest.NewRecorder()
+		markStale(rec, tc.spec, []byte(tc.ca), now)
+		if got := rec.Header().Get(StaleAgeHeader); got != tc.want {
+			t.Errorf("computed_at %s: header %q, want %q", tc.ca, got, tc.want)
+		}
+	}
+}
