@@ -21,27 +21,27 @@ import (
 const claimSQL = `
 WITH cand AS MATERIALIZED (
 	SELECT r.id, r.priority, r.created_at,
-		(SELECT count(*) FROM precog_shards x WHERE x.run_id = r.id AND x.state = 'running') AS busy
+		(SELECT count(*) FROM precog_run_shards x WHERE x.run_id = r.id AND x.state = 'running') AS busy
 	FROM precog_runs r
 	WHERE %s AND r.state IN ('pending', 'running')
 	ORDER BY r.priority DESC, busy, r.created_at, r.id
 ),
 exp AS (
-	SELECT sh.run_id, sh.idx FROM precog_shards sh JOIN cand ON cand.id = sh.run_id
+	SELECT sh.run_id, sh.idx FROM precog_run_shards sh JOIN cand ON cand.id = sh.run_id
 	WHERE sh.state = 'running' AND sh.lease_until <= now() AND (sh.worker2 IS NULL OR sh.lease2_until <= now())
 	ORDER BY cand.priority DESC, cand.created_at, sh.run_id, sh.idx
 	LIMIT 1 FOR UPDATE OF sh SKIP LOCKED
 ),
 pend AS (
 	SELECT p.run_id, p.idx FROM cand CROSS JOIN LATERAL (
-		SELECT sh.run_id, sh.idx FROM precog_shards sh WHERE sh.run_id = cand.id AND sh.state = 'pending'
+		SELECT sh.run_id, sh.idx FROM precog_run_shards sh WHERE sh.run_id = cand.id AND sh.state = 'pending'
 		ORDER BY sh.idx LIMIT 1 FOR UPDATE SKIP LOCKED) p
 	WHERE NOT EXISTS (SELECT 1 FROM exp)
 	LIMIT 1
 ),
 pick AS (SELECT run_id, idx FROM exp UNION ALL SELECT run_id, idx FROM pend LIMIT 1),
 u AS (
-	UPDATE precog_shards s SET state = 'running', attempts = s.attempts + 1, worker = $2,
+	UPDATE precog_run_shards s SET state = 'running', attempts = s.attempts + 1, worker = $2,
 		lease_until = now() + $3::bigint * interval '1 microsecond', claimed_at = now(),
 		worker2 = NULL, lease2_until = NULL, claimed2_at = NULL, updated_at = now()
 	FROM pick WHERE s.run_id = pick.run_id AND s.idx = pick.idx
@@ -67,21 +67,21 @@ var (
 const speculateSQL = `
 WITH cand AS MATERIALIZED (
 	SELECT r.id, r.priority,
-		(SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY c.run_ms) FROM precog_shards c
+		(SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY c.run_ms) FROM precog_run_shards c
 		 WHERE c.run_id = r.id AND c.state = 'committed' AND c.run_ms IS NOT NULL) AS med
 	FROM precog_runs r
 	WHERE r.pool = $1 AND r.state = 'running'
-		AND NOT EXISTS (SELECT 1 FROM precog_shards p WHERE p.run_id = r.id AND p.state = 'pending')
+		AND NOT EXISTS (SELECT 1 FROM precog_run_shards p WHERE p.run_id = r.id AND p.state = 'pending')
 ),
 pick AS (
-	SELECT sh.run_id, sh.idx FROM precog_shards sh JOIN cand ON cand.id = sh.run_id
+	SELECT sh.run_id, sh.idx FROM precog_run_shards sh JOIN cand ON cand.id = sh.run_id
 	WHERE sh.state = 'running' AND sh.worker2 IS NULL AND sh.worker <> $2 AND sh.lease_until > now()
 		AND cand.med IS NOT NULL AND now() - sh.claimed_at > cand.med * $4::float8 * interval '1 millisecond'
 	ORDER BY cand.priority DESC, sh.claimed_at
 	LIMIT 1 FOR UPDATE OF sh SKIP LOCKED
 ),
 u AS (
-	UPDATE precog_shards s SET attempts = s.attempts + 1, worker2 = $2,
+	UPDATE precog_run_shards s SET attempts = s.attempts + 1, worker2 = $2,
 		lease2_until = now() + $3::bigint * interval '1 microsecond', claimed2_at = now(), updated_at = now()
 	FROM pick WHERE s.run_id = pick.run_id AND s.idx = pick.idx
 	RETURNING s.*
@@ -170,7 +170,7 @@ const holds = `s.run_id = $1 AND s.idx = $2 AND s.state = 'running'
 
 // Heartbeat extends worker's lease on the shard to now+lease.
 func (l *Ledger) Heartbeat(ctx context.Context, runID string, shard int, worker string, lease time.Duration) error {
-	tag, err := l.pool.Exec(ctx, `UPDATE precog_shards s SET
+	tag, err := l.pool.Exec(ctx, `UPDATE precog_run_shards s SET
 		lease_until = CASE WHEN s.worker = $3 THEN now() + $4::bigint * interval '1 microsecond' ELSE s.lease_until END,
 		lease2_until = CASE WHEN s.worker2 = $3 THEN now() + $4::bigint * interval '1 microsecond' ELSE s.lease2_until END,
 		updated_at = now()
@@ -187,7 +187,7 @@ func (l *Ledger) Heartbeat(ctx context.Context, runID string, shard int, worker 
 // Complete commits the shard with its counts; the first of two speculative
 // holders to complete wins and voids the other's lease.
 func (l *Ledger) Complete(ctx context.Context, runID string, shard int, worker string, c jobs.Counts) error {
-	tag, err := l.pool.Exec(ctx, `UPDATE precog_shards s SET state = 'committed',
+	tag, err := l.pool.Exec(ctx, `UPDATE precog_run_shards s SET state = 'committed',
 		rows_in = $4, rows_out = $5, rejected = $6, key_sketch = $7, error = '',
 		run_ms = extract(epoch FROM now() - CASE WHEN s.worker = $3 THEN s.claimed_at ELSE s.claimed2_at END) * 1000,
 		worker = $3, lease_until = NULL, worker2 = NULL, lease2_until = NULL, claimed2_at = NULL, updated_at = now()
@@ -207,7 +207,7 @@ func (l *Ledger) refused(ctx context.Context, op, runID string, shard int, worke
 	var rstate string
 	var sstate, holder, holder2 *string
 	err := l.pool.QueryRow(ctx, `SELECT r.state, s.state, s.worker, s.worker2 FROM precog_runs r
-		LEFT JOIN precog_shards s ON s.run_id = r.id AND s.idx = $2 WHERE r.id = $1`, runID, shard).
+		LEFT JOIN precog_run_shards s ON s.run_id = r.id AND s.idx = $2 WHERE r.id = $1`, runID, shard).
 		Scan(&rstate, &sstate, &holder, &holder2)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -270,7 +270,7 @@ func (l *Ledger) endAttempt(ctx context.Context, op, runID string, shard int, wo
 		err := tx.QueryRow(ctx, `SELECT s.attempts, coalesce(s.worker = $3 AND s.lease_until > now(), false),
 			CASE WHEN s.worker = $3 THEN coalesce(s.lease2_until > now(), false) ELSE coalesce(s.lease_until > now(), false) END,
 			(SELECT pool FROM precog_runs WHERE id = $1)
-			FROM precog_shards s WHERE `+holds+` FOR UPDATE OF s`, runID, shard, worker).Scan(&attempts, &primary, &otherLive, &pool)
+			FROM precog_run_shards s WHERE `+holds+` FOR UPDATE OF s`, runID, shard, worker).Scan(&attempts, &primary, &otherLive, &pool)
 		if errors.Is(err, pgx.ErrNoRows) {
 			refused = true
 			return nil
@@ -280,16 +280,16 @@ func (l *Ledger) endAttempt(ctx context.Context, op, runID string, shard int, wo
 		}
 		if otherLive {
 			// The other attempt carries on: drop worker's lease only.
-			q := `UPDATE precog_shards SET worker2 = NULL, lease2_until = NULL, claimed2_at = NULL, updated_at = now() WHERE run_id = $1 AND idx = $2`
+			q := `UPDATE precog_run_shards SET worker2 = NULL, lease2_until = NULL, claimed2_at = NULL, updated_at = now() WHERE run_id = $1 AND idx = $2`
 			if primary {
-				q = `UPDATE precog_shards SET worker = worker2, lease_until = lease2_until, claimed_at = claimed2_at,
+				q = `UPDATE precog_run_shards SET worker = worker2, lease_until = lease2_until, claimed_at = claimed2_at,
 					worker2 = NULL, lease2_until = NULL, claimed2_at = NULL, updated_at = now() WHERE run_id = $1 AND idx = $2`
 			}
 			_, err := tx.Exec(ctx, q, runID, shard)
 			return err
 		}
 		state, n, msg := next(attempts)
-		if _, err := tx.Exec(ctx, `UPDATE precog_shards SET state = $3, attempts = $4,
+		if _, err := tx.Exec(ctx, `UPDATE precog_run_shards SET state = $3, attempts = $4,
 			error = CASE WHEN $5 = '' THEN error ELSE $5 END, lease_until = NULL, worker2 = NULL, lease2_until = NULL,
 			claimed2_at = NULL, worker = NULL, updated_at = now()
 			WHERE run_id = $1 AND idx = $2`, runID, shard, state, n, msg); err != nil {

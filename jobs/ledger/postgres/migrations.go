@@ -43,7 +43,7 @@ CREATE INDEX precog_runs_open_pool ON precog_runs (pool)
 CREATE INDEX precog_runs_created ON precog_runs (created_at DESC, id DESC);
 CREATE INDEX precog_runs_job_created ON precog_runs (job, created_at DESC, id DESC);
 
-CREATE TABLE precog_shards (
+CREATE TABLE precog_run_shards (
 	run_id       text NOT NULL REFERENCES precog_runs (id) ON DELETE CASCADE,
 	idx          integer NOT NULL,
 	plan         bytea,
@@ -68,8 +68,8 @@ CREATE TABLE precog_shards (
 	updated_at   timestamptz NOT NULL,
 	PRIMARY KEY (run_id, idx)
 ) WITH (fillfactor = 80);
-CREATE INDEX precog_shards_pending ON precog_shards (run_id, idx) WHERE state = 'pending';
-CREATE INDEX precog_shards_running ON precog_shards (run_id, idx) WHERE state = 'running';
+CREATE INDEX precog_run_shards_pending ON precog_run_shards (run_id, idx) WHERE state = 'pending';
+CREATE INDEX precog_run_shards_running ON precog_run_shards (run_id, idx) WHERE state = 'running';
 `,
 	// 2: the scheduler's ticks (one row per job and scheduled time) and
 	// leader leases.

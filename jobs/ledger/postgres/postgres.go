@@ -1,5 +1,5 @@
 // Package postgres is the cluster ledger: runs and shards in Postgres tables
-// (precog_runs, precog_shards) shared by any number of `precog worker`
+// (precog_runs, precog_run_shards) shared by any number of `precog worker`
 // processes. Shards are claimed with FOR UPDATE SKIP LOCKED under leases
 // that use the database's clock (now()), never the workers'. A lease is
 // (run, shard, worker); calls from a worker whose lease expired or was
@@ -141,7 +141,7 @@ const runCols = `r.id, r.job, r.version, r.params, r.params_key, r.spec_hash, r.
 const runFrom = `precog_runs r CROSS JOIN LATERAL (
 	SELECT coalesce(sum(s.rows_in), 0)::bigint AS rows_in, coalesce(sum(s.rows_out), 0)::bigint AS rows_out,
 		coalesce(sum(s.rejected), 0)::bigint AS rejected
-	FROM precog_shards s WHERE s.run_id = r.id AND s.state = 'committed') c`
+	FROM precog_run_shards s WHERE s.run_id = r.id AND s.state = 'committed') c`
 
 func scanRun(row pgx.Row) (jobs.Run, error) {
 	var r jobs.Run
@@ -221,7 +221,7 @@ func createRunTx(ctx context.Context, tx pgx.Tx, run jobs.Run, shards []jobs.Sha
 		seen[s.Index] = true
 		rows[i] = []any{run.ID, s.Index, []byte(s.Plan), s.EstRows, "pending", time.Now()}
 	}
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"precog_shards"},
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"precog_run_shards"},
 		[]string{"run_id", "idx", "plan", "est_rows", "state", "updated_at"}, pgx.CopyFromRows(rows)); err != nil {
 		return fmt.Errorf("insert shards: %w", err)
 	}
@@ -304,7 +304,7 @@ func (l *Ledger) Runs(ctx context.Context, job string, limit int) ([]jobs.Run, e
 
 // Shards returns a run's shards ordered by index.
 func (l *Ledger) Shards(ctx context.Context, runID string) ([]jobs.Shard, error) {
-	rows, err := l.pool.Query(ctx, `SELECT `+shardCols+` FROM precog_shards s WHERE s.run_id = $1 ORDER BY s.idx`, runID)
+	rows, err := l.pool.Query(ctx, `SELECT `+shardCols+` FROM precog_run_shards s WHERE s.run_id = $1 ORDER BY s.idx`, runID)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: shards of run %s: %w", runID, err)
 	}

@@ -74,7 +74,7 @@ func (l *Ledger) RetryFailed(ctx context.Context, runID string) (int, error) {
 		if err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `UPDATE precog_shards SET state = 'pending', attempts = 0, error = '', worker = NULL,
+		tag, err := tx.Exec(ctx, `UPDATE precog_run_shards SET state = 'pending', attempts = 0, error = '', worker = NULL,
 			lease_until = NULL, worker2 = NULL, lease2_until = NULL, updated_at = now()
 			WHERE run_id = $1 AND state = 'failed'`, runID)
 		if err != nil {
@@ -103,7 +103,7 @@ func (l *Ledger) Reopen(ctx context.Context, runID string, shards []int, reason 
 		for i, s := range shards {
 			idx[i] = int32(s)
 		}
-		if _, err := tx.Exec(ctx, `UPDATE precog_shards SET state = 'pending', attempts = 0, rows_in = 0, rows_out = 0,
+		if _, err := tx.Exec(ctx, `UPDATE precog_run_shards SET state = 'pending', attempts = 0, rows_in = 0, rows_out = 0,
 			rejected = 0, key_sketch = '', run_ms = NULL, error = $3, worker = NULL, lease_until = NULL, updated_at = now()
 			WHERE run_id = $1 AND idx = ANY($2) AND state = 'committed'`, runID, idx, reason); err != nil {
 			return err
@@ -121,7 +121,7 @@ func (l *Ledger) Reopen(ctx context.Context, runID string, shards []int, reason 
 }
 
 // allCommitted is true when a run has no shard that is not committed.
-const allCommitted = `NOT EXISTS (SELECT 1 FROM precog_shards s WHERE s.run_id = r.id AND s.state <> 'committed')`
+const allCommitted = `NOT EXISTS (SELECT 1 FROM precog_run_shards s WHERE s.run_id = r.id AND s.state <> 'committed')`
 
 // ClaimPublish implements ledger.Cluster.
 func (l *Ledger) ClaimPublish(ctx context.Context, runID, worker string, lease time.Duration) (jobs.Run, error) {
@@ -240,7 +240,7 @@ func (l *Ledger) RetryRun(ctx context.Context, runID string) (int, error) {
 			updated_at = now() WHERE id = $1`, runID); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `UPDATE precog_shards SET state = 'pending', attempts = 0, error = '', worker = NULL,
+		tag, err := tx.Exec(ctx, `UPDATE precog_run_shards SET state = 'pending', attempts = 0, error = '', worker = NULL,
 			lease_until = NULL, worker2 = NULL, lease2_until = NULL, updated_at = now()
 			WHERE run_id = $1 AND state IN ('failed', 'running')`, runID)
 		if err != nil {
