@@ -3,7 +3,8 @@
 // Every number it reports is a ratio against the raw limit measured in the
 // same run on the same machine (raw ONNX Runtime on prebuilt tensors, a raw
 // Parquet scan, a raw go-redis pipelined SET loop, raw pgx CopyFrom, raw
-// go-redis GETs), because the machines it runs on are shared and noisy:
+// go-redis GETs, single-statement Postgres round trips, a raw
+// LISTEN/NOTIFY), because the machines it runs on are shared and noisy:
 // absolute rows/s move by tens of percent between runs, ratios much less.
 //
 //	go run ./internal/bench -out bench-results.md -readme README.md
@@ -65,7 +66,7 @@ func main() {
 	flag.BoolVar(&c.big, "big", true, "run the peak-RSS comparison on -big-rows rows (false: skip it)")
 	flag.Int64Var(&c.sinkRows, "sink-rows", 200_000, "rows written by the sink benchmarks")
 	flag.DurationVar(&c.measure, "measure", 3*time.Second, "how long each raw-limit loop runs")
-	flag.StringVar(&c.sections, "sections", "core,sinks,lookup", "comma-separated sections to run")
+	flag.StringVar(&c.sections, "sections", "core,sinks,lookup,cluster", "comma-separated sections to run (core, sinks, lookup, cluster)")
 	flag.StringVar(&c.live, "live-models", "heavy,ranker,recs", "models of the live-fallback comparison, comma-separated (heavy, ranker, recs)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the scratch directory")
 	flag.Parse()
@@ -131,6 +132,7 @@ func run(ctx context.Context, c config) error {
 		{"core", h.core},
 		{"sinks", h.sinks},
 		{"lookup", h.lookup},
+		{"cluster", h.cluster},
 	}
 	var secs []*section
 	for _, st := range steps {

@@ -58,7 +58,13 @@ func featureColumns() []string {
 
 // writeSpec writes a job spec that runs modelName over data into sinksYAML
 // (the lines under `sinks:`, indented two spaces) and returns its path.
+// Its shards are the dataset's files (rowsPerFile rows each).
 func (h *harness) writeSpec(name, modelName, data string, outputs map[string]string, sinksYAML string) (string, error) {
+	return h.writeSpecShards(name, modelName, data, outputs, sinksYAML, rowsPerFile)
+}
+
+// writeSpecShards is writeSpec with shards of rowsPerShard rows.
+func (h *harness) writeSpecShards(name, modelName, data string, outputs map[string]string, sinksYAML string, rowsPerShard int64) (string, error) {
 	var outs strings.Builder
 	for k, v := range outputs {
 		fmt.Fprintf(&outs, "    %s: %s\n", k, v)
@@ -76,7 +82,7 @@ model:
   outputs:
 %s  batch_size: %d
 sinks:
-%s`, name, data, testgen.KeyColumn, rowsPerFile, filepath.Join(h.models, modelName+".onnx"),
+%s`, name, data, testgen.KeyColumn, rowsPerShard, filepath.Join(h.models, modelName+".onnx"),
 		strings.Join(featureColumns(), ", "), outs.String(), batchSize, sinksYAML)
 	p := filepath.Join(h.cfg.work, "jobs", name+".yaml")
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
