@@ -60,11 +60,26 @@ func featureColumns() []string {
 // (the lines under `sinks:`, indented two spaces) and returns its path.
 // Its shards are the dataset's files (rowsPerFile rows each).
 func (h *harness) writeSpec(name, modelName, data string, outputs map[string]string, sinksYAML string) (string, error) {
-	return h.writeSpecShards(name, modelName, data, outputs, sinksYAML, rowsPerFile)
+	return h.writeSpecWith(name, modelName, data, outputs, sinksYAML, specOptions{})
 }
 
-// writeSpecShards is writeSpec with shards of rowsPerShard rows.
-func (h *harness) writeSpecShards(name, modelName, data string, outputs map[string]string, sinksYAML string, rowsPerShard int64) (string, error) {
+// specOptions are the spec fields a measurement may change from writeSpec's.
+type specOptions struct {
+	// RowsPerShard is source.rows_per_shard (0: rowsPerFile).
+	RowsPerShard int64
+	// Threads is model.threads (0: the runtime's default).
+	Threads int
+}
+
+// writeSpecWith is writeSpec with the fields of o.
+func (h *harness) writeSpecWith(name, modelName, data string, outputs map[string]string, sinksYAML string, o specOptions) (string, error) {
+	if o.RowsPerShard == 0 {
+		o.RowsPerShard = rowsPerFile
+	}
+	threads := ""
+	if o.Threads > 0 {
+		threads = fmt.Sprintf("  threads: %d\n", o.Threads)
+	}
 	var outs strings.Builder
 	for k, v := range outputs {
 		fmt.Fprintf(&outs, "    %s: %s\n", k, v)
@@ -81,9 +96,9 @@ model:
     features: { columns: [%s] }
   outputs:
 %s  batch_size: %d
-sinks:
-%s`, name, data, testgen.KeyColumn, rowsPerShard, filepath.Join(h.models, modelName+".onnx"),
-		strings.Join(featureColumns(), ", "), outs.String(), batchSize, sinksYAML)
+%ssinks:
+%s`, name, data, testgen.KeyColumn, o.RowsPerShard, filepath.Join(h.models, modelName+".onnx"),
+		strings.Join(featureColumns(), ", "), outs.String(), batchSize, threads, sinksYAML)
 	p := filepath.Join(h.cfg.work, "jobs", name+".yaml")
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return "", fmt.Errorf("spec %s: %w", p, err)
