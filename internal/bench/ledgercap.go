@@ -58,6 +58,13 @@ func claimCycles(ctx context.Context, led ledger.Cluster, pool string, workers, 
 				if err == nil {
 					err = led.Complete(ctx, r.ID, s.Index, name, jobs.Counts{RowsIn: 1, RowsOut: 1})
 				}
+				if errors.Is(err, ledger.ErrLeaseLost) {
+					// Once nothing is pending, ClaimNext leases running
+					// shards a second time (speculation) and the first
+					// to complete wins: the other's attempt is lost, as
+					// a worker's would be, and not counted.
+					continue
+				}
 				if err != nil {
 					mu.Lock()
 					firstErr = errors.Join(firstErr, fmt.Errorf("capacity: worker %s: %w", name, err))
