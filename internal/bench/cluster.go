@@ -70,6 +70,10 @@ func (h *harness) cluster(ctx context.Context) (*section, error) {
 	}
 	defer db.Close()
 	c := &clusterBench{h: h, dsn: dsn, led: led, db: db}
+	load := loadAvg()
+	defer func() {
+		s.note("load average (1 min) at the section's start / end: %s / %s: the machine is shared.", load, loadAvg())
+	}()
 	steps := []struct {
 		name string
 		fn   func(context.Context, *section) error
@@ -87,6 +91,15 @@ func (h *harness) cluster(ctx context.Context) (*section, error) {
 		slog.Info("cluster step done", "step", st.name, "took", time.Since(t0).Round(time.Millisecond))
 	}
 	return s, nil
+}
+
+// loadAvg is the 1-minute load average, or "?".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "?"
 }
 
 // overhead compares one `precog worker` with `precog run` on the heavy job:
@@ -178,6 +191,11 @@ func (c *clusterBench) submitAndWait(ctx context.Context, spec string, wantRows 
 // single-row UPDATE each (the raw limit); they alternate twice.
 func (c *clusterBench) capacity(ctx context.Context, s *section) error {
 	d := c.h.cfg.measure
+	// A short untimed loop first opens the ledger's connections and warms
+	// its statements and tables, as a running cluster's are.
+	if _, _, err := claimCycles(ctx, c.led, "capwarm", capacityWorkers, capacityShardsPerRun/4, d/4); err != nil {
+		return err
+	}
 	var cycles, raw float64
 	var shards int64
 	for rep := range 2 {

@@ -104,6 +104,9 @@ func rawStatements(ctx context.Context, dsn, sql string, workers int, d time.Dur
 	if _, err := db.Exec(ctx, `INSERT INTO bench_raw SELECT g, 0 FROM generate_series(0, $1::int - 1) g ON CONFLICT DO NOTHING`, workers); err != nil {
 		return 0, fmt.Errorf("raw statements: fill table bench_raw: %w", err)
 	}
+	if err := warmPool(ctx, db, workers); err != nil {
+		return 0, err
+	}
 	withArg := sqlTakesArg(sql)
 	var n atomic.Int64
 	errs := make([]error, workers)
@@ -134,6 +137,25 @@ func rawStatements(ctx context.Context, dsn, sql string, workers int, d time.Dur
 		return 0, err
 	}
 	return float64(n.Load()) / time.Since(start).Seconds(), nil
+}
+
+// warmPool opens n connections of db before a timed loop, so that the loop
+// does not pay for connecting.
+func warmPool(ctx context.Context, db *pgxpool.Pool, n int) error {
+	conns := make([]*pgxpool.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range n {
+		c, err := db.Acquire(ctx)
+		if err != nil {
+			return fmt.Errorf("raw statements: connect: %w", err)
+		}
+		conns = append(conns, c)
+	}
+	return nil
 }
 
 func sqlTakesArg(sql string) bool {
