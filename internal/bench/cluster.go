@@ -226,8 +226,8 @@ func (c *clusterBench) capacity(ctx context.Context, s *section) error {
 	})
 	s.note("ledger capacity: best of 2 alternating %s loops (%d shards in the best); a cycle is at least 3 statements, so a ratio near 0.33 is the ledger at Postgres's single-statement rate. `SELECT 1` from %d goroutines: %s.",
 		dur(d), shards, capacityWorkers, rate(sel, "stmts/s"))
-	s.note("**one Postgres coordinates ≈ %.0f workers** at %d-s shards (each worker needs one claim + heartbeat + complete per shard: %s ÷ 1 shard per %d s); on this box Postgres shares the %d cores with the load loop.",
-		cycles*shardSeconds, shardSeconds, rate(cycles, "shards/s"), shardSeconds, nprocs())
+	s.note("**one Postgres coordinates ≈ %s** at %d-s shards (each worker needs one claim + heartbeat + complete per shard: %s × %d s); on this box Postgres shares the %d cores with the load loop.",
+		rate(cycles*shardSeconds, "workers"), shardSeconds, rate(cycles, "shards/s"), shardSeconds, nprocs())
 	return nil
 }
 
@@ -319,10 +319,10 @@ func (c *clusterBench) straggler(ctx context.Context, s *section) error {
 	if err != nil {
 		return err
 	}
-	// One intra-op thread per worker: the workers left after the freeze
-	// still fill the cores, so the frozen run loses only what the frozen
-	// worker held, not CPU share (on a small box freeing a worker's threads
-	// would otherwise speed the others up).
+	// One intra-op thread per worker: freezing a worker then frees no CPU
+	// that the others could use (on a small box a frozen worker's threads
+	// would otherwise speed the others up), and the recomputed shard runs
+	// at one shard's speed.
 	spec, err := h.writeSpecWith("bench-cluster-straggler", "heavy", data, map[string]string{"score": "score"},
 		fmt.Sprintf("  parquet: { path: %q }\n", filepath.Join(h.cfg.work, "out", "cluster-straggler")),
 		specOptions{RowsPerShard: stragglerShardRows, Threads: 1})
@@ -363,7 +363,7 @@ func (c *clusterBench) straggler(ctx context.Context, s *section) error {
 	shards := (h.cfg.heavyRow + stragglerShardRows - 1) / stragglerShardRows
 	s.add(atMost(fmt.Sprintf("straggler: heavy run (%d rows, %d shards, model.threads 1) on %d workers with one frozen (SIGSTOP) mid-shard, --lease %s, vs the same run with none frozen",
 		h.cfg.heavyRow, shards, stragglerWorkers, stragglerLease), dur(frozen), dur(base), frozen.Seconds()/base.Seconds(), 1.5))
-	s.note("straggler: best of 2 alternating measurements each, CreateRun → succeeded; without / with the frozen worker: %s. One intra-op thread per worker, %d workers on %d cores: the workers left after the freeze still fill the cores, so the ratio is the cost of the held shard (lease expiry, then its recomputation), not a change in CPU share.",
+	s.note("straggler: best of 2 alternating measurements each, CreateRun → succeeded; without / with the frozen worker: %s. The frozen worker holds the last shard claimed, 300 ms into it, once none is pending: the run cannot end before its lease expires and an idle worker (woken by the 1 s poll, as no notice marks an expiry) recomputes it. One intra-op thread per worker: %d workers on %d cores.",
 		strings.Join(events, "; "), stragglerWorkers, nprocs())
 	return nil
 }
@@ -390,21 +390,24 @@ func (c *clusterBench) timedRun(ctx context.Context, pj *plannedJob, during func
 	return end.Sub(t0), id, nil
 }
 
-// freezeOne waits until a shard of run id has been held for 300 ms, then
-// freezes its worker with SIGSTOP; the func it returns thaws the worker
-// (SIGCONT) and describes in *ev what happened to the frozen shard.
+// freezeOne waits until run id has no pending shard left and its last
+// claimed shard has been held for 300 ms, then freezes that shard's worker
+// with SIGSTOP: the worst case, where the run cannot end before the lease
+// expires and another worker recomputes the shard. The func it returns
+// thaws the worker (SIGCONT) and describes in *ev what happened.
 func (c *clusterBench) freezeOne(ctx context.Context, ws []*workerProc, id string, ev *string) (func(), error) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		var idx int
 		var holder string
-		err := c.db.QueryRow(ctx, `SELECT idx, worker FROM precog_shards
+		err := c.db.QueryRow(ctx, `SELECT idx, worker FROM precog_shards s
 			WHERE run_id = $1 AND state = 'running' AND claimed_at < now() - interval '300 milliseconds'
-			ORDER BY claimed_at LIMIT 1`, id).Scan(&idx, &holder)
+				AND NOT EXISTS (SELECT 1 FROM precog_shards p WHERE p.run_id = $1 AND p.state = 'pending')
+			ORDER BY claimed_at DESC LIMIT 1`, id).Scan(&idx, &holder)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			if time.Now().After(deadline) {
-				return nil, fmt.Errorf("run %s: no shard held for 300 ms within a minute", id)
+				return nil, fmt.Errorf("run %s: no last shard held for 300 ms within a minute", id)
 			}
 			time.Sleep(10 * time.Millisecond)
 			continue
