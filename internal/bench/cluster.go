@@ -139,12 +139,12 @@ func (c *clusterBench) overhead(ctx context.Context, s *section) error {
 		if r.RowsIn != h.cfg.heavyRow {
 			return fmt.Errorf("precog run read %d rows, want %d", r.RowsIn, h.cfg.heavyRow)
 		}
-		w, err := c.submitAndWait(ctx, workerSpec, h.cfg.heavyRow)
+		w, sub, err := c.submitAndWait(ctx, workerSpec, h.cfg.heavyRow)
 		if err != nil {
 			return err
 		}
-		slog.Info("cluster overhead", "round", round, "run", r.Wall.Round(time.Millisecond), "worker", w.Round(time.Millisecond))
-		walls = append(walls, fmt.Sprintf("%s / %s", dur(r.Wall), dur(w)))
+		slog.Info("cluster overhead", "round", round, "run", r.Wall.Round(time.Millisecond), "worker", w.Round(time.Millisecond), "submit", sub.Round(time.Millisecond))
+		walls = append(walls, fmt.Sprintf("%s / %s (submit %s)", dur(r.Wall), dur(w), dur(sub)))
 		if bestRun == 0 || r.Wall < bestRun {
 			bestRun = r.Wall
 		}
@@ -156,34 +156,36 @@ func (c *clusterBench) overhead(ctx context.Context, s *section) error {
 	s.add(atLeast(fmt.Sprintf("overhead: one `precog worker` (submit → run succeeded, %s) vs `precog run` (wall, %s), heavy model, %d rows, %d shards",
 		dur(bestWorker), dur(bestRun), h.cfg.heavyRow, h.cfg.heavyRow/rowsPerFile),
 		rows/bestWorker.Seconds(), rows/bestRun.Seconds(), "rows/s", 0.95))
-	s.note("overhead: best of 3 alternating measurements each; `precog run` / worker wall times: %s. `precog run` executes 2 shards at once (its default); the worker has one claim loop (--devices cpu), so ONNX Runtime's intra-op threads carry its parallelism.", strings.Join(walls, ", "))
+	s.note("overhead: best of 3 alternating measurements each; `precog run` / worker wall times (of which the `precog submit` command: it loads the model and plans, as `precog run` does, before the worker loads it again): %s. `precog run` executes 2 shards at once (its default); the worker has one claim loop (--devices cpu), so ONNX Runtime's intra-op threads carry its parallelism.", strings.Join(walls, ", "))
 	return nil
 }
 
 // submitAndWait runs `precog submit spec` and follows the run in the ledger
-// until it succeeded; it returns the time from starting submit until then,
-// after checking that the run's committed shards read wantRows rows.
-func (c *clusterBench) submitAndWait(ctx context.Context, spec string, wantRows int64) (time.Duration, error) {
+// until it succeeded; it returns the time from starting submit until then
+// and the submit command's own time, after checking that the run's
+// committed shards read wantRows rows.
+func (c *clusterBench) submitAndWait(ctx context.Context, spec string, wantRows int64) (total, submit time.Duration, err error) {
 	var out, errb bytes.Buffer
 	cmd := exec.CommandContext(ctx, c.h.cfg.bin, "--state-dir", filepath.Join(c.h.cfg.work, "state-submit"), "submit", "--db", c.dsn, spec)
 	cmd.Stdout, cmd.Stderr, cmd.Env = &out, &errb, os.Environ()
 	t0 := time.Now()
 	if err := cmd.Run(); err != nil {
-		return 0, fmt.Errorf("precog submit %s: %w\n%s", spec, err, tail(errb.String(), 2000))
+		return 0, 0, fmt.Errorf("precog submit %s: %w\n%s", spec, err, tail(errb.String(), 2000))
 	}
+	submit = time.Since(t0)
 	id := strings.TrimSpace(out.String())
 	end, err := waitRun(ctx, c.db, id, 10*time.Millisecond, runTimeout)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	rows, err := runRows(ctx, c.db, id)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if rows != wantRows {
-		return 0, fmt.Errorf("run %s read %d rows, want %d", id, rows, wantRows)
+		return 0, 0, fmt.Errorf("run %s read %d rows, want %d", id, rows, wantRows)
 	}
-	return end.Sub(t0), nil
+	return end.Sub(t0), submit, nil
 }
 
 // capacity is the ledger's claim + heartbeat + complete cycles per second
