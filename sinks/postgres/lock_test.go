@@ -144,3 +144,38 @@ func TestLockTakeoverBySameRun(t *testing.T) {
 	}
 	_ = lb.Release(ctx)
 }
+
+// A frozen attempt (its worker stopped mid-COPY, its lease lost) holds the
+// shard's row; the next attempt ends its session after a short wait
+// instead of waiting for ever, and commits.
+func TestFrozenAttemptDoesNotHoldTheShard(t *testing.T) {
+	t.Parallel()
+	pg := testservers.Postgres(t)
+	ctx := context.Background()
+	s := newSink(t, pg, ModeReplace, "preds")
+	run := sinktest.NewRun("v1", false, nil)
+	if err := s.Prepare(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	frozen, err := s.Shard(ctx, run, 0) // begun, never committed nor aborted
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = frozen
+	other, err := New(ctx, testJob, s.spec) // another worker's sink
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	start := time.Now()
+	w, err := other.Shard(ctx, run, 0)
+	if err != nil {
+		t.Fatalf("second attempt: %v", err)
+	}
+	if err := w.Commit(ctx); err != nil {
+		t.Fatalf("second attempt's commit: %v", err)
+	}
+	if d := time.Since(start); d > 4*shardLockWait {
+		t.Fatalf("the second attempt waited %s", d)
+	}
+}

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -109,14 +110,57 @@ func (s *Sink) Shard(ctx context.Context, run sinks.RunInfo, index int) (sinks.S
 	return w, nil
 }
 
-// begin opens the attempt's transaction and returns the COPY statement.
+// shardLockWait bounds how long an attempt waits for another attempt of
+// the same shard that holds its row lock before ending that attempt's
+// session: a frozen or cut-off attempt (its lease lost, or a speculative
+// twin) must not hold its successor forever.
+const shardLockWait = 3 * time.Second
+
+// begin opens the attempt's transaction and returns the COPY statement. An
+// attempt whose shard row is held by another session past shardLockWait
+// ends that session (only attempts of this very shard carry its label) and
+// tries once more.
 func (w *shardWriter) begin(ctx context.Context) (string, error) {
+	for try := 0; ; try++ {
+		sql, err := w.beginOnce(ctx)
+		var pe *pgconn.PgError
+		if try == 0 && errors.As(err, &pe) && pe.Code == "55P03" { // lock_not_available
+			_ = w.tx.Rollback(context.WithoutCancel(ctx))
+			w.tx = nil
+			n := w.endOtherAttempts(ctx)
+			w.s.log.Warn("another attempt of the shard held it; ended its session", "version", w.version, "shard", w.index, "sessions", n)
+			continue
+		}
+		return sql, err
+	}
+}
+
+// attemptLabel names the sessions of attempts of this shard
+// (application_name, at most 63 bytes).
+func (w *shardWriter) attemptLabel() string {
+	sum := sha256.Sum256([]byte(w.s.runTable(w.version)))
+	return fmt.Sprintf("precog-shard-%x-%d", sum[:8], w.index)
+}
+
+// endOtherAttempts terminates the other sessions writing this shard.
+func (w *shardWriter) endOtherAttempts(ctx context.Context) int64 {
+	var n int64
+	_ = w.s.pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE application_name = $1 AND pid <> pg_backend_pid()`, w.attemptLabel()).Scan(&n)
+	return n
+}
+
+func (w *shardWriter) beginOnce(ctx context.Context) (string, error) {
 	s := w.s
 	tx, err := w.conn.Begin(ctx)
 	if err != nil {
 		return "", err
 	}
 	w.tx = tx
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL application_name = '%s'; SET LOCAL lock_timeout = %d",
+		w.attemptLabel(), shardLockWait.Milliseconds())); err != nil {
+		return "", err
+	}
 	names := make([]string, len(w.cols))
 	for i, c := range w.cols {
 		names[i] = quote(c.name)
@@ -129,6 +173,9 @@ func (w *shardWriter) begin(ctx context.Context) (string, error) {
 		" ON CONFLICT (run_table, shard) DO UPDATE SET commits = "+s.ident("precog_shards")+".commits + 1 RETURNING commits",
 		rt, w.index).Scan(&commits); err != nil {
 		return "", fmt.Errorf("lock shard: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = 0"); err != nil {
+		return "", err
 	}
 	if commits > 1 {
 		tag, err := tx.Exec(ctx, "DELETE FROM "+s.ident(rt)+" WHERE "+quote(colShard)+" = $1", w.index)
