@@ -1,0 +1,529 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/precog-ml/precog/internal/runview"
+	"github.com/precog-ml/precog/internal/testservers"
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger/postgres"
+)
+
+// These end-to-end tests run real `precog worker` processes against real
+// Postgres and Redis servers and break things under them: SIGKILL storms,
+// a Postgres restart, a network partition, SIGTERM, cancel, SIGSTOP. Each
+// checks that the published outputs equal an uninterrupted `precog run` of
+// the same job, with no duplicates in any sink.
+
+// e2eDate is the partition every test runs (usersData, 4000 rows).
+const e2eDate = "2026-11-01"
+
+// e2eCluster is one test's cluster: a work directory holding the spec, the
+// ledger database, the sinks' servers and the worker processes.
+type e2eCluster struct {
+	t    *testing.T
+	dir  string
+	spec string
+	// dsn is the ledger's database; sinkDSN the Postgres sink's (another
+	// database: the sink's bookkeeping table precog_shards and the ledger's
+	// precog_shards collide in one schema).
+	dsn, sinkDSN string
+	// env is what every precog process of the test gets (the spec's ${VARS}).
+	env []string
+	// table and ns name the Postgres table and the Redis namespace; rdb is
+	// the Redis server (nil without a Redis sink).
+	table, ns string
+	rdb       *testservers.RedisServer
+	led       *postgres.Ledger
+
+	mu      sync.Mutex
+	workers []*workerProc
+	seq     int
+}
+
+// e2eJob describes the test's job: model, shard size, batch size and sinks.
+type e2eJob struct {
+	model        string // ranker or heavy
+	rowsPerShard int
+	batch        int
+	pgSink       bool
+	redisSink    bool
+}
+
+// specBody is the job spec of j; the sinks' connections come from the
+// environment (TEST_SINK_DSN, TEST_REDIS_ADDR, TEST_REDIS_DB, TEST_TABLE,
+// TEST_NS), so a reference run can write the same job to other targets.
+func (j e2eJob) specBody() string {
+	body := strings.NewReplacer(
+		"models/ranker.onnx", "models/"+j.model+".onnx",
+		"rows_per_shard: 1000", fmt.Sprintf("rows_per_shard: %d", j.rowsPerShard),
+		"batch_size: 256", fmt.Sprintf("batch_size: %d", j.batch)).Replace(rankerSpec)
+	if j.pgSink {
+		body += "  postgres: { dsn: \"${TEST_SINK_DSN}\", table: \"${TEST_TABLE}\" }\n"
+	}
+	if j.redisSink {
+		body += "  redis: { addr: \"${TEST_REDIS_ADDR}\", db: \"${TEST_REDIS_DB}\", namespace: \"${TEST_NS}\" }\n"
+	}
+	return body
+}
+
+// newE2ECluster writes the job's spec into a fresh work directory and opens
+// the ledger on dsn; sinkDSN is the Postgres sink's database ("" without a
+// Postgres sink), rdb the Redis server (nil without a Redis sink).
+func newE2ECluster(t *testing.T, j e2eJob, dsn, sinkDSN string, rdb *testservers.RedisServer) *e2eCluster {
+	t.Helper()
+	c := &e2eCluster{t: t, dir: workdir(t), dsn: dsn, sinkDSN: sinkDSN, rdb: rdb, table: "scores", ns: "scores"}
+	c.env = []string{"TEST_SINK_DSN=" + sinkDSN, "TEST_TABLE=" + c.table, "PRECOG_DATABASE_URL="}
+	if rdb != nil {
+		c.ns = rdb.Prefix + "scores"
+		c.env = append(c.env, "TEST_REDIS_ADDR="+rdb.Addr, "TEST_REDIS_DB="+strconv.Itoa(rdb.DB), "TEST_NS="+c.ns)
+	}
+	c.spec = writeSpec(t, c.dir, "job.yaml", j.specBody())
+	c.led = clusterLedger(t, dsn)
+	t.Cleanup(c.stopAll)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("worker logs:\n%s", c.logTails(40))
+		}
+	})
+	return c
+}
+
+// precog runs one precog command of the cluster (its env, its directory).
+func (c *e2eCluster) precog(args ...string) result {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, precogBin, append([]string{"--state-dir", filepath.Join(c.dir, ".precog")}, args...)...)
+	cmd.Dir = c.dir
+	cmd.Env = append(os.Environ(), c.env...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
+	cmd.WaitDelay = 5 * time.Second
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	code := 0
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		c.t.Fatalf("precog %v: %v", args, err)
+	}
+	return result{out.String(), errb.String(), code}
+}
+
+// submit submits the job and returns the run id.
+func (c *e2eCluster) submit() string {
+	c.t.Helper()
+	r := c.precog("submit", "--db", c.dsn, c.spec, "--param", "date="+e2eDate)
+	if r.code != 0 || !runIDRE.MatchString(r.stdout) {
+		c.t.Fatalf("submit: exit %d, stdout %q\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	return strings.TrimSpace(r.stdout)
+}
+
+// lockedBuffer collects a process's stderr while the test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// workerProc is one precog process of the cluster (a worker, or a run --db).
+type workerProc struct {
+	name string
+	cmd  *exec.Cmd
+	log  *lockedBuffer
+	done chan struct{}
+	// err is cmd.Wait's result, set when done is closed.
+	err error
+}
+
+// exited reports whether the process ended.
+func (w *workerProc) exited() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// wait waits up to d for the process to end and returns its exit code
+// (-1 when it was killed by a signal), or fails the test.
+func (w *workerProc) wait(t *testing.T, d time.Duration) int {
+	t.Helper()
+	select {
+	case <-w.done:
+	case <-time.After(d):
+		t.Fatalf("%s still running after %s", w.name, d)
+	}
+	var ee *exec.ExitError
+	switch {
+	case w.err == nil:
+		return 0
+	case errors.As(w.err, &ee):
+		return ee.ExitCode()
+	}
+	t.Fatalf("%s: %v", w.name, w.err)
+	return -1
+}
+
+// workerIDPrefix is how the process names itself in leases (host-pid).
+func (w *workerProc) workerIDPrefix() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d/", host, w.cmd.Process.Pid)
+}
+
+// start starts a precog process of the cluster, with prefix (e.g. `ip netns
+// exec NS`) before the binary when given. Its stderr is kept for the logs.
+func (c *e2eCluster) start(prefix []string, args ...string) *workerProc {
+	c.t.Helper()
+	c.mu.Lock()
+	c.seq++
+	n := c.seq
+	c.mu.Unlock()
+	argv := append(append([]string{}, prefix...), precogBin, "--state-dir", filepath.Join(c.dir, fmt.Sprintf(".precog-w%d", n)), "--log-level", "debug")
+	argv = append(argv, args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = c.dir
+	cmd.Env = append(os.Environ(), c.env...)
+	w := &workerProc{name: fmt.Sprintf("w%d (%s)", n, strings.Join(args[:1], " ")), cmd: cmd, log: &lockedBuffer{}, done: make(chan struct{})}
+	cmd.Stderr = w.log
+	cmd.Stdout = w.log
+	if err := cmd.Start(); err != nil {
+		c.t.Fatalf("start %v: %v", argv, err)
+	}
+	w.name = fmt.Sprintf("w%d pid %d (%s)", n, cmd.Process.Pid, args[0])
+	go func() { w.err = cmd.Wait(); close(w.done) }()
+	c.mu.Lock()
+	c.workers = append(c.workers, w)
+	c.mu.Unlock()
+	return w
+}
+
+// worker starts `precog worker` on the cluster's ledger with a 2s lease.
+func (c *e2eCluster) worker(extra ...string) *workerProc {
+	c.t.Helper()
+	return c.start(nil, append([]string{"worker", "--db", c.dsn, "--lease", "2s", "--drain-timeout", "5s"}, extra...)...)
+}
+
+// stopAll kills every process still running (cleanup).
+func (c *e2eCluster) stopAll() {
+	c.mu.Lock()
+	ws := slices.Clone(c.workers)
+	c.mu.Unlock()
+	for _, w := range ws {
+		if !w.exited() {
+			_ = w.cmd.Process.Signal(syscall.SIGCONT)
+			_ = w.cmd.Process.Kill()
+			<-w.done
+		}
+	}
+}
+
+// logTails is the last n lines of every process's log, for failures.
+func (c *e2eCluster) logTails(n int) string {
+	c.mu.Lock()
+	ws := slices.Clone(c.workers)
+	c.mu.Unlock()
+	var b strings.Builder
+	for _, w := range ws {
+		lines := strings.Split(strings.TrimRight(w.log.String(), "\n"), "\n")
+		if len(lines) > n {
+			lines = lines[len(lines)-n:]
+		}
+		state := "running"
+		if w.exited() {
+			state = fmt.Sprintf("exited: %v", w.err)
+		}
+		fmt.Fprintf(&b, "--- %s, %s, last %d lines:\n%s\n", w.name, state, len(lines), strings.Join(lines, "\n"))
+	}
+	return b.String()
+}
+
+// waitFor polls cond every 20ms until it holds or within passes; it fails
+// the test naming what it waited for.
+func (c *e2eCluster) waitFor(what string, within time.Duration, cond func() bool) {
+	c.t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// run reads the run from the ledger (the zero run on a transient error:
+// the tests restart the database).
+func (c *e2eCluster) run(id string) jobs.Run {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, _ := c.led.Run(ctx, id)
+	return r
+}
+
+// shards reads the run's shards (nil on a transient error).
+func (c *e2eCluster) shards(id string) []jobs.Shard {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, _ := c.led.Shards(ctx, id)
+	return s
+}
+
+// committed counts the run's committed shards.
+func (c *e2eCluster) committed(id string) int {
+	n := 0
+	for _, s := range c.shards(id) {
+		if s.State == jobs.ShardCommitted {
+			n++
+		}
+	}
+	return n
+}
+
+// heldBy returns a running shard held by w (primary lease), or -1.
+func (c *e2eCluster) heldBy(id string, w *workerProc) int {
+	for _, s := range c.shards(id) {
+		if s.State == jobs.ShardRunning && strings.HasPrefix(s.Worker, w.workerIDPrefix()) {
+			return s.Index
+		}
+	}
+	return -1
+}
+
+// waitTerminal waits for the run to end and returns it.
+func (c *e2eCluster) waitTerminal(id string, within time.Duration) jobs.Run {
+	c.t.Helper()
+	var r jobs.Run
+	c.waitFor("run "+id+" to end", within, func() bool { r = c.run(id); return r.State.Terminal() })
+	return r
+}
+
+// e2eOutputs is what a run published in its sinks.
+type e2eOutputs struct {
+	parquet map[string]float32
+	pg      map[string]float32 // nil without a Postgres sink
+	redis   map[string]float32 // key → score of the current version; nil without Redis
+	// parquetFiles is the published directory's file name → sha256.
+	parquetFiles map[string]string
+}
+
+// outputs reads the published outputs of the cluster's sinks; every
+// reader fails the test on a duplicate key.
+func (c *e2eCluster) outputs(j e2eJob) e2eOutputs {
+	c.t.Helper()
+	t := c.t
+	out := filepath.Join(c.dir, "out", "scores", "date="+e2eDate)
+	o := e2eOutputs{parquet: readScores(t, out), parquetFiles: map[string]string{}}
+	files, _ := os.ReadDir(out)
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(out, f.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(b)
+		o.parquetFiles[f.Name()] = hex.EncodeToString(sum[:])
+	}
+	ctx := context.Background()
+	if j.pgSink {
+		conn, err := pgx.Connect(ctx, c.sinkDSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		rows, err := conn.Query(ctx, "SELECT user_id, score FROM "+pgx.Identifier{c.table}.Sanitize())
+		if err != nil {
+			t.Fatalf("postgres sink table %s: %v", c.table, err)
+		}
+		o.pg = map[string]float32{}
+		for rows.Next() {
+			var k string
+			var s float32
+			if err := rows.Scan(&k, &s); err != nil {
+				t.Fatal(err)
+			}
+			if _, dup := o.pg[k]; dup {
+				t.Errorf("postgres table %s: duplicate key %s", c.table, k)
+			}
+			o.pg[k] = s
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if j.redisSink {
+		rc := c.rdb.Client(t)
+		cur, err := rc.Get(ctx, c.ns+":current").Result()
+		if err != nil {
+			t.Fatalf("redis %s:current: %v", c.ns, err)
+		}
+		o.redis = map[string]float32{}
+		prefix := c.ns + ":" + cur + ":"
+		iter := rc.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		var keys []string
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		if err := iter.Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			if _, dup := o.redis[k]; dup {
+				continue // SCAN may return a key twice; the set is what counts
+			}
+			v, err := rc.Get(ctx, k).Bytes()
+			if err != nil {
+				t.Fatalf("redis get %s: %v", k, err)
+			}
+			var rec struct {
+				Score *float32 `json:"score"`
+			}
+			if err := json.Unmarshal(v, &rec); err != nil || rec.Score == nil {
+				t.Fatalf("redis %s: %q is no record with a score: %v", k, v, err)
+			}
+			o.redis[strings.TrimPrefix(k, prefix)] = *rec.Score
+		}
+	}
+	return o
+}
+
+// reference runs the job uninterrupted with `precog run` in a directory of
+// its own, into its own Postgres table and Redis namespace, and returns
+// what it published: the outputs every cluster run must equal.
+func (c *e2eCluster) reference(j e2eJob) e2eOutputs {
+	c.t.Helper()
+	began := time.Now()
+	ref := &e2eCluster{t: c.t, dir: workdir(c.t), dsn: c.dsn, sinkDSN: c.sinkDSN, rdb: c.rdb, table: c.table + "_ref", ns: c.ns + "_ref"}
+	ref.env = []string{"TEST_SINK_DSN=" + c.sinkDSN, "TEST_TABLE=" + ref.table, "PRECOG_DATABASE_URL="}
+	if c.rdb != nil {
+		ref.env = append(ref.env, "TEST_REDIS_ADDR="+c.rdb.Addr, "TEST_REDIS_DB="+strconv.Itoa(c.rdb.DB), "TEST_NS="+ref.ns)
+	}
+	ref.spec = writeSpec(c.t, ref.dir, "job.yaml", j.specBody())
+	r := ref.precog("run", ref.spec, "--param", "date="+e2eDate, "--no-progress")
+	if r.code != 0 {
+		c.t.Fatalf("reference run: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	o := ref.outputs(j)
+	c.t.Logf("reference run: %d rows in %s", len(o.parquet), time.Since(began).Round(time.Millisecond))
+	return o
+}
+
+// checkOutputs compares the cluster's published outputs with want.
+func (c *e2eCluster) checkOutputs(j e2eJob, want e2eOutputs) e2eOutputs {
+	c.t.Helper()
+	got := c.outputs(j)
+	sameScores(c.t, "parquet", got.parquet, want.parquet)
+	if j.pgSink {
+		sameScores(c.t, "postgres", got.pg, want.pg)
+	}
+	if j.redisSink {
+		sameScores(c.t, "redis", got.redis, want.redis)
+	}
+	return got
+}
+
+// sameScores fails the test when got and want differ.
+func sameScores(t *testing.T, sink string, got, want map[string]float32) {
+	t.Helper()
+	if len(want) == 0 {
+		t.Fatalf("%s: the reference holds no rows", sink)
+	}
+	if len(got) != len(want) {
+		t.Errorf("%s: %d keys, the reference run %d", sink, len(got), len(want))
+	}
+	var diff []string
+	for k, w := range want {
+		if g, ok := got[k]; !ok || g != w {
+			diff = append(diff, fmt.Sprintf("%s: %v (present %v), want %v", k, g, ok, w))
+		}
+	}
+	sort.Strings(diff)
+	if len(diff) > 0 {
+		t.Errorf("%s: %d keys differ from the reference run, e.g. %v", sink, len(diff), diff[:min(3, len(diff))])
+	}
+}
+
+// attemptsOf sums the run's shard attempts (how much work was redone).
+func (c *e2eCluster) attemptsOf(id string) int {
+	n := 0
+	for _, s := range c.shards(id) {
+		n += s.Attempts
+	}
+	return n
+}
+
+// TestClusterChaosKills: four workers share a run of 40 shards into three
+// sinks while a random one is SIGKILLed every 150–300ms and replaced. The
+// run succeeds and publishes exactly what an uninterrupted run publishes.
+func TestClusterChaosKills(t *testing.T) {
+	j := e2eJob{model: "heavy", rowsPerShard: 100, batch: 4, pgSink: true, redisSink: true}
+	c := newE2ECluster(t, j, testservers.Postgres(t).DSN, testservers.Postgres(t).DSN, testservers.Redis(t))
+	want := c.reference(j)
+	id := c.submit()
+	began := time.Now()
+	live := make([]*workerProc, 4)
+	for i := range live {
+		live[i] = c.worker()
+	}
+	const minKills, chaosBound = 30, 25 * time.Second
+	kills := 0
+	for time.Since(began) < chaosBound && !c.run(id).State.Terminal() {
+		time.Sleep(time.Duration(150+rand.IntN(150)) * time.Millisecond)
+		i := rand.IntN(len(live))
+		_ = live[i].cmd.Process.Kill()
+		<-live[i].done
+		kills++
+		live[i] = c.worker()
+	}
+	chaos := time.Since(began)
+	committedAtChaosEnd := c.committed(id)
+	r := c.waitTerminal(id, 90*time.Second)
+	t.Logf("chaos: %d kills in %s (%d of 40 shards committed then); run %s after %s; %d shard attempts",
+		kills, chaos.Round(time.Millisecond), committedAtChaosEnd, r.State, time.Since(began).Round(time.Millisecond), c.attemptsOf(id))
+	if r.State != jobs.RunSucceeded {
+		t.Fatalf("run %s: %s (%s)", id, r.State, r.Error)
+	}
+	if kills < minKills {
+		t.Errorf("only %d kills before the run ended (want >= %d): the job is too quick for the chaos to matter", kills, minKills)
+	}
+	c.checkOutputs(j, want)
+}
+
+var _ = io.Discard
+var _ = net.Listen
+var _ runview.Run
