@@ -60,7 +60,11 @@ func runAttempt(ctx context.Context, a attempt) (jobs.Counts, error) {
 	}
 	counts, err := a.job.ExecShard(sctx, ShardTask{Run: a.info, Shard: a.shard, Sinks: a.snks, Rejects: rejects,
 		ComputedAt: a.run.CreatedAt, OnRows: onRows, Stats: a.stats})
-	if err == nil && sctx.Err() != nil {
+	// An attempt the watchdog stopped (lease lost, run cancelled, stall)
+	// fails with whatever the cancellation broke (often a bare "context
+	// canceled"): report the cause, so that the caller tells a lost lease
+	// from a failure instead of recording a failed attempt.
+	if sctx.Err() != nil && (err == nil || ctx.Err() == nil) {
 		err = context.Cause(sctx)
 	}
 	if err != nil {
