@@ -8,9 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"maps"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,6 +62,11 @@ type e2eCluster struct {
 	seq     int
 }
 
+// e2eAllSinks is the job most tests run: 40 shards of 100 rows of the heavy
+// model in batches of 4 (slow enough, ~3s on one core, that workers are
+// mid-shard when a test breaks something) into all three sinks.
+var e2eAllSinks = e2eJob{model: "heavy", rowsPerShard: 100, batch: 4, pgSink: true, redisSink: true}
+
 // e2eJob describes the test's job: model, shard size, batch size and sinks.
 type e2eJob struct {
 	model        string // ranker or heavy
@@ -105,7 +109,7 @@ func newE2ECluster(t *testing.T, j e2eJob, dsn, sinkDSN string, rdb *testservers
 	t.Cleanup(c.stopAll)
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("worker logs:\n%s", c.logTails(40))
+			t.Logf("worker logs:\n%s\n%s", c.logTails(40), c.diagnose())
 		}
 	})
 	return c
@@ -275,6 +279,39 @@ func (c *e2eCluster) logTails(n int) string {
 	return b.String()
 }
 
+// diagnose describes the ledger's unfinished shards and the databases'
+// busy sessions, for a failure message.
+func (c *e2eCluster) diagnose() string {
+	var b strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, q := range []struct{ dsn, sql string }{
+		{c.dsn, `SELECT run_id, idx, state, attempts, coalesce(worker, ''), coalesce(lease_until::text, ''), coalesce(worker2, ''), coalesce(lease2_until::text, '') FROM precog_shards WHERE state <> 'committed' ORDER BY run_id, idx`},
+		{c.dsn, `SELECT datname, pid, state, wait_event_type || ':' || wait_event, now() - xact_start, left(query, 200) FROM pg_stat_activity WHERE state <> 'idle' AND pid <> pg_backend_pid() AND backend_type = 'client backend'`},
+	} {
+		if q.dsn == "" {
+			continue
+		}
+		conn, err := pgx.Connect(ctx, q.dsn)
+		if err != nil {
+			fmt.Fprintf(&b, "diagnose: %v\n", err)
+			continue
+		}
+		rows, err := conn.Query(ctx, q.sql)
+		if err != nil {
+			fmt.Fprintf(&b, "diagnose: %v\n", err)
+		} else {
+			fmt.Fprintf(&b, "--- %s\n", strings.Fields(q.sql)[1])
+			for rows.Next() {
+				vals, _ := rows.Values()
+				fmt.Fprintln(&b, vals...)
+			}
+		}
+		conn.Close(ctx)
+	}
+	return b.String()
+}
+
 // waitFor polls cond every 20ms until it holds or within passes; it fails
 // the test naming what it waited for.
 func (c *e2eCluster) waitFor(what string, within time.Duration, cond func() bool) {
@@ -422,11 +459,23 @@ func (c *e2eCluster) outputs(j e2eJob) e2eOutputs {
 	return o
 }
 
+// references caches each job's reference outputs: the run is
+// deterministic, so one uninterrupted run per job serves every test.
+var references = struct {
+	sync.Mutex
+	m map[e2eJob]e2eOutputs
+}{m: map[e2eJob]e2eOutputs{}}
+
 // reference runs the job uninterrupted with `precog run` in a directory of
 // its own, into its own Postgres table and Redis namespace, and returns
 // what it published: the outputs every cluster run must equal.
 func (c *e2eCluster) reference(j e2eJob) e2eOutputs {
 	c.t.Helper()
+	references.Lock()
+	defer references.Unlock()
+	if o, ok := references.m[j]; ok {
+		return o
+	}
 	began := time.Now()
 	ref := &e2eCluster{t: c.t, dir: workdir(c.t), dsn: c.dsn, sinkDSN: c.sinkDSN, rdb: c.rdb, table: c.table + "_ref", ns: c.ns + "_ref"}
 	ref.env = []string{"TEST_SINK_DSN=" + c.sinkDSN, "TEST_TABLE=" + ref.table, "PRECOG_DATABASE_URL="}
@@ -440,6 +489,8 @@ func (c *e2eCluster) reference(j e2eJob) e2eOutputs {
 	}
 	o := ref.outputs(j)
 	c.t.Logf("reference run: %d rows in %s", len(o.parquet), time.Since(began).Round(time.Millisecond))
+	o.parquetFiles = nil // the run's own files: only the scores compare across runs
+	references.m[j] = o
 	return o
 }
 
@@ -491,7 +542,7 @@ func (c *e2eCluster) attemptsOf(id string) int {
 // sinks while a random one is SIGKILLed every 150–300ms and replaced. The
 // run succeeds and publishes exactly what an uninterrupted run publishes.
 func TestClusterChaosKills(t *testing.T) {
-	j := e2eJob{model: "heavy", rowsPerShard: 100, batch: 4, pgSink: true, redisSink: true}
+	j := e2eAllSinks
 	c := newE2ECluster(t, j, testservers.Postgres(t).DSN, testservers.Postgres(t).DSN, testservers.Redis(t))
 	want := c.reference(j)
 	id := c.submit()
@@ -524,6 +575,310 @@ func TestClusterChaosKills(t *testing.T) {
 	c.checkOutputs(j, want)
 }
 
-var _ = io.Discard
-var _ = net.Listen
-var _ runview.Run
+// sigterm asks a process to drain and returns its exit code and how long
+// it took to exit.
+func sigterm(t *testing.T, w *workerProc, within time.Duration) (int, time.Duration) {
+	t.Helper()
+	began := time.Now()
+	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM %s: %v", w.name, err)
+	}
+	code := w.wait(t, within)
+	return code, time.Since(began)
+}
+
+// stopWorkers SIGTERMs the workers and checks that each exits 0.
+func stopWorkers(t *testing.T, ws ...*workerProc) {
+	t.Helper()
+	for _, w := range ws {
+		if code, _ := sigterm(t, w, 15*time.Second); code != 0 {
+			t.Errorf("%s: exit %d after SIGTERM, want 0", w.name, code)
+		}
+	}
+}
+
+// TestClusterPostgresRestart: the ledger's (and the Postgres sink's)
+// server restarts with 1.5s down while two workers share a run: the run
+// completes with exact output and the workers ride it out.
+func TestClusterPostgresRestart(t *testing.T) {
+	pg := testservers.NewPostgres(t)
+	pg.Exec(t, "CREATE DATABASE sinks")
+	sinkDSN := strings.Replace(pg.DSN, "/"+pg.Database+"?", "/sinks?", 1)
+	j := e2eAllSinks
+	c := newE2ECluster(t, j, pg.DSN, sinkDSN, testservers.Redis(t))
+	want := c.reference(j)
+	id := c.submit()
+	began := time.Now()
+	w1, w2 := c.worker(), c.worker()
+	c.waitFor("4 committed shards", time.Minute, func() bool { return c.committed(id) >= 4 })
+	before := c.committed(id)
+	restart := time.Now()
+	pg.Restart(t, 1500*time.Millisecond)
+	t.Logf("postgres restarted after %d of 40 shards (down %s)", before, time.Since(restart).Round(time.Millisecond))
+	r := c.waitTerminal(id, 90*time.Second)
+	t.Logf("run %s after %s; %d shard attempts", r.State, time.Since(began).Round(time.Millisecond), c.attemptsOf(id))
+	if r.State != jobs.RunSucceeded {
+		t.Fatalf("run %s: %s (%s)", id, r.State, r.Error)
+	}
+	if before == 40 {
+		t.Fatal("the run was done before the restart: nothing was tested")
+	}
+	c.checkOutputs(j, want)
+	for _, w := range []*workerProc{w1, w2} {
+		if w.exited() {
+			t.Errorf("%s did not survive the restart: %v", w.name, w.err)
+		}
+	}
+	stopWorkers(t, w1, w2)
+}
+
+// TestClusterDrain: a worker SIGTERMed mid-shard claims nothing more,
+// finishes or releases its shard within --drain-timeout and exits 0; the
+// run completes on the other worker.
+func TestClusterDrain(t *testing.T) {
+	j := e2eAllSinks
+	c := newE2ECluster(t, j, testservers.Postgres(t).DSN, testservers.Postgres(t).DSN, testservers.Redis(t))
+	want := c.reference(j)
+	id := c.submit()
+	began := time.Now()
+	w1, w2 := c.worker(), c.worker()
+	var held int
+	c.waitFor("w1 mid-shard after 2 commits", time.Minute, func() bool {
+		held = c.heldBy(id, w1)
+		return held >= 0 && c.committed(id) >= 2
+	})
+	code, took := sigterm(t, w1, 15*time.Second)
+	t.Logf("w1 SIGTERMed holding shard %d: exit %d after %s", held, code, took.Round(time.Millisecond))
+	if code != 0 || took > 5*time.Second+3*time.Second {
+		t.Errorf("w1: exit %d after %s; want 0 within --drain-timeout 5s (+3s)", code, took)
+	}
+	log := w1.log.String()
+	_, after, found := strings.Cut(log, "draining")
+	if !found || !strings.Contains(log, "worker stopped") {
+		t.Errorf("w1's log lacks the drain and the stop")
+	}
+	if n := strings.Count(after, `msg="shard committed"`); n > 1 {
+		t.Errorf("w1 committed %d shards after SIGTERM: it went on claiming", n)
+	}
+	for _, s := range c.shards(id) {
+		if s.State == jobs.ShardRunning && strings.HasPrefix(s.Worker, w1.workerIDPrefix()) {
+			t.Errorf("shard %d is still leased to the drained w1", s.Index)
+		}
+	}
+	r := c.waitTerminal(id, 90*time.Second)
+	t.Logf("run %s after %s", r.State, time.Since(began).Round(time.Millisecond))
+	if r.State != jobs.RunSucceeded {
+		t.Fatalf("run %s: %s (%s)", id, r.State, r.Error)
+	}
+	c.checkOutputs(j, want)
+	stopWorkers(t, w2)
+}
+
+// TestClusterCancelMidRun: precog cancel while two workers work on the
+// run: they let go of its shards within seconds, the run is cancelled and
+// nothing is published (or left staged) in any sink, even after the
+// workers' in-flight attempts end.
+func TestClusterCancelMidRun(t *testing.T) {
+	j := e2eAllSinks
+	c := newE2ECluster(t, j, testservers.Postgres(t).DSN, testservers.Postgres(t).DSN, testservers.Redis(t))
+	id := c.submit()
+	w1, w2 := c.worker(), c.worker()
+	var held []*workerProc
+	c.waitFor("3 committed shards and a worker mid-shard", time.Minute, func() bool {
+		held = nil
+		for _, w := range []*workerProc{w1, w2} {
+			if c.heldBy(id, w) >= 0 {
+				held = append(held, w)
+			}
+		}
+		return c.committed(id) >= 3 && len(held) > 0
+	})
+	began := time.Now()
+	r := c.precog("cancel", id, "--db", c.dsn)
+	took := time.Since(began)
+	t.Logf("cancel after %d of 40 shards took %s", c.committed(id), took.Round(time.Millisecond))
+	if r.code != 0 || !strings.Contains(r.stdout, "run "+id+" cancelled") {
+		t.Fatalf("cancel: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if took > 10*time.Second {
+		t.Errorf("cancel took %s: the workers did not let go of the run's shards within seconds", took)
+	}
+	for _, s := range c.shards(id) {
+		if s.State == jobs.ShardRunning && s.LeaseUntil.After(time.Now()) {
+			t.Errorf("shard %d still leased to %s until %s after cancel", s.Index, s.Worker, s.LeaseUntil)
+		}
+	}
+	// Each worker that was mid-shard learnt of the cancel and gave up.
+	for _, w := range held {
+		c.waitFor(w.name+" to stop its attempt", 5*time.Second, func() bool {
+			l := w.log.String()
+			return strings.Contains(l, "lease lost or run finished") || strings.Contains(l, "shard result not recorded")
+		})
+	}
+	st := c.precog("status", id, "--json", "--db", c.dsn)
+	var v runview.Run
+	if st.code != 0 || json.Unmarshal([]byte(st.stdout), &v) != nil || v.State != "cancelled" {
+		t.Errorf("status --json after cancel: exit %d %s%s", st.code, st.stdout, st.stderr)
+	}
+	c.checkNothingPublished(id)
+	// Late attempts (had any survived the cancel) would write now.
+	time.Sleep(1500 * time.Millisecond)
+	c.checkNothingPublished(id)
+	stopWorkers(t, w1, w2)
+}
+
+// checkNothingPublished fails the test when any sink holds a trace of run
+// id: a published or staged Parquet directory, a Postgres table or view,
+// Redis keys of the namespace.
+func (c *e2eCluster) checkNothingPublished(id string) {
+	c.t.Helper()
+	t := c.t
+	version := strings.TrimPrefix(id, "scores-")
+	var left []string
+	_ = filepath.WalkDir(filepath.Join(c.dir, "out"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && !strings.HasSuffix(p, ".precog.lock") {
+			left = append(left, p)
+		}
+		return nil
+	})
+	if len(left) > 0 {
+		t.Errorf("parquet: files left after cancel: %v", left)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, c.sinkDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var rels []string
+	rows, err := conn.Query(ctx, `SELECT relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = 'public' AND relkind IN ('r', 'v') AND (relname = $1 OR relname LIKE $1 || '\_\_%')`, c.table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var n string
+		_ = rows.Scan(&n)
+		rels = append(rels, n)
+	}
+	if rows.Err() != nil || len(rels) > 0 {
+		t.Errorf("postgres: run tables or views left after cancel: %v (%v)", rels, rows.Err())
+	}
+	rc := c.rdb.Client(t)
+	var keys []string
+	iter := rc.Scan(ctx, 0, c.ns+":*", 1000).Iterator()
+	for iter.Next(ctx) {
+		if k := iter.Val(); k != c.ns+":lock" {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) > 0 {
+		t.Errorf("redis: %d keys of namespace %s left after cancel of version %s, e.g. %v", len(keys), c.ns, version, keys[:min(3, len(keys))])
+	}
+}
+
+// TestClusterStraggler: a worker frozen (SIGSTOP) mid-shard does not hold
+// the run: the other worker takes the shard over (a speculative second
+// lease or the expired lease) and the run ends exact. Thawed, the frozen
+// worker's late attempt is refused and changes nothing in any sink.
+func TestClusterStraggler(t *testing.T) {
+	j := e2eAllSinks
+	c := newE2ECluster(t, j, testservers.Postgres(t).DSN, testservers.Postgres(t).DSN, testservers.Redis(t))
+	want := c.reference(j)
+	id := c.submit()
+	began := time.Now()
+	w1, w2 := c.worker(), c.worker()
+	var held int
+	c.waitFor("w1 mid-shard after 3 commits", time.Minute, func() bool {
+		held = c.heldBy(id, w1)
+		return held >= 0 && c.committed(id) >= 3
+	})
+	if err := w1.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	frozen := time.Now()
+	r := c.waitTerminal(id, 30*time.Second)
+	t.Logf("w1 frozen holding shard %d at %s; run %s %s later (%s in all)", held, frozen.Sub(began).Round(time.Millisecond),
+		r.State, time.Since(frozen).Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
+	if r.State != jobs.RunSucceeded {
+		t.Fatalf("run %s: %s (%s)", id, r.State, r.Error)
+	}
+	published := c.checkOutputs(j, want)
+	if sh := c.shards(id); len(sh) > held && strings.HasPrefix(sh[held].Worker, w1.workerIDPrefix()) {
+		t.Errorf("shard %d committed by the frozen w1", held)
+	}
+	mark := len(w1.log.String())
+	if err := w1.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor("the thawed w1 to give up its late attempt", 30*time.Second, func() bool {
+		late := w1.log.String()[mark:]
+		return strings.Contains(late, "shard result not recorded") || strings.Contains(late, "lease lost or run finished")
+	})
+	time.Sleep(500 * time.Millisecond) // anything it might still write
+	after := c.checkOutputs(j, want)
+	if !maps.Equal(after.parquetFiles, published.parquetFiles) {
+		t.Errorf("the published parquet files changed after the late attempt:\nbefore %v\nafter  %v", published.parquetFiles, after.parquetFiles)
+	}
+	if late := w1.log.String()[mark:]; strings.Contains(late, `msg="shard committed"`) {
+		t.Errorf("the thawed w1 committed a shard of a finished run:\n%s", late)
+	}
+	stopWorkers(t, w1, w2)
+}
+
+// TestClusterRunJoinsWorker: `precog run --db` joins the run a worker is
+// working on: both commit shards of it, and the output is exact.
+func TestClusterRunJoinsWorker(t *testing.T) {
+	j := e2eAllSinks
+	c := newE2ECluster(t, j, testservers.Postgres(t).DSN, testservers.Postgres(t).DSN, testservers.Redis(t))
+	want := c.reference(j)
+	id := c.submit()
+	began := time.Now()
+	w1 := c.worker()
+	c.waitFor("w1's first commit", time.Minute, func() bool { return c.committed(id) >= 1 })
+	// The worker alone may finish the run before run --db has planned
+	// it: it pauses (SIGSTOP) until run --db committed shards of its own.
+	if err := w1.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	run := c.start(nil, "run", c.spec, "--param", "date="+e2eDate, "--db", c.dsn, "--no-progress")
+	c.waitFor("run --db's commits", time.Minute, func() bool {
+		n := 0
+		for _, s := range c.shards(id) {
+			if s.State == jobs.ShardCommitted && strings.HasPrefix(s.Worker, run.workerIDPrefix()) {
+				n++
+			}
+		}
+		return n >= 2 || run.exited()
+	})
+	if err := w1.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if code := run.wait(t, 90*time.Second); code != 0 {
+		t.Fatalf("precog run --db: exit %d", code)
+	}
+	t.Logf("run --db exited 0 after %s", time.Since(began).Round(time.Millisecond))
+	if log := run.log.String(); !strings.Contains(log, "joining the open run") || !strings.Contains(log, id) {
+		t.Errorf("precog run --db did not say it joined %s", id)
+	}
+	if r := c.run(id); r.State != jobs.RunSucceeded {
+		t.Fatalf("run %s: %s (%s)", id, r.State, r.Error)
+	}
+	by := map[string]int{}
+	for _, s := range c.shards(id) {
+		switch {
+		case strings.HasPrefix(s.Worker, w1.workerIDPrefix()):
+			by["worker"]++
+		case strings.HasPrefix(s.Worker, run.workerIDPrefix()):
+			by["run --db"]++
+		default:
+			by[s.Worker]++
+		}
+	}
+	t.Logf("shards committed by: %v", by)
+	if by["worker"] == 0 || by["run --db"] == 0 || len(by) != 2 {
+		t.Errorf("want shards committed by both the worker and run --db, got %v", by)
+	}
+	c.checkOutputs(j, want)
+	stopWorkers(t, w1)
+}
