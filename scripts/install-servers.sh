@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs redis-server, PostgreSQL (and curl, for the demo) from Debian's packages when they are missing,
+# iproute2 (the cluster partition test),
 # and the tools deploy/k8s's test needs: promtool (Debian's prometheus package) and a kustomize of v4 or
 # later (kubectl's built-in one when kubectl is that recent; else kustomize itself, built from its Go module).
 # Tests start their own instances in temp dirs; nothing here starts a service.
@@ -12,6 +13,7 @@ fi
 command -v psql >/dev/null 2>&1 || need+=(postgresql-client)
 command -v curl >/dev/null 2>&1 || need+=(curl)  # make demo queries the API with it
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)  # promtool; the daemon is not started
+command -v ip >/dev/null 2>&1 || need+=(iproute2)  # the cluster partition test (ip netns)
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 if [ ${#need[@]} -gt 0 ]; then

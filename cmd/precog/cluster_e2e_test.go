@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -881,4 +882,204 @@ func TestClusterRunJoinsWorker(t *testing.T) {
 	}
 	c.checkOutputs(j, want)
 	stopWorkers(t, w1)
+}
+
+// netns is a network namespace the test created, joined to the host by a
+// veth pair with link-local /30 addresses (host side hostIP).
+type netns struct {
+	name, hostIP, nsIP string
+}
+
+// newNetns creates a namespace and its veth pair, removed at cleanup even
+// when the test fails. It needs root and iproute2: without them the test
+// fails, unless PRECOG_SKIP_NETNS=1 asks to skip it.
+func newNetns(t *testing.T) *netns {
+	t.Helper()
+	if os.Getenv("PRECOG_SKIP_NETNS") == "1" {
+		t.Skip("PRECOG_SKIP_NETNS=1: network namespace tests skipped")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Fatalf("the partition test needs iproute2 (`ip`; scripts/install-servers.sh installs it) and root; set PRECOG_SKIP_NETNS=1 to skip it: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("the partition test needs root (ip netns); set PRECOG_SKIP_NETNS=1 to skip it")
+	}
+	pid := os.Getpid()
+	octet := 1 + pid%250
+	n := &netns{name: fmt.Sprintf("precog-e2e-%d", pid), hostIP: fmt.Sprintf("169.254.%d.1", octet), nsIP: fmt.Sprintf("169.254.%d.2", octet)}
+	hostIf, nsIf := fmt.Sprintf("pe%dh", pid%1000000), fmt.Sprintf("pe%dn", pid%1000000)
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	ip("netns", "add", n.name)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", n.name).Run() })
+	ip("link", "add", hostIf, "type", "veth", "peer", "name", nsIf)
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", hostIf).Run() })
+	ip("link", "set", nsIf, "netns", n.name)
+	ip("addr", "add", n.hostIP+"/30", "dev", hostIf)
+	ip("link", "set", hostIf, "up")
+	ip("-n", n.name, "addr", "add", n.nsIP+"/30", "dev", nsIf)
+	ip("-n", n.name, "link", "set", nsIf, "up")
+	ip("-n", n.name, "link", "set", "lo", "up")
+	return n
+}
+
+// gateProxy forwards TCP connections from a listener to target; paused,
+// it forwards nothing in either direction and holds new connections, as a
+// partition that drops packets would (no reset: peers just hang).
+type gateProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	open   chan struct{} // closed while forwarding
+	conns  []net.Conn
+}
+
+func newGateProxy(t *testing.T, listen, target string) *gateProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		t.Fatalf("proxy listen on %s: %v", listen, err)
+	}
+	p := &gateProxy{ln: ln, target: target, open: make(chan struct{})}
+	close(p.open)
+	t.Cleanup(p.close)
+	go p.serve()
+	return p
+}
+
+func (p *gateProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			p.gate()
+			up, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
+				return
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			go p.pump(up, c)
+			p.pump(c, up)
+		}()
+	}
+}
+
+// gate waits while the proxy is paused.
+func (p *gateProxy) gate() {
+	p.mu.Lock()
+	ch := p.open
+	p.mu.Unlock()
+	<-ch
+}
+
+// pump copies src to dst, holding each chunk while the proxy is paused.
+func (p *gateProxy) pump(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.gate()
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	dst.Close()
+	src.Close()
+}
+
+func (p *gateProxy) pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.open = make(chan struct{})
+}
+
+func (p *gateProxy) resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.open:
+	default:
+		close(p.open)
+	}
+}
+
+func (p *gateProxy) close() {
+	p.resume()
+	p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+}
+
+// TestClusterPartition: a worker in its own network namespace reaches the
+// ledger only through a proxy on its veth link. Cut off mid-shard, its lease
+// expires and another worker finishes the run; healed, its late Complete is
+// refused and the published data stays exact and unchanged.
+func TestClusterPartition(t *testing.T) {
+	ns := newNetns(t)
+	pg := testservers.Postgres(t)
+	proxy := newGateProxy(t, ns.hostIP+":0", fmt.Sprintf("%s:%d", pg.Host, pg.Port))
+	_, port, _ := net.SplitHostPort(proxy.ln.Addr().String())
+	viaVeth := strings.Replace(pg.DSN, fmt.Sprintf("%s:%d", pg.Host, pg.Port), ns.hostIP+":"+port, 1)
+	j := e2eJob{model: "heavy", rowsPerShard: 100, batch: 4}
+	c := newE2ECluster(t, j, pg.DSN, "", nil)
+	want := c.reference(j)
+	id := c.submit()
+	began := time.Now()
+	w1 := c.start([]string{"ip", "netns", "exec", ns.name}, "worker", "--db", viaVeth, "--lease", "2s", "--drain-timeout", "5s")
+	var held int
+	c.waitFor("the namespaced worker mid-shard", time.Minute, func() bool { held = c.heldBy(id, w1); return held >= 0 })
+	proxy.pause()
+	cut := time.Now()
+	w2 := c.worker()
+	r := c.waitTerminal(id, 90*time.Second)
+	t.Logf("w1 cut off holding shard %d at %s; run %s %s later", held, cut.Sub(began).Round(time.Millisecond), r.State, time.Since(cut).Round(time.Millisecond))
+	if r.State != jobs.RunSucceeded {
+		t.Fatalf("run %s: %s (%s)", id, r.State, r.Error)
+	}
+	published := c.checkOutputs(j, want)
+	if sh := c.shards(id); strings.HasPrefix(sh[held].Worker, w1.workerIDPrefix()) {
+		t.Errorf("shard %d is recorded as committed by the cut-off w1", held)
+	}
+	mark := len(w1.log.String())
+	proxy.resume()
+	c.waitFor("the healed w1's late result to be refused", 30*time.Second, func() bool {
+		late := w1.log.String()[mark:]
+		return strings.Contains(late, "shard result not recorded") || strings.Contains(late, "lease lost or run finished")
+	})
+	t.Logf("healed w1: %s", lastLine(w1.log.String()[mark:], "not recorded", "lease lost"))
+	time.Sleep(500 * time.Millisecond)
+	after := c.checkOutputs(j, want)
+	if !maps.Equal(after.parquetFiles, published.parquetFiles) {
+		t.Errorf("the published parquet files changed after the healed worker's late attempt")
+	}
+	stopWorkers(t, w1, w2)
+}
+
+// lastLine returns the last line of log holding any of frags.
+func lastLine(log string, frags ...string) string {
+	lines := strings.Split(log, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		for _, f := range frags {
+			if strings.Contains(lines[i], f) {
+				return lines[i]
+			}
+		}
+	}
+	return ""
 }
