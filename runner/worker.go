@@ -27,7 +27,8 @@ type WorkerOptions struct {
 	ID string
 	// Lease is how long a claimed shard stays leased without a heartbeat.
 	Lease time.Duration
-	// PublishLease bounds the publish step without a heartbeat.
+	// PublishLease bounds the publish step without a heartbeat (default
+	// Lease).
 	PublishLease time.Duration
 	// DrainTimeout is how long in-flight shards may run on after the worker
 	// is told to stop (SIGTERM) before they are released.
@@ -73,7 +74,10 @@ func (o WorkerOptions) withDefaults() WorkerOptions {
 		o.Lease = 30 * time.Second
 	}
 	if o.PublishLease <= 0 {
-		o.PublishLease = time.Minute
+		// As short as a shard's lease (renewed just as often): a killed
+		// publisher must not hold a finished run for longer than a killed
+		// shard holder holds its shard.
+		o.PublishLease = o.Lease
 	}
 	if o.DrainTimeout <= 0 {
 		o.DrainTimeout = time.Minute
