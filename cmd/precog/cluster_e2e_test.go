@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/precog-ml/precog/internal/runview"
+	"github.com/precog-ml/precog/internal/testgen"
 	"github.com/precog-ml/precog/internal/testservers"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger/postgres"
@@ -70,6 +71,9 @@ var e2eAllSinks = e2eJob{model: "heavy", rowsPerShard: 100, batch: 4, pgSink: tr
 
 // e2eJob describes the test's job: model, shard size, batch size and sinks.
 type e2eJob struct {
+	// data, when set, replaces the source's usersData directory (under
+	// the fixtures' data/).
+	data         string
 	model        string // ranker or heavy
 	rowsPerShard int
 	batch        int
@@ -81,7 +85,12 @@ type e2eJob struct {
 // environment (TEST_SINK_DSN, TEST_REDIS_ADDR, TEST_REDIS_DB, TEST_TABLE,
 // TEST_NS), so a reference run can write the same job to other targets.
 func (j e2eJob) specBody() string {
+	src := "data/users/dt={{.date}}"
+	if j.data != "" {
+		src = "data/" + j.data + "/dt={{.date}}"
+	}
 	body := strings.NewReplacer(
+		"data/users/dt={{.date}}", src,
 		"models/ranker.onnx", "models/"+j.model+".onnx",
 		"rows_per_shard: 1000", fmt.Sprintf("rows_per_shard: %d", j.rowsPerShard),
 		"batch_size: 256", fmt.Sprintf("batch_size: %d", j.batch)).Replace(rankerSpec)
@@ -539,11 +548,28 @@ func (c *e2eCluster) attemptsOf(id string) int {
 	return n
 }
 
+// chaosData is the chaos test's dataset: 18000 rows on e2eDate, written
+// into the fixtures on first use.
+var (
+	chaosData = testgen.Dataset{Seed: 11, StringKeys: true, Dates: []string{e2eDate},
+		FilesPerDate: 6, RowsPerFile: 3000, RowsPerGroup: 500}
+	chaosDataOnce sync.Once
+	chaosDataErr  error
+)
+
 // TestClusterChaosKills: four workers share a run of 40 shards into three
 // sinks while a random one is SIGKILLed every 150–300ms and replaced. The
 // run succeeds and publishes exactly what an uninterrupted run publishes.
 func TestClusterChaosKills(t *testing.T) {
+	chaosDataOnce.Do(func() {
+		_, chaosDataErr = testgen.WriteDataset(filepath.Join(fixtures, "data", "chaos"), chaosData)
+	})
+	if chaosDataErr != nil {
+		t.Fatal(chaosDataErr)
+	}
+	// 18000 rows in 40 shards: the run outlasts 30 kills of its workers.
 	j := e2eAllSinks
+	j.data, j.rowsPerShard = "chaos", 450
 	c := newE2ECluster(t, j, testservers.Postgres(t).DSN, testservers.Postgres(t).DSN, testservers.Redis(t))
 	want := c.reference(j)
 	id := c.submit()
@@ -552,11 +578,18 @@ func TestClusterChaosKills(t *testing.T) {
 	for i := range live {
 		live[i] = c.worker()
 	}
-	const minKills, chaosBound = 30, 25 * time.Second
+	const minKills, chaosBound = 30, 15 * time.Second
 	kills := 0
 	for time.Since(began) < chaosBound && !c.run(id).State.Terminal() {
 		time.Sleep(time.Duration(150+rand.IntN(150)) * time.Millisecond)
+		// A worker mid-shard when there is one: its work is lost.
 		i := rand.IntN(len(live))
+		for _, k := range rand.Perm(len(live)) {
+			if c.heldBy(id, live[k]) >= 0 {
+				i = k
+				break
+			}
+		}
 		_ = live[i].cmd.Process.Kill()
 		<-live[i].done
 		kills++
@@ -565,8 +598,8 @@ func TestClusterChaosKills(t *testing.T) {
 	chaos := time.Since(began)
 	committedAtChaosEnd := c.committed(id)
 	r := c.waitTerminal(id, 90*time.Second)
-	t.Logf("chaos: %d kills in %s (%d of 40 shards committed then); run %s after %s; %d shard attempts",
-		kills, chaos.Round(time.Millisecond), committedAtChaosEnd, r.State, time.Since(began).Round(time.Millisecond), c.attemptsOf(id))
+	t.Logf("chaos: %d kills in %s (%d of %d shards committed then); run %s after %s; %d shard attempts",
+		kills, chaos.Round(time.Millisecond), committedAtChaosEnd, len(c.shards(id)), r.State, time.Since(began).Round(time.Millisecond), c.attemptsOf(id))
 	if r.State != jobs.RunSucceeded {
 		t.Fatalf("run %s: %s (%s)", id, r.State, r.Error)
 	}
