@@ -47,9 +47,8 @@ type e2eCluster struct {
 	t    *testing.T
 	dir  string
 	spec string
-	// dsn is the ledger's database; sinkDSN the Postgres sink's (another
-	// database: the sink's bookkeeping table precog_shards and the ledger's
-	// precog_shards collide in one schema).
+	// dsn is the ledger's database; sinkDSN the Postgres sink's (the same
+	// database in TestClusterPostgresRestart, which proves the two coexist).
 	dsn, sinkDSN string
 	// env is what every precog process of the test gets (the spec's ${VARS}).
 	env []string
@@ -296,7 +295,7 @@ func (c *e2eCluster) diagnose() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, q := range []struct{ dsn, sql string }{
-		{c.dsn, `SELECT run_id, idx, state, attempts, coalesce(worker, ''), coalesce(lease_until::text, ''), coalesce(worker2, ''), coalesce(lease2_until::text, '') FROM precog_shards WHERE state <> 'committed' ORDER BY run_id, idx`},
+		{c.dsn, `SELECT run_id, idx, state, attempts, coalesce(worker, ''), coalesce(lease_until::text, ''), coalesce(worker2, ''), coalesce(lease2_until::text, '') FROM precog_run_shards WHERE state <> 'committed' ORDER BY run_id, idx`},
 		{c.dsn, `SELECT datname, pid, state, wait_event_type || ':' || wait_event, now() - xact_start, left(query, 200) FROM pg_stat_activity WHERE state <> 'idle' AND pid <> pg_backend_pid() AND backend_type = 'client backend'`},
 	} {
 		if q.dsn == "" {
@@ -636,8 +635,7 @@ func stopWorkers(t *testing.T, ws ...*workerProc) {
 // completes with exact output and the workers ride it out.
 func TestClusterPostgresRestart(t *testing.T) {
 	pg := testservers.NewPostgres(t)
-	pg.Exec(t, "CREATE DATABASE sinks")
-	sinkDSN := strings.Replace(pg.DSN, "/"+pg.Database+"?", "/sinks?", 1)
+	sinkDSN := pg.DSN // ledger and sink in one database and schema
 	j := e2eAllSinks
 	c := newE2ECluster(t, j, pg.DSN, sinkDSN, testservers.Redis(t))
 	want := c.reference(j)

@@ -295,7 +295,7 @@ func (c *clusterBench) pickupOnce(ctx context.Context, pj *plannedJob) (time.Dur
 	deadline := time.Now().Add(30 * time.Second)
 	var claimed *time.Time
 	for claimed == nil {
-		err := c.db.QueryRow(ctx, `SELECT claimed_at FROM precog_shards WHERE run_id = $1 AND idx = 0`, id).Scan(&claimed)
+		err := c.db.QueryRow(ctx, `SELECT claimed_at FROM precog_run_shards WHERE run_id = $1 AND idx = 0`, id).Scan(&claimed)
 		if err != nil {
 			return 0, fmt.Errorf("run %s: read claimed_at: %w", id, err)
 		}
@@ -402,9 +402,9 @@ func (c *clusterBench) freezeOne(ctx context.Context, ws []*workerProc, id strin
 	for {
 		var idx int
 		var holder string
-		err := c.db.QueryRow(ctx, `SELECT idx, worker FROM precog_shards s
+		err := c.db.QueryRow(ctx, `SELECT idx, worker FROM precog_run_shards s
 			WHERE run_id = $1 AND state = 'running' AND claimed_at < now() - interval '300 milliseconds'
-				AND NOT EXISTS (SELECT 1 FROM precog_shards p WHERE p.run_id = $1 AND p.state = 'pending')
+				AND NOT EXISTS (SELECT 1 FROM precog_run_shards p WHERE p.run_id = $1 AND p.state = 'pending')
 			ORDER BY claimed_at DESC LIMIT 1`, id).Scan(&idx, &holder)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
@@ -428,7 +428,7 @@ func (c *clusterBench) freezeOne(ctx context.Context, ws []*workerProc, id strin
 			return func() {
 				var attempts int
 				var by string
-				_ = c.db.QueryRow(ctx, `SELECT attempts, coalesce(worker, '') FROM precog_shards WHERE run_id = $1 AND idx = $2`, id, idx).Scan(&attempts, &by)
+				_ = c.db.QueryRow(ctx, `SELECT attempts, coalesce(worker, '') FROM precog_run_shards WHERE run_id = $1 AND idx = $2`, id, idx).Scan(&attempts, &by)
 				*ev = fmt.Sprintf("shard %d's worker frozen for %s, the shard committed after %d attempts", idx, dur(time.Since(frozenAt)), attempts)
 				if by == holder {
 					*ev += " by the frozen worker"

@@ -62,7 +62,7 @@ func TestClaimCycles(t *testing.T) {
 		t.Errorf("claimCycles = %v cycles/s, %d cycles; want %d cycles", rate, n, capacityRuns*perRun)
 	}
 	var committed int64
-	if err := pg.Pool(t).QueryRow(ctx, `SELECT count(*) FROM precog_shards WHERE state = 'committed' AND rows_in = 1`).Scan(&committed); err != nil {
+	if err := pg.Pool(t).QueryRow(ctx, `SELECT count(*) FROM precog_run_shards WHERE state = 'committed' AND rows_in = 1`).Scan(&committed); err != nil {
 		t.Fatal(err)
 	}
 	if committed != n {

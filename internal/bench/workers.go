@@ -164,7 +164,7 @@ func waitRun(ctx context.Context, db *pgxpool.Pool, id string, poll, timeout tim
 // runRows is the rows the run's committed shards read.
 func runRows(ctx context.Context, db *pgxpool.Pool, id string) (int64, error) {
 	var n int64
-	err := db.QueryRow(ctx, `SELECT coalesce(sum(rows_in), 0)::bigint FROM precog_shards WHERE run_id = $1 AND state = 'committed'`, id).Scan(&n)
+	err := db.QueryRow(ctx, `SELECT coalesce(sum(rows_in), 0)::bigint FROM precog_run_shards WHERE run_id = $1 AND state = 'committed'`, id).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("run %s: read rows: %w", id, err)
 	}
