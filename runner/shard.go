@@ -41,6 +41,10 @@ type ShardTask struct {
 	OnRows func(n int64)
 	// Stats, when set, accumulates each stage's busy time.
 	Stats *StageStats
+	// BeforeCommit, when set, runs after every batch is written and before
+	// any sink commits: the last check that the attempt still holds its
+	// lease (a process frozen past its lease must not commit late).
+	BeforeCommit func(ctx context.Context) error
 }
 
 type encoded struct {
@@ -232,6 +236,12 @@ func (j *Job) ExecShard(ctx context.Context, t ShardTask) (jobs.Counts, error) {
 		return counts, firstErr
 	}
 	counts.KeySketch = guard.sketch.Encode()
+	if t.BeforeCommit != nil {
+		if err := t.BeforeCommit(ctx); err != nil {
+			abortAll()
+			return counts, err
+		}
+	}
 	for i, w := range writers {
 		start := time.Now()
 		err := w.Commit(ctx)
