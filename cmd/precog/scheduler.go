@@ -5,17 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/precog-ml/precog/jobs"
@@ -78,7 +73,8 @@ while the others keep firing. --addr serves /healthz, /readyz and /metrics
 			if errs := s.Load(); len(errs) > 0 {
 				return invalid(errors.Join(errs...))
 			}
-			stop, err := serveSchedulerHTTP(ctx, addr, g)
+			// Leader or standby, a replica is ready.
+			stop, err := serveOps(ctx, "--addr", addr, g.log, nil, scheduler.Metrics()...)
 			if err != nil {
 				return err
 			}
@@ -180,34 +176,4 @@ func watchSpecs(ctx context.Context, s *scheduler.Scheduler, src scheduler.Dir) 
 			}
 		}
 	}
-}
-
-func serveSchedulerHTTP(ctx context.Context, addr string, g *globals) (func(), error) {
-	if addr == "" {
-		return func() {}, nil
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(scheduler.Metrics()...)
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	ok := func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") }
-	mux.HandleFunc("GET /healthz", ok)
-	mux.HandleFunc("GET /readyz", ok) // leader or standby, a replica is ready
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, invalid(fmt.Errorf("--addr: %w", err))
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			g.log.Warn("scheduler http server", "err", err)
-		}
-	}()
-	g.log.Info("scheduler http", "addr", ln.Addr().String())
-	return func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}, nil
 }

@@ -1,18 +1,11 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/precog-ml/precog/jobs"
@@ -64,7 +57,7 @@ within --drain-timeout or are released for another worker, and the worker exits 
 			defer led.Close()
 			opts.Logger, opts.StateDir = g.log, g.stateDir
 			var ready atomic.Bool
-			stop, err := serveWorkerHTTP(cmd.Context(), addr, g, &ready)
+			stop, err := serveOps(cmd.Context(), "--addr", addr, g.log, ready.Load, runner.Metrics()...)
 			if err != nil {
 				return err
 			}
@@ -87,40 +80,4 @@ within --drain-timeout or are released for another worker, and the worker exits 
 	f.DurationVar(&opts.Lease, "lease", 30*time.Second, "shard lease; renewed every third of it")
 	f.IntVar(&opts.OpenRuns, "open-runs", 4, "runs kept open (models loaded, sinks connected) per device")
 	return cmd
-}
-
-// serveWorkerHTTP serves the worker's health, readiness and metrics.
-func serveWorkerHTTP(ctx context.Context, addr string, g *globals, ready *atomic.Bool) (func(), error) {
-	if addr == "" {
-		return func() {}, nil
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(runner.Metrics()...)
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() {
-			http.Error(w, "draining", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, invalid(fmt.Errorf("--addr: %w", err))
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			g.log.Warn("worker http server", "err", err)
-		}
-	}()
-	g.log.Info("worker http", "addr", ln.Addr().String())
-	return func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}, nil
 }
