@@ -251,3 +251,89 @@ func TestLeaderFailover(t *testing.T) {
 		}
 	}
 }
+
+// partitioned is a ledger whose leader renewals fail while cut is set: a
+// leader cut off from Postgres.
+type partitioned struct {
+	Ledger
+	mu  sync.Mutex
+	cut bool
+}
+
+func (p *partitioned) Lead(ctx context.Context, name, holder string, ttl time.Duration) (bool, error) {
+	p.mu.Lock()
+	cut := p.cut
+	p.mu.Unlock()
+	if cut {
+		return false, context.DeadlineExceeded
+	}
+	return p.Ledger.Lead(ctx, name, holder, ttl)
+}
+
+func (p *partitioned) RecordTick(ctx context.Context, t ledger.Tick, run *jobs.Run, shards []jobs.Shard) error {
+	p.mu.Lock()
+	cut := p.cut
+	p.mu.Unlock()
+	if cut {
+		return context.DeadlineExceeded
+	}
+	return p.Ledger.RecordTick(ctx, t, run, shards)
+}
+
+// TestPartitionedLeaderStopsFiring: three replicas; the leader is cut off
+// from the ledger (its renewals fail). It stops firing within half its
+// lease, one of the others takes over once the lease lapses, and every
+// tick fires exactly once.
+func TestPartitionedLeaderStopsFiring(t *testing.T) {
+	ctx := context.Background()
+	led := newLedger(t)
+	clock := &fakeClock{now: time.Date(2026, 3, 1, 9, 30, 0, 0, time.UTC)}
+	cutA := &partitioned{Ledger: led}
+	mk := func(holder string, l Ledger) *Scheduler {
+		s := New(Options{Specs: jobSpec("allow", ""), Ledger: l, Plan: plan,
+			Cancel: func(context.Context, jobs.Run) error { return nil }, Holder: holder, Clock: clock,
+			LeaseTTL: 900 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if errs := s.Load(); len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		return s
+	}
+	a, b, c := mk("a", cutA), mk("b", led), mk("c", led)
+	for _, s := range []*Scheduler{a, b, c} {
+		s.pass(ctx)
+	}
+	if !a.Leader() || b.Leader() || c.Leader() {
+		t.Fatal("a should lead alone")
+	}
+	clock.add(time.Hour)
+	a.pass(ctx) // 10:00 fired by a
+	cutA.mu.Lock()
+	cutA.cut = true
+	cutA.mu.Unlock()
+	clock.add(500 * time.Millisecond) // past half the lease without a renewal
+	a.pass(ctx)
+	if a.Leader() {
+		t.Fatal("a still believes it leads after half its lease without a renewal")
+	}
+	clock.add(time.Hour) // 11:00 due
+	deadline := time.Now().Add(5 * time.Second)
+	for !b.Leader() && !c.Leader() && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		b.pass(ctx)
+		c.pass(ctx)
+		a.pass(ctx) // still cut: must not fire
+	}
+	if !b.Leader() && !c.Leader() {
+		t.Fatal("nobody took over from the partitioned leader")
+	}
+	b.pass(ctx)
+	c.pass(ctx)
+	runs, _ := led.Runs(ctx, "recs", 0)
+	seen := map[string]int{}
+	for _, r := range runs {
+		seen[r.Params["scheduled_for"]]++
+	}
+	if len(runs) != 2 || seen["2026-03-01T10:00:00Z"] != 1 || seen["2026-03-01T11:00:00Z"] != 1 {
+		t.Fatalf("runs per tick: %v, want 10:00 and 11:00 once each", seen)
+	}
+}
