@@ -1,0 +1,151 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/precog-ml/precog/internal/dashboard"
+	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/lookup"
+	"github.com/precog-ml/precog/runner"
+)
+
+func newDashboardCmd(g *globals) *cobra.Command {
+	var (
+		db, addr, tokensFile, jobsDir string
+		insecure                      bool
+		drain                         time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "dashboard [--addr :8081] [--db URL] [--jobs DIR]",
+		Short: "Serve web pages of the runs, their shards, errors and throughput, and the jobs' schedules and staleness",
+		Long: `Serve the dashboard: the runs with live progress, rows/s and ETA (filter by
+job and state); one run's shard timeline by worker, rows committed over time,
+errors by shard, the spec as submitted, and Cancel / Retry failed shards
+buttons (the same as precog cancel and precog retry); with --jobs, each job's
+schedule, next fire times, last run and staleness against max_staleness.
+
+Ledger: the Postgres ledger (--db or PRECOG_DATABASE_URL), else the embedded
+ledger under --state-dir, opened per request: while a precog run holds it the
+pages say the ledger is busy.
+
+Auth: tokens from PRECOG_API_TOKENS (comma-separated) or --tokens-file, as for
+precog serve. Pages need a login with a token (an HttpOnly, SameSite=Strict
+cookie) or an Authorization: Bearer header; actions are POSTs with a CSRF
+token. Without tokens the dashboard refuses to start unless
+--insecure-no-auth is given.`,
+		Example: "  PRECOG_API_TOKENS=s3cret precog dashboard --addr :8081 --db postgres://precog@db/precog --jobs jobs/",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			tokens := lookup.TokensFromEnv()
+			if tokensFile != "" {
+				t, err := lookup.ReadTokensFile(tokensFile)
+				if err != nil {
+					return invalid(fmt.Errorf("--tokens-file: %w", err))
+				}
+				tokens = append(tokens, t...)
+			}
+			ctx := cmd.Context()
+			opts := dashboard.Options{Tokens: tokens, InsecureNoAuth: insecure, JobsDir: jobsDir, Logger: g.log}
+			if dsn := databaseURL(db); dsn != "" {
+				led, err := openLedger(ctx, g, db)
+				if err != nil {
+					return err
+				}
+				defer led.Close()
+				opts.Source = dashboard.Shared{L: led, Name: led.where}
+				opts.Actions = clusterActions(led, drain, g.log)
+			} else {
+				opts.Source = dashboard.BoltDir{StateDir: g.stateDir}
+				opts.Actions = localActions(g)
+			}
+			srv, err := dashboard.New(opts)
+			if err != nil {
+				return invalid(err)
+			}
+			g.log.Info("dashboard", "url", dashboardURL(addr), "ledger", opts.Source.Where(), "auth", len(tokens) > 0)
+			return srv.ListenAndServe(ctx, addr)
+		},
+	}
+	addDBFlag(cmd, &db)
+	f := cmd.Flags()
+	f.StringVar(&addr, "addr", ":8081", "listen address")
+	f.StringVar(&jobsDir, "jobs", "", "directory of job specs for the Jobs page (schedules, staleness)")
+	f.StringVar(&tokensFile, "tokens-file", "", "file of tokens, one per line (in addition to PRECOG_API_TOKENS)")
+	f.BoolVar(&insecure, "insecure-no-auth", false, "serve without authentication (never in production)")
+	f.DurationVar(&drain, "drain", 10*time.Second, "Postgres ledger: Cancel waits at most this long for workers to let go of the run's shards")
+	return cmd
+}
+
+// dashboardURL is the address people open: ":8081" is localhost's.
+func dashboardURL(addr string) string {
+	if strings.HasPrefix(addr, ":") {
+		return "http://localhost" + addr + "/"
+	}
+	return "http://" + addr + "/"
+}
+
+// clusterActions are the buttons over the Postgres ledger: the code of
+// precog cancel and precog retry, their output as the message.
+func clusterActions(led *openedLedger, drain time.Duration, log *slog.Logger) dashboard.Actions {
+	return dashboard.Actions{
+		Cancel: func(ctx context.Context, id string) (string, error) {
+			var out bytes.Buffer
+			err := cancelCluster(ctx, led, id, cancelOptions{drain: drain, out: &out, log: log})
+			return strings.TrimSpace(out.String()), err
+		},
+		Retry: func(ctx context.Context, id string) (string, error) {
+			r, _, err := loadRun(ctx, led, id)
+			if err != nil {
+				return "", err
+			}
+			var out bytes.Buffer
+			err = retryCluster(ctx, led, r, &out)
+			return strings.TrimSpace(out.String()), err
+		},
+	}
+}
+
+// localActions are the buttons over the embedded ledger: cancel as precog
+// cancel does; retry puts failed shards of an open run back to pending
+// (the next precog run of the job executes them; the dashboard runs
+// nothing itself).
+func localActions(g *globals) dashboard.Actions {
+	return dashboard.Actions{
+		Cancel: func(ctx context.Context, id string) (string, error) {
+			r, err := runner.CancelLocal(ctx, g.stateDir, id, g.log)
+			if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("run %s %s", r.ID, r.State), nil
+		},
+		Retry: func(ctx context.Context, id string) (string, error) {
+			led, err := openLedger(ctx, g, "")
+			if err != nil {
+				return "", err
+			}
+			defer led.Close()
+			r, _, err := loadRun(ctx, led, id)
+			if err != nil {
+				return "", err
+			}
+			if r.State.Terminal() {
+				return "", fmt.Errorf("run %s is %s: the embedded ledger cannot reopen it; start a new run with:\n  %s", r.ID, r.State, commandLine(r.Params, "run", r.SpecFile))
+			}
+			n, err := led.RetryFailed(ctx, id)
+			if errors.Is(err, ledger.ErrRunFinished) {
+				return "", fmt.Errorf("run %s finished meanwhile: %w", id, err)
+			} else if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("run %s: %d failed shard(s) back to pending; the next precog run of the job (or precog retry %s) executes them", id, n, id), nil
+		},
+	}
+}

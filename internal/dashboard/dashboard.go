@@ -1,0 +1,174 @@
+// Package dashboard serves precog's web pages over a ledger: the runs with
+// live progress, one run's shard timeline, throughput and errors with
+// Cancel and Retry buttons, and the scheduled jobs with their staleness.
+// Everything (templates, CSS, the small script, the SVG charts drawn in Go)
+// is embedded in the binary: no CDN, no Node build step.
+package dashboard
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/ledger/bolt"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Source hands a request the ledger to read. The Postgres ledger is shared
+// by every request; the embedded one admits one process, so it is opened
+// per request and released at once (see BoltDir).
+type Source interface {
+	// Ledger returns the ledger and a function to call when the request is
+	// done with it. ledger.ErrBusy means another process holds it.
+	Ledger(ctx context.Context) (ledger.Ledger, func(), error)
+	// Where names the ledger in pages (never a URL with a password).
+	Where() string
+}
+
+// Shared is a Source over one open ledger (the Postgres ledger, or the
+// embedded ledger of the run this process executes).
+type Shared struct {
+	L    ledger.Ledger
+	Name string
+}
+
+// Ledger implements Source.
+func (s Shared) Ledger(context.Context) (ledger.Ledger, func(), error) { return s.L, func() {}, nil }
+
+// Where implements Source.
+func (s Shared) Where() string { return s.Name }
+
+// BoltDir is a Source over the embedded ledger under a state directory,
+// opened for each request: a `precog run` holding it makes pages say the
+// ledger is busy until that run ends (its own --ui shows it meanwhile).
+type BoltDir struct{ StateDir string }
+
+// Ledger implements Source.
+func (b BoltDir) Ledger(context.Context) (ledger.Ledger, func(), error) {
+	l, err := bolt.Open(filepath.Join(b.StateDir, "ledger.db"))
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, func() { l.Close() }, nil
+}
+
+// Where implements Source.
+func (b BoltDir) Where() string { return "the embedded ledger in " + b.StateDir }
+
+// Actions are the run actions behind the Cancel and Retry buttons; the
+// command wires them to the same code as `precog cancel` and `precog retry`.
+// A nil func hides its button. Each returns a message for people.
+type Actions struct {
+	Cancel func(ctx context.Context, runID string) (string, error)
+	Retry  func(ctx context.Context, runID string) (string, error)
+}
+
+// Options configure a dashboard.
+type Options struct {
+	Source  Source
+	Actions Actions
+	// Tokens are the accepted bearer tokens (PRECOG_API_TOKENS,
+	// --tokens-file). Empty is refused unless InsecureNoAuth.
+	Tokens         []string
+	InsecureNoAuth bool
+	// JobsDir is a directory of job specs for /jobs ("" hides schedules).
+	JobsDir string
+	// Poll is how often pages refresh their live parts (default 1.5s).
+	Poll   time.Duration
+	Logger *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// ErrNoTokens: no token configured and InsecureNoAuth not set.
+var ErrNoTokens = errors.New("dashboard: no tokens (set PRECOG_API_TOKENS or --tokens-file), or pass --insecure-no-auth to serve without authentication")
+
+// Server is the dashboard's HTTP handler.
+type Server struct {
+	opts Options
+	auth *auth
+	tmpl *template.Template
+	mux  *http.ServeMux
+}
+
+// New checks the options and builds the handler.
+func New(o Options) (*Server, error) {
+	if o.Source == nil {
+		return nil, errors.New("dashboard: no ledger source")
+	}
+	if len(o.Tokens) == 0 && !o.InsecureNoAuth {
+		return nil, ErrNoTokens
+	}
+	if o.Poll <= 0 {
+		o.Poll = 1500 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	a, err := newAuth(o.Tokens, o.InsecureNoAuth)
+	if err != nil {
+		return nil, err
+	}
+	t, err := template.New("").Funcs(funcs).ParseFS(templateFS, "templates/*.html")
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: templates: %w", err)
+	}
+	s := &Server{opts: o, auth: a, tmpl: t, mux: http.NewServeMux()}
+	s.routes()
+	return s, nil
+}
+
+func (s *Server) routes() {
+	static, _ := fs.Sub(staticFS, "static")
+	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	s.mux.HandleFunc("GET /login", s.loginPage)
+	s.mux.HandleFunc("POST /login", s.login)
+	s.mux.HandleFunc("POST /logout", s.logout)
+	s.mux.Handle("GET /{$}", s.auth.page(s.runsPage))
+	s.mux.Handle("GET /runs/{id}", s.auth.page(s.runPage))
+	s.mux.Handle("GET /jobs", s.auth.page(s.jobsPage))
+	s.mux.Handle("GET /api/runs", s.auth.api(s.apiRuns))
+	s.mux.Handle("GET /api/runs/{id}", s.auth.api(s.apiRun))
+	s.mux.Handle("POST /runs/{id}/cancel", s.auth.action(s.cancel))
+	s.mux.Handle("POST /runs/{id}/retry", s.auth.action(s.retry))
+}
+
+// ServeHTTP implements http.Handler with security headers on every answer.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "same-origin")
+	s.mux.ServeHTTP(w, r)
+}
+
+// ListenAndServe serves on addr until ctx ends.
+func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
+	srv := &http.Server{Addr: addr, Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("dashboard: listen on %s: %w", addr, err)
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	}
+}

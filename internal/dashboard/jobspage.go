@@ -1,0 +1,184 @@
+package dashboard
+
+import (
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/precog-ml/precog/internal/runview"
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/schedule"
+	"github.com/precog-ml/precog/jobs/scheduler"
+)
+
+// nextFires is how many next fire times /jobs lists; sparkRuns how many
+// recent runs its sparkline covers.
+const (
+	nextFires = 3
+	sparkRuns = 20
+)
+
+// jobRow is one job spec of --jobs as /jobs shows it.
+type jobRow struct {
+	Name, File     string
+	Cron, Words    string
+	Zone           string
+	Next           []time.Time
+	MaxStaleness   string
+	LastRun        *runRow
+	LastSuccess    time.Time
+	Staleness      string
+	Stale          bool
+	Spark          template.HTML
+	ScheduleErrors string
+}
+
+func (s *Server) jobsPage(w http.ResponseWriter, r *http.Request, v viewer) {
+	if s.opts.JobsDir == "" {
+		s.render(w, http.StatusOK, "jobs", s.page(v, "Jobs", map[string]any{"NoDir": true}))
+		return
+	}
+	specs, loadErrs := scheduler.Dir{Path: s.opts.JobsDir, Now: s.opts.Now}.Load(nil)
+	s.withLedger(w, r, v, func(led ledger.Ledger) error {
+		now := s.opts.Now()
+		var rows []jobRow
+		for _, spec := range specs {
+			row, err := jobOf(r, led, spec, now)
+			if err != nil {
+				return err
+			}
+			rows = append(rows, row)
+		}
+		var errs []string
+		for _, e := range loadErrs {
+			errs = append(errs, e.Error())
+		}
+		s.render(w, http.StatusOK, "jobs", s.page(v, "Jobs", map[string]any{"Rows": rows, "Errors": errs, "Dir": s.opts.JobsDir}))
+		return nil
+	})
+}
+
+func jobOf(r *http.Request, led ledger.Ledger, spec *jobs.Spec, now time.Time) (jobRow, error) {
+	row := jobRow{Name: spec.Name, File: spec.File, Cron: spec.Schedule, Zone: spec.Timezone, MaxStaleness: "-"}
+	if row.Zone == "" {
+		row.Zone = "UTC"
+	}
+	sched, err := schedule.FromSpec(spec)
+	switch {
+	case errors.Is(err, schedule.ErrNoSchedule):
+		row.Words, row.Cron = "manual (no schedule)", "-"
+	case err != nil:
+		row.ScheduleErrors = err.Error()
+	default:
+		row.Words = describeCron(sched.Expr())
+		t := now
+		for range nextFires {
+			if t = sched.Next(t); t.IsZero() {
+				break
+			}
+			row.Next = append(row.Next, t)
+		}
+	}
+	runs, err := led.Runs(r.Context(), spec.Name, sparkRuns)
+	if err != nil {
+		return row, fmt.Errorf("job %s: runs: %w", spec.Name, err)
+	}
+	if len(runs) > 0 {
+		shards, err := led.Shards(r.Context(), runs[0].ID)
+		if err != nil {
+			return row, fmt.Errorf("run %s: shards: %w", runs[0].ID, err)
+		}
+		last := rowOf(runview.FromAt(runs[0], shards, now), runs[0])
+		row.LastRun = &last
+	}
+	var durs []time.Duration
+	for _, run := range slices.Backward(runs) {
+		if run.State.Terminal() {
+			durs = append(durs, run.UpdatedAt.Sub(run.CreatedAt))
+		}
+	}
+	row.Spark = sparkSVG(durs)
+	if d := spec.MaxStaleness.Duration; d > 0 {
+		row.MaxStaleness = d.String()
+	}
+	if sl, ok := led.(scheduler.Ledger); ok {
+		st, err := scheduler.StalenessOf(r.Context(), sl, spec, now)
+		if err != nil {
+			return row, fmt.Errorf("job %s: staleness: %w", spec.Name, err)
+		}
+		row.LastSuccess, row.Stale = st.LastSuccess, st.Stale
+		switch {
+		case st.LastSuccess.IsZero() && st.Stale:
+			row.Staleness = "stale: never succeeded"
+		case st.LastSuccess.IsZero():
+			row.Staleness = "never succeeded"
+		case st.Stale:
+			row.Staleness = "stale: " + runview.Duration(st.Age) + " old"
+		case spec.MaxStaleness.Duration > 0:
+			row.Staleness = "fresh: " + runview.Duration(st.Age) + " old"
+		default:
+			row.Staleness = runview.Duration(st.Age) + " old"
+		}
+	}
+	return row, nil
+}
+
+var weekdays = []string{"Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"}
+
+// describeCron says the common five-field shapes in words; anything else
+// reads as "cron <expr>" (the expression is shown beside it anyway).
+func describeCron(expr string) string {
+	if strings.HasPrefix(expr, "@") {
+		return map[string]string{"@hourly": "every hour", "@daily": "every day at midnight", "@midnight": "every day at midnight",
+			"@weekly": "every Sunday at midnight", "@monthly": "on the 1st of every month at midnight", "@yearly": "every 1 January at midnight",
+			"@annually": "every 1 January at midnight"}[expr] + orExpr(expr)
+	}
+	f := strings.Fields(expr)
+	if len(f) != 5 {
+		return "cron " + expr
+	}
+	mi, hr, dom, mon, dow := f[0], f[1], f[2], f[3], f[4]
+	num := func(s string) (int, bool) { n, err := strconv.Atoi(s); return n, err == nil }
+	m, mOK := num(mi)
+	h, hOK := num(hr)
+	if mon != "*" || (dom != "*" && dow != "*") {
+		return "cron " + expr
+	}
+	switch {
+	case strings.HasPrefix(mi, "*/") && hr == "*" && dom == "*" && dow == "*":
+		return "every " + mi[2:] + " minutes"
+	case mi == "*" && hr == "*" && dom == "*" && dow == "*":
+		return "every minute"
+	case mOK && hr == "*" && dom == "*" && dow == "*":
+		return fmt.Sprintf("every hour at :%02d", m)
+	case mOK && strings.HasPrefix(hr, "*/") && dom == "*" && dow == "*":
+		return fmt.Sprintf("every %s hours at :%02d", hr[2:], m)
+	case mOK && hOK && dom == "*" && dow == "*":
+		return fmt.Sprintf("every day at %02d:%02d", h, m)
+	case mOK && hOK && dom == "*" && dow == "1-5":
+		return fmt.Sprintf("weekdays at %02d:%02d", h, m)
+	case mOK && hOK && dom == "*":
+		if d, ok := num(dow); ok && d >= 0 && d <= 7 {
+			return fmt.Sprintf("every %s at %02d:%02d", weekdays[d%7], h, m)
+		}
+	case mOK && hOK && dow == "*":
+		if d, ok := num(dom); ok {
+			return fmt.Sprintf("on day %d of every month at %02d:%02d", d, h, m)
+		}
+	}
+	return "cron " + expr
+}
+
+func orExpr(expr string) string {
+	switch expr {
+	case "@hourly", "@daily", "@midnight", "@weekly", "@monthly", "@yearly", "@annually":
+		return ""
+	}
+	return "cron " + expr
+}

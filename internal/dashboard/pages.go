@@ -1,0 +1,297 @@
+package dashboard
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/precog-ml/precog/internal/runview"
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
+)
+
+// maxRuns bounds the runs page (newest first).
+const maxRuns = 100
+
+// runStates are the filterable states (runview's public ones).
+var runStates = []string{"pending", "running", "succeeded", "failed", "cancelled"}
+
+// runRow is one run as the pages show it; every number is runview's, so
+// the pages and `precog status` agree.
+type runRow struct {
+	runview.Run
+	Pct      float64
+	PctText  string
+	Rate     string
+	ETA      string
+	Duration string
+	Open     bool
+	Created  time.Time
+	Finished time.Time
+	Sched    time.Time
+}
+
+func rowOf(v runview.Run, r jobs.Run) runRow {
+	row := runRow{Run: v, PctText: "-", Rate: runview.Human(int64(v.RowsPerS)), Open: !r.State.Terminal(), Created: r.CreatedAt}
+	if v.RowsTotal > 0 {
+		row.Pct = 100 * float64(min(v.RowsDone, v.RowsTotal)) / float64(v.RowsTotal)
+		row.PctText = fmt.Sprintf("%.1f%%", row.Pct)
+	}
+	row.ETA = "-"
+	if eta := v.ETA(v.RowsPerS); eta > 0 {
+		row.ETA = runview.Duration(eta)
+	}
+	row.Duration = runview.Duration(time.Duration(v.DurationS * float64(time.Second)))
+	if r.State.Terminal() {
+		row.Finished = r.UpdatedAt
+	}
+	if t, err := time.Parse(time.RFC3339, v.ScheduledFor); err == nil {
+		row.Sched = t
+	}
+	return row
+}
+
+// withLedger runs fn on the source's ledger, answering 503 with a page
+// when it is busy or unreachable.
+func (s *Server) withLedger(w http.ResponseWriter, r *http.Request, v viewer, fn func(led ledger.Ledger) error) {
+	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
+	defer cancel()
+	led, release, err := s.opts.Source.Ledger(ctx)
+	if err == nil {
+		defer release()
+		err = fn(led)
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, ledger.ErrNotFound):
+		s.renderError(w, r, v, http.StatusNotFound, "Not found", err.Error())
+	case errors.Is(err, ledger.ErrBusy):
+		s.renderError(w, r, v, http.StatusServiceUnavailable, "The ledger is busy",
+			"A precog run holds "+s.opts.Source.Where()+"; these pages show it again once that run ends (precog run --ui shows a run while it executes). This page retries by itself.")
+	default:
+		s.opts.Logger.Warn("dashboard: ledger read failed", "path", r.URL.Path, "err", err)
+		s.renderError(w, r, v, http.StatusServiceUnavailable, "The ledger could not be read", err.Error())
+	}
+}
+
+// loadRows reads the newest runs, filtered by job and public state.
+func loadRows(ctx context.Context, led ledger.Ledger, job, state string, now time.Time) ([]runRow, error) {
+	runs, err := led.Runs(ctx, job, maxRuns)
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	rows := make([]runRow, 0, len(runs))
+	for _, r := range runs {
+		shards, err := led.Shards(ctx, r.ID)
+		if err != nil {
+			return nil, fmt.Errorf("run %s: shards: %w", r.ID, err)
+		}
+		v := runview.FromAt(r, shards, now)
+		if state != "" && v.State != state {
+			continue
+		}
+		rows = append(rows, rowOf(v, r))
+	}
+	return rows, nil
+}
+
+func (s *Server) runsPage(w http.ResponseWriter, r *http.Request, v viewer) {
+	q := r.URL.Query()
+	job, state := q.Get("job"), q.Get("state")
+	s.withLedger(w, r, v, func(led ledger.Ledger) error {
+		rows, err := loadRows(r.Context(), led, job, state, s.opts.Now())
+		if err != nil {
+			return err
+		}
+		if q.Get("part") == "rows" {
+			s.render(w, http.StatusOK, "runrows", rows)
+			return nil
+		}
+		all, err := led.Runs(r.Context(), "", maxRuns)
+		if err != nil {
+			return fmt.Errorf("list runs: %w", err)
+		}
+		var jobNames []string
+		for _, run := range all {
+			if !slices.Contains(jobNames, run.Job) {
+				jobNames = append(jobNames, run.Job)
+			}
+		}
+		slices.Sort(jobNames)
+		part := "/?part=rows&job=" + urlq(job) + "&state=" + urlq(state)
+		s.render(w, http.StatusOK, "runs", s.page(v, "Runs", map[string]any{
+			"Rows": rows, "Job": job, "State": state, "Jobs": jobNames, "States": runStates, "Part": part,
+		}))
+		return nil
+	})
+}
+
+// runDetail is everything /runs/{id} shows.
+type runDetail struct {
+	Row      runRow
+	Shards   []shardRow
+	Timeline template.HTML
+	Through  template.HTML
+	Failed   []shardRow
+	Spec     string
+	SpecFile string
+	Workers  int
+}
+
+type shardRow struct {
+	jobs.Shard
+	Updated time.Time
+}
+
+func loadDetail(ctx context.Context, led ledger.Ledger, id string, now time.Time) (runDetail, error) {
+	run, err := led.Run(ctx, id)
+	if err != nil {
+		return runDetail{}, fmt.Errorf("run %s: %w", id, err)
+	}
+	shards, err := led.Shards(ctx, id)
+	if err != nil {
+		return runDetail{}, fmt.Errorf("run %s: shards: %w", id, err)
+	}
+	d := runDetail{Row: rowOf(runview.FromAt(run, shards, now), run), Spec: string(run.Spec), SpecFile: run.SpecFile}
+	workers := map[string]bool{}
+	for _, sh := range shards {
+		row := shardRow{Shard: sh, Updated: sh.UpdatedAt}
+		d.Shards = append(d.Shards, row)
+		if sh.State == jobs.ShardFailed || sh.Error != "" {
+			d.Failed = append(d.Failed, row)
+		}
+		if sh.Worker != "" {
+			workers[sh.Worker] = true
+		}
+	}
+	d.Workers = len(workers)
+	d.Timeline = timelineSVG(run, shards, now)
+	d.Through = throughputSVG(run, shards, now)
+	return d, nil
+}
+
+func (s *Server) runPage(w http.ResponseWriter, r *http.Request, v viewer) {
+	id := r.PathValue("id")
+	s.withLedger(w, r, v, func(led ledger.Ledger) error {
+		d, err := loadDetail(r.Context(), led, id, s.opts.Now())
+		if err != nil {
+			return err
+		}
+		if r.URL.Query().Get("part") == "live" {
+			s.render(w, http.StatusOK, "runlive", d)
+			return nil
+		}
+		s.render(w, http.StatusOK, "run", s.page(v, "Run "+id, map[string]any{
+			"D": d, "Note": r.URL.Query().Get("note"), "Part": "/runs/" + urlq(id) + "?part=live",
+			"CanCancel": s.opts.Actions.Cancel != nil && d.Row.Open,
+			"CanRetry":  s.opts.Actions.Retry != nil && (d.Row.Shards.Failed > 0 || d.Row.State == string(jobs.RunFailed)),
+		}))
+		return nil
+	})
+}
+
+func (s *Server) apiRuns(w http.ResponseWriter, r *http.Request, v viewer) {
+	q := r.URL.Query()
+	s.withLedger(w, r, v, func(led ledger.Ledger) error {
+		rows, err := loadRows(r.Context(), led, q.Get("job"), q.Get("state"), s.opts.Now())
+		if err != nil {
+			return err
+		}
+		out := make([]runview.Run, len(rows))
+		for i, row := range rows {
+			out[i] = row.Run
+		}
+		writeJSON(w, out)
+		return nil
+	})
+}
+
+func (s *Server) apiRun(w http.ResponseWriter, r *http.Request, v viewer) {
+	s.withLedger(w, r, v, func(led ledger.Ledger) error {
+		d, err := loadDetail(r.Context(), led, r.PathValue("id"), s.opts.Now())
+		if err != nil {
+			return err
+		}
+		shards := make([]jobs.Shard, len(d.Shards))
+		for i, sh := range d.Shards {
+			shards[i] = sh.Shard
+			shards[i].Plan = nil
+		}
+		writeJSON(w, map[string]any{"run": d.Row.Run, "shards": shards})
+		return nil
+	})
+}
+
+// action runs a Cancel or Retry and goes back to the run page with the
+// outcome (POST, redirect, GET), or shows the refusal with 409.
+func (s *Server) action(w http.ResponseWriter, r *http.Request, v viewer, name string, fn func(context.Context, string) (string, error)) {
+	id := r.PathValue("id")
+	if fn == nil {
+		http.Error(w, name+" is not available on this dashboard", http.StatusNotFound)
+		return
+	}
+	msg, err := fn(r.Context(), id)
+	if err != nil {
+		s.opts.Logger.Warn("dashboard: "+name+" refused", "run", id, "err", err)
+		s.renderError(w, r, v, http.StatusConflict, name+" of run "+id+" did not happen", err.Error())
+		return
+	}
+	s.opts.Logger.Info("dashboard: "+name, "run", id, "outcome", msg)
+	http.Redirect(w, r, "/runs/"+urlq(id)+"?note="+urlq(msg), http.StatusSeeOther)
+}
+
+func (s *Server) cancel(w http.ResponseWriter, r *http.Request, v viewer) {
+	s.action(w, r, v, "Cancel", s.opts.Actions.Cancel)
+}
+
+func (s *Server) retry(w http.ResponseWriter, r *http.Request, v viewer) {
+	s.action(w, r, v, "Retry", s.opts.Actions.Retry)
+}
+
+// page wraps a page's data with what the layout needs.
+func (s *Server) page(v viewer, title string, data map[string]any) map[string]any {
+	data["Title"] = title
+	data["V"] = v
+	data["Where"] = s.opts.Source.Where()
+	data["PollMS"] = s.opts.Poll.Milliseconds()
+	data["HasJobs"] = s.opts.JobsDir != ""
+	return data
+}
+
+func (s *Server) renderError(w http.ResponseWriter, r *http.Request, v viewer, code int, title, msg string) {
+	if strings.HasPrefix(r.URL.Path, "/api/") || r.URL.Query().Get("part") != "" {
+		http.Error(w, title+": "+msg, code)
+		return
+	}
+	s.render(w, code, "error", s.page(v, title, map[string]any{"Message": msg, "Retry": code == http.StatusServiceUnavailable}))
+}
+
+// render executes a template into a buffer first, so that a failure is a
+// clean 500 rather than half a page.
+func (s *Server) render(w http.ResponseWriter, code int, name string, data any) {
+	var buf bytes.Buffer
+	if err := s.tmpl.ExecuteTemplate(&buf, name, data); err != nil {
+		s.opts.Logger.Error("dashboard: render", "template", name, "err", err)
+		http.Error(w, "internal error rendering the page", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	w.Write(buf.Bytes())
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
