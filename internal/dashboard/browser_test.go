@@ -1,0 +1,171 @@
+package dashboard
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
+)
+
+// chromiumPath is Debian's chromium, which playwright-core drives (it
+// downloads no browser itself).
+const chromiumPath = "/usr/bin/chromium"
+
+// browserTools finds node, chromium and playwright-core. Without them the
+// test skips, except under CI=true, where a missing tool is a failure
+// (make servers installs them: scripts/install-servers.sh).
+func browserTools(t *testing.T) (node, dir string) {
+	t.Helper()
+	dir, _ = filepath.Abs("browser")
+	var missing []string
+	node, err := exec.LookPath("node")
+	if err != nil {
+		missing = append(missing, "node")
+	}
+	chromium := envOrDefault("PRECOG_CHROMIUM", chromiumPath)
+	if _, err := os.Stat(chromium); err != nil {
+		missing = append(missing, chromium)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "playwright-core", "package.json")); err != nil {
+		missing = append(missing, "playwright-core in "+filepath.Join(dir, "node_modules"))
+	}
+	if len(missing) > 0 {
+		msg := "browser test needs " + strings.Join(missing, ", ") + " (install with: make servers, or bash scripts/install-servers.sh)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return node, dir
+}
+
+func envOrDefault(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// artifactsDir is where screenshots go: PRECOG_ARTIFACTS, else the
+// gitignored browser/artifacts.
+func artifactsDir(t *testing.T, dir string) string {
+	art := envOrDefault("PRECOG_ARTIFACTS", filepath.Join(dir, "artifacts"))
+	if err := os.MkdirAll(art, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return art
+}
+
+// TestBrowser drives the pages in headless Chromium over the Postgres
+// ledger while this test advances a running run, then checks that the
+// Cancel button cancelled the run in the ledger.
+func TestBrowser(t *testing.T) {
+	node, dir := browserTools(t)
+	led, src := ledgers(t)["postgres"](t)
+	finished := mustCreate(t, led, "scores", 2).ID
+	commit(t, led, finished, "w-a", 1000)
+	commit(t, led, finished, "w-b", 1000)
+	setState(t, led, finished, jobs.RunSucceeded, "")
+	const shards = 12
+	running := mustCreate(t, led, "recs", shards).ID
+	commit(t, led, running, "w-a", 1000)
+	toCancel := mustCreate(t, led, "recs", 3).ID
+	commit(t, led, toCancel, "w-a", 1000)
+
+	ts := newServer(t, Options{Source: src, Actions: ledgerActions(led), JobsDir: writeJobsDir(t), Poll: 700 * time.Millisecond})
+
+	// Advance the running run while the browser watches: one shard every
+	// 600ms, alternating workers.
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		advance(ctx, t, led, running, shards-2)
+	}()
+	defer func() { stop(); wg.Wait() }()
+
+	art := artifactsDir(t, dir)
+	cctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, node, "dashboard.spec.js")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "BASE_URL="+ts.URL, "TOKEN="+token, "RUNNING="+running, "FINISHED="+finished,
+		"CANCEL_RUN="+toCancel, fmt.Sprintf("SHARDS=%d", shards), "ART_DIR="+art, "CHROMIUM="+envOrDefault("PRECOG_CHROMIUM", chromiumPath))
+	out, err := cmd.Output()
+	var res struct {
+		OK     bool     `json:"ok"`
+		Error  string   `json:"error"`
+		Steps  []string `json:"steps"`
+		Errors []string `json:"errors"`
+	}
+	last := strings.TrimSpace(string(out))
+	if i := strings.LastIndex(last, "\n"); i >= 0 {
+		last = last[i+1:]
+	}
+	if jerr := json.Unmarshal([]byte(last), &res); jerr != nil {
+		var stderr string
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("browser script: %v; output:\n%s\n%s", err, out, stderr)
+	}
+	for _, s := range res.Steps {
+		t.Log(s)
+	}
+	if err != nil || !res.OK {
+		t.Fatalf("browser script failed: %v: %s\nconsole errors: %v", err, res.Error, res.Errors)
+	}
+	r, err := led.Run(context.Background(), toCancel)
+	if err != nil || r.State != jobs.RunCancelled {
+		t.Errorf("after clicking Cancel, run %s is %s (%v), want cancelled", toCancel, r.State, err)
+	}
+	for _, f := range []string{"runs.png", "runs-phone.png", "run.png", "jobs.png", "run-cancelled.png"} {
+		if st, err := os.Stat(filepath.Join(art, f)); err != nil || st.Size() == 0 {
+			t.Errorf("screenshot %s missing: %v", f, err)
+		}
+	}
+	t.Logf("screenshots in %s", art)
+}
+
+// advance commits up to n shards of run, one every 600ms.
+func advance(ctx context.Context, t *testing.T, led ledger.Ledger, run string, n int) {
+	for i := 0; i < n; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(600 * time.Millisecond):
+		}
+		w := fmt.Sprintf("w-%c", 'a'+i%3)
+		sh, err := led.Claim(ctx, run, w, lease)
+		if err != nil {
+			if ctx.Err() == nil {
+				t.Errorf("advance: claim: %v", err)
+			}
+			return
+		}
+		if err := led.Complete(ctx, run, sh.Index, w, jobs.Counts{RowsIn: 1000, RowsOut: 990, Rejected: 10}); err != nil && ctx.Err() == nil {
+			t.Errorf("advance: complete: %v", err)
+			return
+		}
+	}
+}
+
+// writeJobsDir writes a scheduled job spec for the jobs page.
+func writeJobsDir(t *testing.T) string {
+	dir := t.TempDir()
+	spec := "name: scores\nschedule: \"30 2 * * *\"\ntimezone: Europe/Paris\nmax_staleness: 1h\nsource:\n  parquet: { path: data/x.parquet }\n  key: id\nmodel:\n  path: m.onnx\n  inputs: { x: { columns: [a] } }\n  outputs: { y: y }\nsinks:\n  parquet: { path: out }\n"
+	if err := os.WriteFile(filepath.Join(dir, "scores.yaml"), []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
