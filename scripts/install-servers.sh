@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs redis-server, PostgreSQL (and curl, for the demo) from Debian's packages when they are missing,
 # iproute2 (the cluster partition test),
+# chromium, node and npm for the dashboard's browser tests (and playwright-core from npm),
 # and the tools deploy/k8s's test needs: promtool (Debian's prometheus package) and a kustomize of v4 or
 # later (kubectl's built-in one when kubectl is that recent; else kustomize itself, built from its Go module).
 # Tests start their own instances in temp dirs; nothing here starts a service.
@@ -14,12 +15,23 @@ command -v psql >/dev/null 2>&1 || need+=(postgresql-client)
 command -v curl >/dev/null 2>&1 || need+=(curl)  # make demo queries the API with it
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)  # promtool; the daemon is not started
 command -v ip >/dev/null 2>&1 || need+=(iproute2)  # the cluster partition test (ip netns)
+[ -x /usr/bin/chromium ] || need+=(chromium)  # the dashboard's browser tests (driven by playwright-core)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# playwright-core (pinned in internal/dashboard/browser/package.json) drives Debian's chromium in the
+# dashboard's browser tests; it downloads no browser itself. node_modules is gitignored.
+BROWSER_DIR="$(cd "$(dirname "$0")/.." && pwd)/internal/dashboard/browser"
+if [ ! -f "$BROWSER_DIR/node_modules/playwright-core/package.json" ]; then
+  echo "installing: playwright-core (npm, into $BROWSER_DIR/node_modules)"
+  (cd "$BROWSER_DIR" && npm install --no-audit --no-fund --silent)
 fi
 
 # kustomize v4+: `kubectl kustomize` renders deploy/k8s when kubectl embeds v4 or later. Debian's
