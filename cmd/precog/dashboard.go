@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 
 	"github.com/precog-ml/precog/internal/dashboard"
 	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/ledger/bolt"
 	"github.com/precog-ml/precog/lookup"
 	"github.com/precog-ml/precog/runner"
 )
@@ -148,4 +151,40 @@ func localActions(g *globals) dashboard.Actions {
 			return fmt.Sprintf("run %s: %d failed shard(s) back to pending; the next precog run of the job (or precog retry %s) executes them", id, n, id), nil
 		},
 	}
+}
+
+// serveRunUI serves the dashboard over the embedded ledger of a local run
+// while it executes (precog run --ui ADDR, as the Spark UI on :4040): the
+// run's process opens the ledger once and both use it (bbolt admits one
+// opener). Tokens come from PRECOG_API_TOKENS; without any the pages are
+// served without authentication only on a loopback address.
+func serveRunUI(ctx context.Context, g *globals, addr string, lopts *runner.LocalOptions) (stop func(), err error) {
+	led, err := bolt.Open(filepath.Join(g.stateDir, "ledger.db"))
+	if err != nil {
+		return nil, err
+	}
+	lopts.Ledger = led
+	tokens := lookup.TokensFromEnv()
+	host, _, _ := net.SplitHostPort(addr)
+	loopback := host == "localhost" || (net.ParseIP(host) != nil && net.ParseIP(host).IsLoopback())
+	if len(tokens) == 0 && !loopback {
+		led.Close()
+		return nil, invalid(fmt.Errorf("--ui %s: set PRECOG_API_TOKENS, or listen on a loopback address (127.0.0.1:4040) to serve without authentication", addr))
+	}
+	srv, err := dashboard.New(dashboard.Options{Source: dashboard.Shared{L: led, Name: "this run (" + g.stateDir + ")"},
+		Actions: dashboard.Actions{}, Tokens: tokens, InsecureNoAuth: len(tokens) == 0, Logger: g.log})
+	if err != nil {
+		led.Close()
+		return nil, invalid(err)
+	}
+	uctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.ListenAndServe(uctx, addr); err != nil {
+			g.log.Warn("--ui server", "err", err)
+		}
+	}()
+	g.log.Info("dashboard for this run", "url", dashboardURL(addr))
+	return func() { cancel(); <-done; led.Close() }, nil
 }

@@ -46,6 +46,7 @@ func newRunCmd(g *globals) *cobra.Command {
 		noProgress bool
 		metrics    string
 		db         string
+		ui         string
 	)
 	cmd := &cobra.Command{
 		Use:   "run JOB.yaml [--param k=v]...",
@@ -82,11 +83,19 @@ fails only when they exceed max_rejected_fraction (default 0.01).`,
 			}
 			defer stopMetrics()
 			g.runningJob()
-			bar := newProgressBar(os.Stderr, !noProgress, g.log)
-			res, err := runner.RunLocal(cmd.Context(), spec, runner.LocalOptions{
+			lopts := runner.LocalOptions{
 				StateDir: g.stateDir, Parallel: parallel, Restart: restart, Logger: g.log,
-				OnProgress: bar.update, ProgressEvery: bar.every(),
-			})
+			}
+			if ui != "" {
+				stopUI, err := serveRunUI(cmd.Context(), g, ui, &lopts)
+				if err != nil {
+					return err
+				}
+				defer stopUI()
+			}
+			bar := newProgressBar(os.Stderr, !noProgress, g.log)
+			lopts.OnProgress, lopts.ProgressEvery = bar.update, bar.every()
+			res, err := runner.RunLocal(cmd.Context(), spec, lopts)
 			bar.finish()
 			if err != nil {
 				if res.Run.ID == "" {
@@ -103,6 +112,7 @@ fails only when they exceed max_rejected_fraction (default 0.01).`,
 	cmd.Flags().IntVar(&parallel, "parallel", 2, "shards processed at once (2 hides each shard's start and commit behind another's work)")
 	cmd.Flags().BoolVar(&restart, "restart", false, "abandon an unfinished run whose spec or model changed and start a new one")
 	cmd.Flags().BoolVar(&noProgress, "no-progress", false, "no progress bar, even on a terminal")
+	cmd.Flags().StringVar(&ui, "ui", "", "serve the dashboard's pages for this run on this address while it runs, e.g. :4040 (tokens as for precog dashboard: PRECOG_API_TOKENS)")
 	cmd.Flags().StringVar(&db, "db", "", "use the Postgres ledger at this URL: join the open run of the job and params (workers may be on it) or create one, and work on it here; never printed")
 	cmd.Flags().StringVar(&metrics, "metrics-addr", "", "serve Prometheus metrics (rows, shards, stage busy time) on this address, e.g. :9090")
 	return cmd
