@@ -75,7 +75,8 @@ say "precog validate recs-demo.yaml --param date=2026-11-01"
 "$PRECOG" --state-dir "$STATE" validate "$DEMO/recs-demo.yaml" --param date=2026-11-01 --max-shards 6
 
 say "precog run recs-demo.yaml --param date=2026-11-01"
-"$PRECOG" --state-dir "$STATE" run "$DEMO/recs-demo.yaml" --param date=2026-11-01
+"$PRECOG" --state-dir "$STATE" run "$DEMO/recs-demo.yaml" --param date=2026-11-01 | tee "$STATE/run-summary.txt"
+RUN_ID=$(sed -n 's/^run \([^ ]*\) succeeded.*/\1/p' "$STATE/run-summary.txt")
 
 USER_KEY=42
 VERSION=$(redis-cli -p "$REDIS_PORT" get recs:current)
@@ -106,4 +107,7 @@ if "$PRECOG" serve --help >/dev/null 2>&1; then
     -d "{\"key\":\"9999999\",\"inputs\":{\"features\":[$FEATS]}}" > "$STATE/predict.json"
   cut -c1-200 "$STATE/predict.json"; echo "…  $(grep -o '"source":"[a-z]*"' "$STATE/predict.json")"
 fi
+say "dashboard of this run"
+echo "  PRECOG_API_TOKENS=demo-token bin/precog --state-dir $STATE dashboard --addr 127.0.0.1:8081"
+echo "  then open http://127.0.0.1:8081/runs/$RUN_ID (log in with demo-token)"
 say "demo done (servers stop now; data stays under $DEMO and $STATE)"
