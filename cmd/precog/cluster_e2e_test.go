@@ -840,12 +840,23 @@ func straggler(t *testing.T, j e2eJob, c *e2eCluster) {
 	began := time.Now()
 	w1, w2 := c.worker(), c.worker()
 	var held int
-	c.waitFor("w1 mid-shard after 3 commits", time.Minute, func() bool {
-		held = c.heldBy(id, w1)
-		return held >= 0 && c.committed(id) >= 3
-	})
-	if err := w1.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
+	// Freeze w1 while it holds a shard: it may commit between the ledger
+	// read and the signal, so check again once frozen (bounded tries).
+	for try := 0; ; try++ {
+		c.waitFor("w1 mid-shard after 3 commits", time.Minute, func() bool {
+			held = c.heldBy(id, w1)
+			return held >= 0 && c.committed(id) >= 3
+		})
+		if err := w1.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		if c.heldBy(id, w1) == held {
+			break
+		}
+		if try == 20 {
+			t.Fatalf("could not freeze w1 while it held a shard in 20 tries")
+		}
+		_ = w1.cmd.Process.Signal(syscall.SIGCONT)
 	}
 	frozen := time.Now()
 	var r jobs.Run
