@@ -29,7 +29,7 @@ func TestScheduleNext(t *testing.T) {
 	// Without --from: the next fire time after now, in the job's zone.
 	r = precog(t, dir, "schedule", "next", ny, "-n", "1")
 	got, err := time.Parse(time.RFC3339, strings.TrimSpace(r.stdout))
-	if r.code != 0 || err != nil || !got.After(time.Now()) || got.Sub(time.Now()) > 25*time.Hour {
+	if r.code != 0 || err != nil || !got.After(time.Now()) || time.Until(got) > 25*time.Hour {
 		t.Fatalf("default --from: exit %d %q %v", r.code, r.stdout, err)
 	}
 }

@@ -124,7 +124,8 @@ func (l *Ledger) LastTick(ctx context.Context, job string) (ledger.Tick, error) 
 		c := tx.Bucket(bucketTicks).Cursor()
 		// The last key with the prefix: seek past it and step back.
 		end := append(append([]byte(nil), prefix...), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
-		k, v := c.Seek(end)
+		k, _ := c.Seek(end)
+		var v []byte
 		if k == nil {
 			k, v = c.Last()
 		} else {
