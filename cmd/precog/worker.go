@@ -57,13 +57,14 @@ within --drain-timeout or are released for another worker, and the worker exits 
 			defer led.Close()
 			opts.Logger, opts.StateDir = g.log, g.stateDir
 			var ready atomic.Bool
-			stop, err := serveOps(cmd.Context(), "--addr", addr, g.log, ready.Load, runner.Metrics()...)
+			w := runner.NewWorker(led, opts)
+			stop, err := serveOps(cmd.Context(), "--addr", addr, g.log, ready.Load, w.Metrics()...)
 			if err != nil {
 				return err
 			}
 			defer stop()
 			ready.Store(true)
-			err = runner.NewWorker(led, opts).Run(cmd.Context())
+			err = w.Run(cmd.Context())
 			ready.Store(false)
 			g.log.Info("worker stopped")
 			return err

@@ -146,12 +146,21 @@ type Cluster interface {
 	// committed and whose publish step nobody holds (never claimed, or the
 	// publisher's lease expired), highest priority and oldest first.
 	PublishDue(ctx context.Context, pool string) ([]string, error)
+	// PoolLoad counts pool's work in open runs, for metrics and autoscaling
+	// (the same count as the KEDA query in deploy/k8s).
+	PoolLoad(ctx context.Context, pool string) (PoolLoad, error)
 	// Wake returns a channel that receives (non-blocking sends, buffer 1)
 	// when shards of pool may have become claimable, when a run of pool was
 	// cancelled (heartbeat the held shards at once to learn which), and on
 	// a periodic poll as a fallback (expired leases, missed notices). It is
 	// closed when ctx ends or the ledger closes.
 	Wake(ctx context.Context, pool string) <-chan struct{}
+}
+
+// PoolLoad is a pool's outstanding work: shards of its open runs waiting
+// for a worker (Pending) or leased (Running), and runs being published.
+type PoolLoad struct {
+	Pending, Running, Publishing int
 }
 
 // ErrTickExists: the tick (job, scheduled time) was already recorded, by

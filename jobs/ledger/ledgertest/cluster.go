@@ -26,6 +26,7 @@ var clusterCases = []struct {
 	{"CancelWakes", testCancelWakes},
 	{"WakeNotices", testWakeNotices},
 	{"ConcurrentClaimNext", testConcurrentClaimNext},
+	{"PoolLoad", testPoolLoad},
 }
 
 // createIn creates a run of n shards in pool with priority.
@@ -463,4 +464,49 @@ func testConcurrentClaimNext(t *testing.T, l ledger.Cluster) {
 			t.Fatalf("run %s counts = %+v, want RowsIn %d RowsOut %d", r.ID, got.Counts, 2*shards, shards)
 		}
 	}
+}
+
+// testPoolLoad: PoolLoad counts the pool's pending and leased shards of
+// open runs and its runs being published; other pools and finished runs
+// do not count.
+func testPoolLoad(t *testing.T, l ledger.Cluster) {
+	ctx := context.Background()
+	load := func(what string, want ledger.PoolLoad) {
+		t.Helper()
+		got, err := l.PoolLoad(ctx, "p")
+		if err != nil || got != want {
+			t.Fatalf("%s: PoolLoad(p) = %+v, %v; want %+v", what, got, err, want)
+		}
+	}
+	claim := func(runID string) jobs.Shard {
+		t.Helper()
+		s, err := l.Claim(ctx, runID, "w", longLease)
+		if err != nil {
+			t.Fatalf("Claim(%s): %v", runID, err)
+		}
+		return s
+	}
+	load("empty pool", ledger.PoolLoad{})
+	a := createIn(t, l, "a", "p", 0, 3)
+	b := createIn(t, l, "b", "p", 0, 2)
+	c := createIn(t, l, "c", "p", 0, 4)
+	createIn(t, l, "elsewhere", "q", 0, 5)
+	load("three runs", ledger.PoolLoad{Pending: 9})
+	claim(a.ID)
+	claim(c.ID)
+	load("two leased", ledger.PoolLoad{Pending: 7, Running: 2})
+	if err := l.SetRunState(ctx, c.ID, jobs.RunCancelled, "cancelled by user"); err != nil {
+		t.Fatal(err)
+	}
+	load("run c cancelled", ledger.PoolLoad{Pending: 4, Running: 1})
+	for range 2 {
+		s := claim(b.ID)
+		if err := l.Complete(ctx, b.ID, s.Index, "w", jobs.Counts{RowsOut: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.ClaimPublish(ctx, b.ID, "pub", longLease); err != nil {
+		t.Fatal(err)
+	}
+	load("run b publishing", ledger.PoolLoad{Pending: 2, Running: 1, Publishing: 1})
 }
