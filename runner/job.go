@@ -34,11 +34,19 @@ type Job struct {
 	Output *arrow.Schema
 	// keyIndex is the key column's index in Schema.
 	keyIndex int
+	// releaseModel gives the model back: closes it, or returns it to a
+	// worker's model cache.
+	releaseModel func()
 }
 
 // OpenJob opens the source and the model and checks them against each other
 // and against the spec: key column, input columns and types, output names.
 func OpenJob(ctx context.Context, spec *jobs.Spec) (*Job, error) {
+	return openJob(ctx, spec, loadModel)
+}
+
+// openJob is OpenJob with the model from load (a worker's cache).
+func openJob(ctx context.Context, spec *jobs.Spec, load modelLoader) (*Job, error) {
 	src, err := OpenSource(ctx, spec)
 	if err != nil {
 		return nil, err
@@ -51,21 +59,27 @@ func OpenJob(ctx context.Context, spec *jobs.Spec) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := model.Load(spec.Model, spec.File)
+	m, release, err := load(spec.Model, spec.File)
 	if err != nil {
 		return nil, err
 	}
 	if err := m.CheckSchema(schema); err != nil {
-		m.Close()
+		release()
 		return nil, err
 	}
-	j := &Job{Spec: spec, Source: src, Schema: schema, Model: m, keyIndex: keyIdx}
+	j := &Job{Spec: spec, Source: src, Schema: schema, Model: m, keyIndex: keyIdx, releaseModel: release}
 	j.Output = outputSchema(schema.Field(keyIdx), m.OutputFields(), spec.ParamNames())
 	return j, nil
 }
 
-// Close releases the model's sessions.
-func (j *Job) Close() error { return j.Model.Close() }
+// Close releases the model's sessions (or gives them back to the worker's
+// model cache).
+func (j *Job) Close() error {
+	if j.releaseModel != nil {
+		j.releaseModel()
+	}
+	return nil
+}
 
 // Columns is the projection a shard read needs: the key and every input column.
 func (j *Job) Columns() []string {

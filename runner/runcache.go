@@ -34,17 +34,18 @@ func (o *openRun) close() {
 	}
 }
 
-// runCache keeps the runs a worker executes open across shards (the model
-// loads once per run and device), least recently used first out, bounded.
+// runCache keeps the runs a worker executes open across shards (sinks
+// prepared, the model from models), least recently used first out, bounded.
 type runCache struct {
-	mu   sync.Mutex
-	max  int
-	runs map[string]*openRun
-	log  *slog.Logger
+	mu     sync.Mutex
+	max    int
+	runs   map[string]*openRun
+	models *modelCache
+	log    *slog.Logger
 }
 
-func newRunCache(max int, log *slog.Logger) *runCache {
-	return &runCache{max: max, runs: map[string]*openRun{}, log: log}
+func newRunCache(max int, models *modelCache, log *slog.Logger) *runCache {
+	return &runCache{max: max, runs: map[string]*openRun{}, models: models, log: log}
 }
 
 // open returns the run made ready for device; the caller releases it.
@@ -57,7 +58,7 @@ func (c *runCache) open(ctx context.Context, run jobs.Run, device string) (*open
 		o.used = time.Now()
 		return o, nil
 	}
-	o, err := openRunFor(ctx, run, device)
+	o, err := openRunFor(ctx, run, device, c.models.load)
 	if err != nil {
 		return nil, err
 	}
@@ -102,12 +103,14 @@ func (c *runCache) closeAll() {
 		o.close()
 		delete(c.runs, k)
 	}
+	c.models.closeAll()
 }
 
 // openRunFor parses the run's recorded spec with this worker's environment,
-// opens its source, model (on device) and sinks, checks that the model
-// file here is the one the run was submitted with, and prepares the sinks.
-func openRunFor(ctx context.Context, run jobs.Run, device string) (*openRun, error) {
+// opens its source, model (on device, from load) and sinks, checks that
+// the model file here is the one the run was submitted with, and prepares
+// the sinks.
+func openRunFor(ctx context.Context, run jobs.Run, device string, load modelLoader) (*openRun, error) {
 	if len(run.Spec) == 0 {
 		return nil, fmt.Errorf("run %s recorded no job spec", run.ID)
 	}
@@ -116,7 +119,7 @@ func openRunFor(ctx context.Context, run jobs.Run, device string) (*openRun, err
 		return nil, fmt.Errorf("run %s: its job spec does not load here: %w", run.ID, err)
 	}
 	spec.Model.Device = device
-	job, err := OpenJob(ctx, spec)
+	job, err := openJob(ctx, spec, load)
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", run.ID, err)
 	}

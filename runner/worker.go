@@ -37,10 +37,14 @@ type WorkerOptions struct {
 	StallTimeout time.Duration
 	// StateDir holds the rejects this worker writes.
 	StateDir string
-	// OpenRuns bounds the runs kept open (model sessions, sinks) per
-	// device: a small LRU, so a backfill of many dates loads its model once
-	// per run at most and memory stays bounded. Default 4.
+	// OpenRuns bounds the runs kept open (sinks prepared) per device: a
+	// small LRU, so that memory stays bounded. Default 4.
 	OpenRuns int
+	// Models bounds the loaded models no open run uses, per device: a
+	// small LRU keyed by the model file's hash, spec and device, so that
+	// the next run of a job (a schedule's next tick, a backfill's next
+	// date) reuses the sessions. Default 2.
+	Models int
 	Logger   *slog.Logger
 	// OnShard, when set, is called after each shard attempt (metrics).
 	OnShard func(ShardEvent)
@@ -91,6 +95,9 @@ func (o WorkerOptions) withDefaults() WorkerOptions {
 	if o.OpenRuns <= 0 {
 		o.OpenRuns = 4
 	}
+	if o.Models <= 0 {
+		o.Models = 2
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -109,7 +116,8 @@ type Worker struct {
 // NewWorker builds a worker over led.
 func NewWorker(led ledger.Cluster, opts WorkerOptions) *Worker {
 	opts = opts.withDefaults()
-	return &Worker{led: led, opts: opts, log: opts.Logger, runs: newRunCache(opts.OpenRuns*len(opts.Devices), opts.Logger)}
+	models := newModelCache(opts.Models * len(opts.Devices))
+	return &Worker{led: led, opts: opts, log: opts.Logger, runs: newRunCache(opts.OpenRuns*len(opts.Devices), models, opts.Logger)}
 }
 
 // Run claims and executes shards until ctx ends (SIGTERM): then it stops

@@ -1,0 +1,160 @@
+package runner
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/runner/model"
+)
+
+// modelLoader loads a job's model and returns how to give it back.
+type modelLoader func(spec jobs.ModelSpec, file string) (m *model.Model, release func(), err error)
+
+// loadModel loads a model of its own, closed on release.
+func loadModel(spec jobs.ModelSpec, file string) (*model.Model, func(), error) {
+	m, err := model.Load(spec, file)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, func() { m.Close() }, nil
+}
+
+// modelCache keeps a worker's loaded models across runs, so that the next
+// tick of a scheduled job or the next date of a backfill reuses the ONNX
+// Runtime sessions instead of starting new ones. A model is shared when
+// the file's content (SHA-256), the device and the model spec (bindings,
+// threads, batch size) are the same. Entries are reference counted; those
+// no open run uses are closed beyond max, least recently used first.
+type modelCache struct {
+	mu      sync.Mutex
+	max     int
+	entries map[string]*modelEntry
+}
+
+type modelEntry struct {
+	key   string
+	ready chan struct{} // closed once m or err is set
+	m     *model.Model
+	err   error
+	refs  int
+	used  time.Time
+}
+
+var modelLoads = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "precog_worker_model_loads_total",
+	Help: "Model acquisitions by a worker's model cache: hit (sessions reused across runs) or load (new sessions).",
+}, []string{"result"})
+
+func newModelCache(max int) *modelCache {
+	return &modelCache{max: max, entries: map[string]*modelEntry{}}
+}
+
+// load implements modelLoader over the cache. Claim loops of several
+// devices load their models concurrently; two wanting the same one wait
+// for a single load.
+func (c *modelCache) load(spec jobs.ModelSpec, file string) (*model.Model, func(), error) {
+	key, err := modelKey(spec, file)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	e, ok := c.entries[key]
+	if !ok {
+		e = &modelEntry{key: key, ready: make(chan struct{})}
+		c.entries[key] = e
+	}
+	e.refs++
+	c.mu.Unlock()
+	if ok {
+		<-e.ready
+		modelLoads.WithLabelValues("hit").Inc()
+	} else {
+		e.m, e.err = model.Load(spec, file)
+		close(e.ready)
+		modelLoads.WithLabelValues("load").Inc()
+	}
+	if e.err != nil {
+		c.mu.Lock()
+		e.refs--
+		if c.entries[key] == e {
+			delete(c.entries, key) // the next run tries again
+		}
+		c.mu.Unlock()
+		return nil, nil, e.err
+	}
+	var once sync.Once
+	return e.m, func() { once.Do(func() { c.release(e) }) }, nil
+}
+
+func (c *modelCache) release(e *modelEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e.refs--
+	e.used = time.Now()
+	c.evict()
+}
+
+// evict closes the least recently used unreferenced models beyond max.
+func (c *modelCache) evict() {
+	for len(c.entries) > c.max {
+		var oldest *modelEntry
+		for _, e := range c.entries {
+			if e.refs == 0 && (oldest == nil || e.used.Before(oldest.used)) {
+				oldest = e
+			}
+		}
+		if oldest == nil {
+			return
+		}
+		delete(c.entries, oldest.key)
+		if oldest.m != nil {
+			oldest.m.Close()
+		}
+	}
+}
+
+// closeAll closes every model; the cache must not be used after.
+func (c *modelCache) closeAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, e := range c.entries {
+		if e.m != nil {
+			e.m.Close()
+		}
+		delete(c.entries, k)
+	}
+}
+
+// modelKey identifies a loaded model: the file's content hash, and the
+// spec it was bound with (device included) and the job file its errors
+// name.
+func modelKey(spec jobs.ModelSpec, file string) (string, error) {
+	f, err := os.Open(spec.Path)
+	if err != nil {
+		return "", fmt.Errorf("model.path: %w", err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil {
+		return "", fmt.Errorf("model.path: %w", err)
+	} else if !st.Mode().IsRegular() {
+		return "", fmt.Errorf("model.path: %s is not a regular file", spec.Path)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("model.path: %s: %w", spec.Path, err)
+	}
+	bound, err := json.Marshal(spec)
+	if err != nil {
+		return "", fmt.Errorf("model spec: %w", err)
+	}
+	return hex.EncodeToString(h.Sum(nil)) + "|" + file + "|" + string(bound), nil
+}
