@@ -45,7 +45,7 @@ type WorkerOptions struct {
 	// the next run of a job (a schedule's next tick, a backfill's next
 	// date) reuses the sessions. Default 2.
 	Models int
-	Logger   *slog.Logger
+	Logger *slog.Logger
 	// OnShard, when set, is called after each shard attempt (metrics).
 	OnShard func(ShardEvent)
 	// Run, when set, restricts the worker to that run's shards (`precog
