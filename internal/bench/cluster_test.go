@@ -51,7 +51,8 @@ func TestClaimCycles(t *testing.T) {
 	defer led.Close()
 	const perRun = 40
 	t0 := time.Now()
-	rate, n, err := claimCycles(ctx, led, "captest", 4, perRun, time.Minute)
+	st, err := claimCycles(ctx, led, "captest", 4, perRun, time.Minute)
+	rate, n := st.rate, st.n
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,6 +61,9 @@ func TestClaimCycles(t *testing.T) {
 	}
 	if n != capacityRuns*perRun || rate <= 0 {
 		t.Errorf("claimCycles = %v cycles/s, %d cycles; want %d cycles", rate, n, capacityRuns*perRun)
+	}
+	if st.claim <= 0 || st.heartbeat <= 0 || st.complete <= 0 {
+		t.Errorf("claimCycles latencies = %+v, want each call timed", st)
 	}
 	var committed int64
 	if err := pg.Pool(t).QueryRow(ctx, `SELECT count(*) FROM precog_run_shards WHERE state = 'committed' AND rows_in = 1`).Scan(&committed); err != nil {

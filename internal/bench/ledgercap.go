@@ -21,11 +21,19 @@ import (
 // over (as BenchmarkClaimCycle in jobs/ledger/postgres does).
 const capacityRuns = 4
 
+// cycleStats is what one ledger-capacity loop measured: completed cycles
+// per second, their number, and each call's mean latency under the load.
+type cycleStats struct {
+	rate                       float64
+	n                          int64
+	claim, heartbeat, complete time.Duration
+}
+
 // claimCycles measures ledger capacity: workers goroutines each loop
 // ClaimNext + Heartbeat + Complete on led for d, over capacityRuns runs of
 // a pool of its own (shardsPerRun shards each), and returns the completed
 // cycles (shards) per second. Running out of shards ends the loop early.
-func claimCycles(ctx context.Context, led ledger.Cluster, pool string, workers, shardsPerRun int, d time.Duration) (float64, int64, error) {
+func claimCycles(ctx context.Context, led ledger.Cluster, pool string, workers, shardsPerRun int, d time.Duration) (cycleStats, error) {
 	for i := range capacityRuns {
 		shards := make([]jobs.Shard, shardsPerRun)
 		for j := range shards {
@@ -33,10 +41,10 @@ func claimCycles(ctx context.Context, led ledger.Cluster, pool string, workers, 
 		}
 		run := jobs.Run{ID: fmt.Sprintf("%s-%d", pool, i), Job: fmt.Sprintf("%s-j%d", pool, i), Version: "v", Pool: pool}
 		if err := led.CreateRun(ctx, run, shards); err != nil {
-			return 0, 0, fmt.Errorf("capacity: create run %s: %w", run.ID, err)
+			return cycleStats{}, fmt.Errorf("capacity: create run %s: %w", run.ID, err)
 		}
 	}
-	var done atomic.Int64
+	var done, tClaim, tBeat, tComplete atomic.Int64
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var firstErr error
@@ -48,16 +56,22 @@ func claimCycles(ctx context.Context, led ledger.Cluster, pool string, workers, 
 			defer wg.Done()
 			name := fmt.Sprintf("%s-w%d", pool, w)
 			for time.Now().Before(deadline) && ctx.Err() == nil {
+				t0 := time.Now()
 				r, s, err := led.ClaimNext(ctx, pool, name, time.Minute)
 				if errors.Is(err, ledger.ErrNoShard) {
 					return
 				}
+				t1 := time.Now()
 				if err == nil {
 					err = led.Heartbeat(ctx, r.ID, s.Index, name, time.Minute)
 				}
+				t2 := time.Now()
 				if err == nil {
 					err = led.Complete(ctx, r.ID, s.Index, name, jobs.Counts{RowsIn: 1, RowsOut: 1})
 				}
+				tClaim.Add(int64(t1.Sub(t0)))
+				tBeat.Add(int64(t2.Sub(t1)))
+				tComplete.Add(int64(time.Since(t2)))
 				if errors.Is(err, ledger.ErrLeaseLost) {
 					// Once nothing is pending, ClaimNext leases running
 					// shards a second time (speculation) and the first
@@ -78,9 +92,18 @@ func claimCycles(ctx context.Context, led ledger.Cluster, pool string, workers, 
 	wg.Wait()
 	elapsed := time.Since(start)
 	if firstErr != nil {
-		return 0, 0, firstErr
+		return cycleStats{}, firstErr
 	}
-	return float64(done.Load()) / elapsed.Seconds(), done.Load(), nil
+	n := done.Load()
+	st := cycleStats{rate: float64(n) / elapsed.Seconds(), n: n}
+	if n > 0 {
+		// Calls of lost (speculative) cycles count in the sums: the
+		// means are per completed cycle, slightly pessimistic.
+		st.claim = time.Duration(tClaim.Load() / n)
+		st.heartbeat = time.Duration(tBeat.Load() / n)
+		st.complete = time.Duration(tComplete.Load() / n)
+	}
+	return st, nil
 }
 
 // rawStatements measures the raw limit of the ledger loop: workers
