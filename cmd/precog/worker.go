@@ -79,6 +79,7 @@ within --drain-timeout or are released for another worker, and the worker exits 
 	f.DurationVar(&opts.DrainTimeout, "drain-timeout", time.Minute, "on SIGTERM, how long in-flight shards may finish before they are released")
 	f.DurationVar(&opts.StallTimeout, "stall-timeout", runner.DefaultStallTimeout, "fail an attempt that read no row for this long (its heartbeats notwithstanding)")
 	f.DurationVar(&opts.Lease, "lease", 30*time.Second, "shard lease; renewed every third of it")
-	f.IntVar(&opts.OpenRuns, "open-runs", 4, "runs kept open (models loaded, sinks connected) per device")
+	f.IntVar(&opts.OpenRuns, "open-runs", 4, "runs kept open (sinks connected and prepared) per device")
+	f.IntVar(&opts.Models, "models", 2, "loaded models kept per device beyond those open runs use, shared by runs of the same model file, spec and device (LRU)")
 	return cmd
 }
