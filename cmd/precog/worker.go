@@ -11,6 +11,7 @@ import (
 	"github.com/precog-ml/precog/jobs"
 	pgledger "github.com/precog-ml/precog/jobs/ledger/postgres"
 	"github.com/precog-ml/precog/runner"
+	"github.com/precog-ml/precog/runner/model"
 )
 
 func newWorkerCmd(g *globals) *cobra.Command {
@@ -47,6 +48,9 @@ within --drain-timeout or are released for another worker, and the worker exits 
 			}
 			for _, d := range strings.Split(devices, ",") {
 				if d = strings.TrimSpace(d); d != "" {
+					if err := model.CheckDevice(d); err != nil {
+						return invalid(fmt.Errorf("--devices: %w", err))
+					}
 					opts.Devices = append(opts.Devices, d)
 				}
 			}

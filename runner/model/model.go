@@ -326,6 +326,30 @@ func parseDevice(dev string) (cuda int, err error) {
 	}
 }
 
+// CheckDevice tells whether this process can run models on dev ("cpu",
+// "cuda:N") before it takes any work: the name, the ONNX Runtime library,
+// and for cuda:N that the library has the CUDA execution provider. A
+// worker checks its --devices with it, so that a CPU-only build fails at
+// start instead of failing the shards it claims.
+func CheckDevice(dev string) error {
+	cuda, err := parseDevice(dev)
+	if err != nil {
+		return err
+	}
+	if err := Init(); err != nil {
+		return err
+	}
+	if cuda < 0 {
+		return nil
+	}
+	opts, err := ort.NewSessionOptions()
+	if err != nil {
+		return fmt.Errorf("onnx runtime: session options: %w", err)
+	}
+	defer opts.Destroy()
+	return appendCUDA(opts, cuda)
+}
+
 // sessionOptions builds the options every session of this model shares.
 func (m *Model) sessionOptions() (*ort.SessionOptions, error) {
 	cuda, err := parseDevice(m.spec.Device)
