@@ -105,20 +105,12 @@ func (c *modelCache) release(e *modelEntry) {
 
 // evict closes the least recently used unreferenced models beyond max.
 func (c *modelCache) evict() {
-	for len(c.entries) > c.max {
-		var oldest *modelEntry
-		for _, e := range c.entries {
-			if e.refs == 0 && (oldest == nil || e.used.Before(oldest.used)) {
-				oldest = e
-			}
-		}
-		if oldest == nil {
-			return
-		}
-		delete(c.entries, oldest.key)
-		if oldest.m != nil {
-			oldest.m.Close()
-		}
+	evictLRU(c.entries, c.max, func(e *modelEntry) (time.Time, bool) { return e.used, e.refs == 0 }, (*modelEntry).close)
+}
+
+func (e *modelEntry) close() {
+	if e.m != nil {
+		e.m.Close()
 	}
 }
 
@@ -127,9 +119,7 @@ func (c *modelCache) closeAll() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for k, e := range c.entries {
-		if e.m != nil {
-			e.m.Close()
-		}
+		e.close()
 		delete(c.entries, k)
 	}
 }

@@ -81,19 +81,7 @@ func (c *runCache) release(o *openRun) {
 
 // evict closes least recently used runs nobody uses beyond the bound.
 func (c *runCache) evict() {
-	for len(c.runs) > c.max {
-		var oldest *openRun
-		for _, o := range c.runs {
-			if o.refs == 0 && (oldest == nil || o.used.Before(oldest.used)) {
-				oldest = o
-			}
-		}
-		if oldest == nil {
-			return
-		}
-		delete(c.runs, oldest.key)
-		oldest.close()
-	}
+	evictLRU(c.runs, c.max, func(o *openRun) (time.Time, bool) { return o.used, o.refs == 0 }, (*openRun).close)
 }
 
 func (c *runCache) closeAll() {
