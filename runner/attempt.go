@@ -44,8 +44,9 @@ var errStalled = errors.New("no progress")
 // runAttempt executes one shard attempt while heartbeating its lease and
 // watching its progress. A lost lease (another worker took the shard over,
 // or the run was cancelled) or a stall cancels the attempt before it can
-// commit.
-func runAttempt(ctx context.Context, a attempt) (jobs.Counts, error) {
+// commit. It returns the attempt's counts and the sample of its rejects to
+// commit with them (Ledger.Complete).
+func runAttempt(ctx context.Context, a attempt) (jobs.Counts, []jobs.Reject, error) {
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var lastRows atomic.Int64
@@ -75,12 +76,12 @@ func runAttempt(ctx context.Context, a attempt) (jobs.Counts, error) {
 	}
 	if err != nil {
 		rejects.abort()
-		return counts, fmt.Errorf("shard %d: %w", a.shard.Index, err)
+		return counts, nil, fmt.Errorf("shard %d: %w", a.shard.Index, err)
 	}
 	if err := rejects.commit(); err != nil {
-		return counts, fmt.Errorf("shard %d: rejects: %w", a.shard.Index, err)
+		return counts, nil, fmt.Errorf("shard %d: rejects: %w", a.shard.Index, err)
 	}
-	return counts, nil
+	return counts, rejects.sample, nil
 }
 
 // keepAlive heartbeats the lease and runs the stall watchdog until ctx ends.

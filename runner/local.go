@@ -488,7 +488,7 @@ func runShards(ctx context.Context, led ledger.Ledger, job *Job, snks []sinks.Si
 					return
 				}
 				began := time.Now()
-				counts, err := runAttempt(ctx, attempt{led: led, job: job, snks: snks, info: info, run: run, shard: sh, worker: worker,
+				counts, sample, err := runAttempt(ctx, attempt{led: led, job: job, snks: snks, info: info, run: run, shard: sh, worker: worker,
 					lease: opts.Lease, stall: opts.StallTimeout, rejectsDir: filepath.Join(opts.StateDir, "rejects", run.ID), stats: stats, onRows: onRows})
 				switch {
 				case err == nil:
@@ -501,7 +501,7 @@ func runShards(ctx context.Context, led ledger.Ledger, job *Job, snks []sinks.Si
 					// The sinks committed: record it even when interrupted
 					// meanwhile, or the shard would be computed again.
 					cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-					err := led.Complete(cctx, run.ID, sh.Index, worker, counts)
+					err := led.Complete(cctx, run.ID, sh.Index, worker, counts, sample...)
 					ccancel()
 					if err != nil {
 						cancel(fmt.Errorf("shard %d: complete: %w", sh.Index, err))

@@ -6,21 +6,28 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/precog-ml/precog/jobs"
 )
 
 // rejectFile collects one shard attempt's rejected rows as JSON lines
 // ({"key","position","reason"}) in a temporary file, renamed into place on
 // commit so a retried shard replaces its earlier rejects instead of adding to
-// them. The file is created on the first reject only.
+// them. The file is created on the first reject only. It also keeps the
+// first jobs.RejectSampleCap rejects (clipped by jobs.NewReject) in memory:
+// the sample the attempt commits to the ledger, which `status` shows
+// wherever the shard ran.
 type rejectFile struct {
-	path string
-	tmp  *os.File
-	w    *bufio.Writer
-	enc  *json.Encoder
+	path   string
+	shard  int
+	tmp    *os.File
+	w      *bufio.Writer
+	enc    *json.Encoder
+	sample []jobs.Reject
 }
 
 func newRejectFile(dir string, shard int) *rejectFile {
-	return &rejectFile{path: filepath.Join(dir, fmt.Sprintf("shard-%05d.jsonl", shard))}
+	return &rejectFile{path: filepath.Join(dir, fmt.Sprintf("shard-%05d.jsonl", shard)), shard: shard}
 }
 
 type rejectLine struct {
@@ -31,6 +38,9 @@ type rejectLine struct {
 
 // Reject implements RejectWriter.
 func (f *rejectFile) Reject(key, position, reason string) error {
+	if len(f.sample) < jobs.RejectSampleCap {
+		f.sample = append(f.sample, jobs.NewReject(f.shard, key, position, reason))
+	}
 	if f.tmp == nil {
 		if err := os.MkdirAll(filepath.Dir(f.path), 0o755); err != nil {
 			return err

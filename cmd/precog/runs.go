@@ -100,7 +100,13 @@ func newStatusCmd(g *globals) *cobra.Command {
 		Use:   "status RUN",
 		Short: "One run's state, progress, rate and ETA, shards, workers, errors",
 		Long: `One run: state, progress with rate and ETA, shards by state, the workers
-holding shards, the failed shards' errors and the run's error. ` + ledgerHelp + `
+holding shards, a sample of rejected rows (shard, file and row, reason, key:
+the ledger keeps up to ` + fmt.Sprint(jobs.RejectSampleCap) + ` per shard; every reject is in rejects/RUN/ under
+the state dir of the machine that ran the shard), the failed shards' errors
+and the run's error. ` + ledgerHelp + `
+
+--json prints the run object of precog runs --json plus "reject_sample": an
+array of {shard, key, position, reason}, by shard then position.
 
 --watch (Postgres ledger) redraws every second until the run finishes, then
 exits 0 if it succeeded and 1 if it failed or was cancelled; on a terminal it
@@ -125,10 +131,14 @@ prints one object per change.`,
 			w := cmd.OutOrStdout()
 			if !watch {
 				v := runview.From(r, shards)
-				if asJSON {
-					return json.NewEncoder(w).Encode(v)
+				sample, err := rejectSample(ctx, led, v)
+				if err != nil {
+					return err
 				}
-				return runview.Detail{Run: v, Shards: shards}.Write(w)
+				if asJSON {
+					return json.NewEncoder(w).Encode(runview.StatusOf(v, sample))
+				}
+				return runview.Detail{Run: v, Shards: shards, Rejects: sample}.Write(w)
 			}
 			return watchRun(ctx, led, r.ID, w, asJSON)
 		},
@@ -137,6 +147,19 @@ prints one object per change.`,
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "redraw every second until the run finishes")
 	addDBFlag(cmd, &db)
 	return cmd
+}
+
+// rejectSample reads the sample of a run's rejected rows that status
+// shows; a run without rejects has none to read.
+func rejectSample(ctx context.Context, led ledger.Ledger, v runview.Run) ([]jobs.Reject, error) {
+	if v.Rejected == 0 {
+		return nil, nil
+	}
+	sample, err := led.RejectSample(ctx, v.ID, runview.DefaultRejectSample)
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w", v.ID, err)
+	}
+	return sample, nil
 }
 
 // watchRun follows a run until it is terminal: a redrawn detail view on a
@@ -154,13 +177,17 @@ func watchRun(ctx context.Context, led *openedLedger, id string, w io.Writer, as
 			v := runview.FromAt(s.Run, s.Shards, s.At)
 			switch {
 			case asJSON:
-				b, _ := json.Marshal(v)
-				if line := string(b); changed(&last, stripClock(v)) {
-					fmt.Fprintln(w, line)
+				if changed(&last, stripClock(v)) {
+					// A failed read shows no sample this once; the
+					// next change reads it again.
+					sample, _ := rejectSample(ctx, led, v)
+					b, _ := json.Marshal(runview.StatusOf(v, sample))
+					fmt.Fprintln(w, string(b))
 				}
 			case tty:
+				sample, _ := rejectSample(ctx, led, v) // as above
 				var b strings.Builder
-				_ = runview.Detail{Run: v, Shards: s.Shards, Rate: s.Rate}.Write(&b)
+				_ = runview.Detail{Run: v, Shards: s.Shards, Rate: s.Rate, Rejects: sample}.Write(&b)
 				fmt.Fprint(w, "\033[H\033[2J"+b.String())
 			default:
 				if changed(&last, stripClock(v)) {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,7 +24,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/precog-ml/precog/internal/runview"
 	"github.com/precog-ml/precog/internal/testservers"
+	"github.com/precog-ml/precog/jobs"
 )
 
 // These tests replay the data-safety failures reported against the first
@@ -182,6 +186,55 @@ func TestBadKeysAndOutputsAreRejects(t *testing.T) {
 	var n int
 	if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM scores").Scan(&n); err != nil || n != 1994 {
 		t.Errorf("postgres view holds %d rows (%v), want 1994", n, err)
+	}
+
+	// status shows the rejects from the ledger: the embedded one, and the
+	// Postgres one after the same job ran on it (precog run --db works as
+	// a cluster worker does), with the bad keys escaped for jsonb.
+	wantRejectSample(t, dir)
+	ledgerDSN := testservers.Postgres(t).DSN
+	if r := precog(t, dir, "run", spec, "--db", ledgerDSN, "--no-progress"); r.code != 0 {
+		t.Fatalf("run --db: exit %d\n%s", r.code, r.stderr)
+	}
+	wantRejectSample(t, dir, "--db", ledgerDSN)
+}
+
+// wantRejectSample checks the reject sample `precog status --json` and
+// `precog status` show of the newest run of TestBadKeysAndOutputsAreRejects
+// (in the ledger that args name): every reject with its file, row, reason
+// and key, by row.
+func wantRejectSample(t *testing.T, dir string, args ...string) {
+	t.Helper()
+	r := precog(t, dir, append([]string{"runs", "--json", "-n", "1"}, args...)...)
+	var runs []runview.Run
+	if err := json.Unmarshal([]byte(r.stdout), &runs); r.code != 0 || err != nil || len(runs) != 1 {
+		t.Fatalf("runs --json %v: exit %d %v\n%s%s", args, r.code, err, r.stdout, r.stderr)
+	}
+	id := runs[0].ID
+	r = precog(t, dir, append([]string{"status", id, "--json"}, args...)...)
+	var st runview.Status
+	if err := json.Unmarshal([]byte(r.stdout), &st); r.code != 0 || err != nil || st.ID != id || st.Rejected != 6 {
+		t.Fatalf("status --json %v: exit %d %v\n%s%s", args, r.code, err, r.stdout, r.stderr)
+	}
+	want := []struct {
+		row         int
+		reason, key string
+	}{{3, "null key", ""}, {10, "empty key", ""}, {20, "NUL byte", `"a\x00b"`}, {30, "not valid UTF-8", `"\xff\xfe"`},
+		{40, "more than the 512", "kkkk"}, {50, "model output score: NaN", "user-50"}}
+	if len(st.RejectSample) != len(want) {
+		t.Fatalf("status --json %v: reject_sample has %d entries, want %d: %+v", args, len(st.RejectSample), len(want), st.RejectSample)
+	}
+	for i, w := range want {
+		got := st.RejectSample[i]
+		if got.Shard != 0 || !strings.HasSuffix(got.Position, fmt.Sprintf("part-0.parquet row %d", w.row)) || !strings.Contains(got.Reason, w.reason) ||
+			!strings.HasPrefix(got.Key, w.key) || len(got.Key) > jobs.RejectFieldMax || (w.key == "" && got.Key != "") {
+			t.Errorf("status --json %v: reject_sample[%d] = %+v, want shard 0, row %d, reason %q, key %q", args, i, got, w.row, w.reason, w.key)
+		}
+	}
+	r = precog(t, dir, append([]string{"status", id}, args...)...)
+	if r.code != 0 || !regexp.MustCompile(`6 rejected\nrejects +shard 0, \S*part-0\.parquet row 3: column user_id: null key \(key ""\)`).MatchString(r.stdout) ||
+		!strings.Contains(r.stdout, "… 1 more: all are in rejects/"+id+"/") {
+		t.Errorf("status %v lacks the reject sample under the rows line: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
 	}
 }
 

@@ -114,6 +114,21 @@ func TestPages(t *testing.T) {
 			if strings.Contains(body, ">Cancel</button>") {
 				t.Error("a failed run offers Cancel")
 			}
+			// The succeeded run's reject sample, escaped; none on a run
+			// without rejects.
+			_, body, _ = get(t, ts, "/runs/"+s.Succeeded, token)
+			for _, want := range []string{"Rejected rows", "2 rows rejected", "<td>#1</td><td>data/part-1.parquet row 7</td><td class=\"err\">non-finite output score (NaN)</td><td><code>&lt;img src=x&gt;</code></td>",
+				"data/part-1.parquet row 9", "rejects/" + s.Succeeded + "/"} {
+				if !strings.Contains(body, want) {
+					t.Errorf("succeeded run page lacks %q", want)
+				}
+			}
+			if strings.Contains(body, "<img src=x>") {
+				t.Error("run page does not escape a rejected key")
+			}
+			if _, body, _ = get(t, ts, "/runs/"+s.Running, token); strings.Contains(body, "Rejected rows") {
+				t.Error("run page of a run without rejects shows a rejects section")
+			}
 			if code, _, _ := get(t, ts, "/runs/nope-1", token); code != 404 {
 				t.Errorf("unknown run = %d, want 404", code)
 			}
@@ -132,6 +147,14 @@ func TestPages(t *testing.T) {
 			want := runview.From(run, shards)
 			if got.Run.RowsDone != want.RowsDone || got.Run.RowsTotal != want.RowsTotal || got.Run.Shards != want.Shards || got.Run.State != want.State || len(got.Shards) != 3 {
 				t.Errorf("api run = %+v, want %+v", got.Run, want)
+			}
+			_, body, _ = get(t, ts, "/api/runs/"+s.Succeeded, token)
+			var withRejects struct {
+				Rejects []jobs.Reject `json:"reject_sample"`
+			}
+			if err := json.Unmarshal([]byte(body), &withRejects); err != nil || len(withRejects.Rejects) != 2 ||
+				withRejects.Rejects[0] != (jobs.Reject{Shard: 1, Key: "<img src=x>", Position: "data/part-1.parquet row 7", Reason: "non-finite output score (NaN)"}) {
+				t.Errorf("api run reject_sample = %+v (%v)\n%s", withRejects.Rejects, err, body)
 			}
 		})
 	}

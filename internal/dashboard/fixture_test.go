@@ -28,6 +28,13 @@ type seeded struct {
 
 const fixtureSpec = "name: recs\nsinks:\n  redis: { addr: \"${REDIS_ADDR}\", namespace: recs }\n"
 
+// fixtureRejects are the reject sample of the succeeded run's shard 1 (a
+// key a page must escape).
+var fixtureRejects = []jobs.Reject{
+	{Key: "<img src=x>", Position: "data/part-1.parquet row 7", Reason: "non-finite output score (NaN)"},
+	{Key: "u-9", Position: "data/part-1.parquet row 9", Reason: "null feature f1"},
+}
+
 var runSeq int
 
 // newRun is a run of job with n shards of 1000 rows and distinct params.
@@ -53,15 +60,16 @@ func mustCreate(t testing.TB, led ledger.Ledger, job string, n int) jobs.Run {
 	return r
 }
 
-// commit claims one shard of run as worker and commits it with rows.
-func commit(t testing.TB, led ledger.Ledger, run, worker string, rows int64) {
+// commit claims one shard of run as worker and commits it with rows, of
+// which the sample's were rejected.
+func commit(t testing.TB, led ledger.Ledger, run, worker string, rows int64, sample ...jobs.Reject) {
 	t.Helper()
 	ctx := context.Background()
 	sh, err := led.Claim(ctx, run, worker, lease)
 	if err != nil {
 		t.Fatalf("claim a shard of %s: %v", run, err)
 	}
-	if err := led.Complete(ctx, run, sh.Index, worker, jobs.Counts{RowsIn: rows, RowsOut: rows}); err != nil {
+	if err := led.Complete(ctx, run, sh.Index, worker, jobs.Counts{RowsIn: rows, RowsOut: rows - int64(len(sample)), Rejected: int64(len(sample))}, sample...); err != nil {
 		t.Fatalf("complete shard %d of %s: %v", sh.Index, run, err)
 	}
 }
@@ -90,7 +98,7 @@ func seed(t testing.TB, led ledger.Ledger) seeded {
 
 	s.Succeeded = mustCreate(t, led, "scores", 2).ID
 	commit(t, led, s.Succeeded, "w-a", 1000)
-	commit(t, led, s.Succeeded, "w-b", 1000)
+	commit(t, led, s.Succeeded, "w-b", 1000, fixtureRejects...)
 	setState(t, led, s.Succeeded, jobs.RunSucceeded, "")
 
 	s.Failed = mustCreate(t, led, "scores", 2).ID

@@ -5,6 +5,8 @@ import (
 	"html/template"
 	"net/url"
 	"time"
+
+	"github.com/precog-ml/precog/jobs"
 )
 
 // funcs are the templates' helpers.
@@ -14,7 +16,8 @@ var funcs = template.FuncMap{
 	"stateClass": func(s any) string {
 		return "st-" + fmt.Sprint(s)
 	},
-	"pct": func(p float64) string { return fmt.Sprintf("%.1f", p) },
+	"pct":       func(p float64) string { return fmt.Sprintf("%.1f", p) },
+	"rejectCap": func() int { return jobs.RejectSampleCap },
 }
 
 // timeTag renders a time in UTC inside <time>; the page's script shows it

@@ -140,6 +140,8 @@ type runDetail struct {
 	Timeline template.HTML
 	Through  template.HTML
 	Failed   []shardRow
+	// Rejects is the ledger's sample of rejected rows (runview's).
+	Rejects  []jobs.Reject
 	Spec     string
 	SpecFile string
 	Workers  int
@@ -172,6 +174,11 @@ func loadDetail(ctx context.Context, led ledger.Ledger, id string, now time.Time
 		}
 	}
 	d.Workers = len(workers)
+	if d.Row.Rejected > 0 {
+		if d.Rejects, err = led.RejectSample(ctx, id, runview.DefaultRejectSample); err != nil {
+			return runDetail{}, fmt.Errorf("run %s: reject sample: %w", id, err)
+		}
+	}
 	d.Timeline = timelineSVG(run, shards, now)
 	d.Through = throughputSVG(run, shards, now)
 	return d, nil
@@ -224,7 +231,7 @@ func (s *Server) apiRun(w http.ResponseWriter, r *http.Request, v viewer) {
 			shards[i] = sh.Shard
 			shards[i].Plan = nil
 		}
-		writeJSON(w, map[string]any{"run": d.Row.Run, "shards": shards})
+		writeJSON(w, map[string]any{"run": d.Row.Run, "shards": shards, "reject_sample": runview.StatusOf(d.Row.Run, d.Rejects).RejectSample})
 		return nil
 	})
 }

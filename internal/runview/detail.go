@@ -7,12 +7,16 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/precog-ml/precog/jobs"
 )
 
 // DefaultMaxFailed is how many failed shards' errors a detail view lists.
 const DefaultMaxFailed = 5
+
+// DefaultMaxRejects is how many sampled rejected rows a detail view lists.
+const DefaultMaxRejects = 5
 
 // Detail is one run as `precog status RUN` shows it to people: progress
 // with rate and ETA, shards by state, the workers holding shards, the
@@ -25,6 +29,11 @@ type Detail struct {
 	Rate float64
 	// MaxFailed bounds the failed shards listed (default DefaultMaxFailed).
 	MaxFailed int
+	// Rejects is the run's reject sample (Ledger.RejectSample), listed
+	// under the rows line; MaxRejects bounds how many (default
+	// DefaultMaxRejects).
+	Rejects    []jobs.Reject
+	MaxRejects int
 }
 
 // Write writes the detail view as aligned "label  value" lines.
@@ -54,6 +63,7 @@ func (d Detail) Write(w io.Writer) error {
 		fmt.Fprintf(tw, "workers\t%s\n", ws)
 	}
 	fmt.Fprintf(tw, "rows\t%d in, %d out, %d rejected\n", r.RowsDone, r.RowsOut, r.Rejected)
+	d.writeRejects(tw)
 	fmt.Fprintf(tw, "created\t%s (%s)\n", r.CreatedAt, Duration(time.Duration(r.DurationS*float64(time.Second))))
 	if r.FinishedAt != "" {
 		fmt.Fprintf(tw, "finished\t%s\n", r.FinishedAt)
@@ -65,6 +75,52 @@ func (d Detail) Write(w io.Writer) error {
 		return err
 	}
 	return d.writeFailed(w)
+}
+
+// writeRejects lists the first sampled rejects under the rows line: the
+// shard, where (file and row), why, and the key; then how many more there
+// are and where all of them are.
+func (d Detail) writeRejects(w io.Writer) {
+	r := d.Run
+	if r.Rejected == 0 && len(d.Rejects) == 0 {
+		return
+	}
+	files := fmt.Sprintf("rejects/%s/ in the state dir of the worker that ran each shard", r.ID)
+	if len(d.Rejects) == 0 {
+		fmt.Fprintf(w, "rejects\tno sample in the ledger: see %s\n", files)
+		return
+	}
+	limit := d.MaxRejects
+	if limit <= 0 {
+		limit = DefaultMaxRejects
+	}
+	shown := min(len(d.Rejects), limit)
+	label := "rejects"
+	for _, rj := range d.Rejects[:shown] {
+		key := oneLine(rj.Key, 60)
+		if key == "" {
+			key = `""`
+		}
+		fmt.Fprintf(w, "%s\tshard %d, %s: %s (key %s)\n", label, rj.Shard, tail(rj.Position, 120), oneLine(rj.Reason, 120), key)
+		label = ""
+	}
+	if more := max(r.Rejected, int64(len(d.Rejects))) - int64(shown); more > 0 {
+		fmt.Fprintf(w, "\t… %d more: all are in %s\n", more, files)
+	}
+}
+
+// tail is s on one line, cut to its last n bytes: a long position keeps
+// its file name and row.
+func tail(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) <= n {
+		return s
+	}
+	cut := len(s) - (n - 1)
+	for cut < len(s) && !utf8.RuneStart(s[cut]) {
+		cut++
+	}
+	return "…" + s[cut:]
 }
 
 // writeFailed lists the first failed shards with their errors.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/precog-ml/precog/jobs"
 )
@@ -47,6 +48,27 @@ type Run struct {
 	// the run is open); RowsPerS is RowsDone over it.
 	DurationS float64 `json:"duration_s"`
 	RowsPerS  float64 `json:"rows_per_s"`
+}
+
+// DefaultRejectSample is how many sampled rejected rows `status` reads.
+const DefaultRejectSample = 20
+
+// Status is one run as `precog status RUN --json` prints it: the Run object
+// with the same fields, plus a sample of its rejected rows ([] when none):
+// objects with shard, key, position (file and row) and reason, by shard then
+// position, from the ledger, so they show wherever the shards ran.
+type Status struct {
+	Run
+	RejectSample []jobs.Reject `json:"reject_sample"`
+}
+
+// StatusOf is the status view of v with its reject sample (nil reads as
+// none).
+func StatusOf(v Run, sample []jobs.Reject) Status {
+	if sample == nil {
+		sample = []jobs.Reject{}
+	}
+	return Status{Run: v, RejectSample: sample}
 }
 
 // ETA is the time left at rate rows per second (0 when unknown or done).
@@ -124,7 +146,11 @@ func Table(w io.Writer, runs []Run) error {
 func oneLine(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
 	if len(s) > n {
-		return s[:n-1] + "…"
+		cut := n - 1
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		return s[:cut] + "…"
 	}
 	return s
 }

@@ -3,6 +3,7 @@ package runview
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -72,5 +73,80 @@ func TestDetail(t *testing.T) {
 	}
 	if strings.Contains(out, "shard 9 ") {
 		t.Errorf("detail lists more than %d failed shards:\n%s", DefaultMaxFailed, out)
+	}
+}
+
+// TestStatusRejectSample: status JSON is the run object with every field
+// of the contract, plus reject_sample ([] when none); the detail view lists
+// a few sampled rejects under the rows line and says where the rest are.
+func TestStatusRejectSample(t *testing.T) {
+	created := time.Date(2026, 11, 1, 4, 0, 0, 0, time.UTC)
+	r := jobs.Run{ID: "recs-1", Job: "recs", State: jobs.RunSucceeded, Counts: jobs.Counts{RowsIn: 100, RowsOut: 93, Rejected: 7},
+		CreatedAt: created, UpdatedAt: created.Add(time.Minute)}
+	shards := []jobs.Shard{{Index: 0, EstRows: 100, State: jobs.ShardCommitted}}
+	var sample []jobs.Reject
+	for i := range 6 {
+		sample = append(sample, jobs.NewReject(i/3, fmt.Sprintf("u%d", i), fmt.Sprintf("data/part-%d.parquet row %d", i/3, 10+i), "non-finite output score (NaN)"))
+	}
+	v := From(r, shards)
+
+	empty, err := json.Marshal(StatusOf(v, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(empty, &m); err != nil {
+		t.Fatal(err)
+	}
+	plain, _ := json.Marshal(v)
+	var pm map[string]any
+	_ = json.Unmarshal(plain, &pm)
+	for k := range pm {
+		if _, ok := m[k]; !ok {
+			t.Errorf("status JSON lacks the run's %q: %s", k, empty)
+		}
+	}
+	if s, ok := m["reject_sample"].([]any); !ok || len(s) != 0 || len(m) != len(pm)+1 {
+		t.Errorf("status JSON without rejects: reject_sample = %#v, want []; %s", m["reject_sample"], empty)
+	}
+
+	b, _ := json.Marshal(StatusOf(v, sample))
+	var raw map[string]json.RawMessage
+	var rs []map[string]any
+	if err := json.Unmarshal(b, &raw); err != nil || string(raw["id"]) != `"recs-1"` {
+		t.Fatalf("status JSON %s: %v", b, err)
+	}
+	if err := json.Unmarshal(raw["reject_sample"], &rs); err != nil {
+		t.Fatalf("reject_sample %s: %v", raw["reject_sample"], err)
+	}
+	if len(rs) != 6 || rs[4]["shard"] != 1.0 || rs[4]["key"] != "u4" ||
+		rs[4]["position"] != "data/part-1.parquet row 14" || rs[4]["reason"] != "non-finite output score (NaN)" {
+		t.Errorf("reject_sample = %v", rs)
+	}
+
+	var buf bytes.Buffer
+	if err := (Detail{Run: v, Shards: shards, Rejects: sample}).Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	t.Logf("detail:\n%s", out)
+	for _, want := range []string{"7 rejected\nrejects", "shard 0, data/part-0.parquet row 10: non-finite output score (NaN) (key u0)",
+		"shard 1, data/part-1.parquet row 14: non-finite output score (NaN) (key u4)", "… 2 more: all are in rejects/recs-1/"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("detail lacks %q:\n%s", want, out)
+		}
+	}
+	long := jobs.NewReject(2, "k", strings.Repeat("s3://bucket/", 30)+"part-9.parquet row 123", "null key")
+	buf.Reset()
+	if err := (Detail{Run: v, Rejects: []jobs.Reject{long}}).Write(&buf); err != nil || !strings.Contains(buf.String(), "…") || !strings.Contains(buf.String(), "/part-9.parquet row 123: null key") {
+		t.Errorf("a long position lost its file and row (%v):\n%s", err, buf.String())
+	}
+	if strings.Contains(out, "row 15") {
+		t.Errorf("detail lists more than %d rejects:\n%s", DefaultMaxRejects, out)
+	}
+	buf.Reset()
+	v.Rejected = 0
+	if err := (Detail{Run: v, Shards: shards}).Write(&buf); err != nil || strings.Contains(buf.String(), "rejects") {
+		t.Errorf("detail of a run without rejects mentions rejects (%v):\n%s", err, buf.String())
 	}
 }

@@ -71,6 +71,11 @@ type Ledger interface {
 	Runs(ctx context.Context, job string, limit int) ([]jobs.Run, error)
 	// Shards returns a run's shards ordered by index.
 	Shards(ctx context.Context, runID string) ([]jobs.Shard, error)
+	// RejectSample returns the rejected-row samples of a run's committed
+	// shards, ordered by shard then position, at most limit (<= 0: all):
+	// what `status` shows of rejects that live in reject files on whatever
+	// machine ran each shard. ErrNotFound for an unknown run.
+	RejectSample(ctx context.Context, runID string, limit int) ([]jobs.Reject, error)
 
 	// Claim leases one pending shard of the run (or a running one whose lease
 	// expired) to worker until now+lease, incrementing Attempts and moving
@@ -87,8 +92,11 @@ type Ledger interface {
 	// nothing.
 	Heartbeat(ctx context.Context, runID string, shard int, worker string, lease time.Duration) error
 	// Complete marks the shard committed with its counts, adding them to the
-	// run's; ErrLeaseLost if worker no longer holds it.
-	Complete(ctx context.Context, runID string, shard int, worker string, counts jobs.Counts) error
+	// run's; ErrLeaseLost if worker no longer holds it. sample is the
+	// attempt's first rejected rows: stored with the commit, fenced by the
+	// same lease, capped by jobs.CapSample, and replacing (never adding to)
+	// the sample of an earlier attempt of the shard.
+	Complete(ctx context.Context, runID string, shard int, worker string, counts jobs.Counts, sample ...jobs.Reject) error
 	// Fail records an attempt's error. The shard goes back to pending when
 	// retry is true and attempts remain (< maxAttempts), else to failed.
 	Fail(ctx context.Context, runID string, shard int, worker string, msg string, retry bool, maxAttempts int) error

@@ -171,6 +171,9 @@ type rec struct {
 	Claimed2At time.Time `json:"claimed2_at,omitzero"`
 	// RunMS is how long the committed attempt took (straggler baseline).
 	RunMS float64 `json:"run_ms,omitempty"`
+	// Rejects is the committed attempt's reject sample (jobs.CapSample);
+	// read only while the shard is committed.
+	Rejects []jobs.Reject `json:"reject_sample,omitempty"`
 }
 
 func getShard(rb *bbolt.Bucket, runID string, i int) (rec, error) {
@@ -357,6 +360,39 @@ func (l *Ledger) Shards(ctx context.Context, runID string) ([]jobs.Shard, error)
 	return out, nil
 }
 
+// RejectSample implements ledger.Ledger: the samples of the run's committed
+// shards, by shard then position.
+func (l *Ledger) RejectSample(ctx context.Context, runID string, limit int) ([]jobs.Reject, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var out []jobs.Reject
+	err := l.db.View(func(tx *bbolt.Tx) error {
+		rb, err := runShards(tx, runID)
+		if err != nil {
+			return err
+		}
+		c := rb.Bucket(subAll).Cursor()
+		for k, v := c.First(); k != nil && (limit <= 0 || len(out) < limit); k, v = c.Next() {
+			var s rec
+			if err := json.Unmarshal(v, &s); err != nil {
+				return fmt.Errorf("run %s shard %d: decode: %w", runID, binary.BigEndian.Uint32(k), err)
+			}
+			if s.State == jobs.ShardCommitted {
+				out = append(out, s.Rejects...)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: reject sample: %w", err)
+	}
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
 // expired reports whether nobody holds a live lease on a running shard
 // (its holders are presumed dead).
 func expired(s rec, now time.Time) bool {
@@ -502,9 +538,10 @@ func (l *Ledger) Heartbeat(ctx context.Context, runID string, shard int, worker 
 	return nil
 }
 
-// Complete marks the shard committed and adds counts to the run's; the
-// first of two holders to complete wins and voids the other's lease.
-func (l *Ledger) Complete(ctx context.Context, runID string, shard int, worker string, counts jobs.Counts) error {
+// Complete marks the shard committed with its reject sample (replacing an
+// earlier attempt's) and adds counts to the run's; the first of two holders
+// to complete wins and voids the other's lease.
+func (l *Ledger) Complete(ctx context.Context, runID string, shard int, worker string, counts jobs.Counts, sample ...jobs.Reject) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -525,6 +562,7 @@ func (l *Ledger) Complete(ctx context.Context, runID string, shard int, worker s
 		s.RunMS = float64(now.Sub(began).Microseconds()) / 1000
 		s.State = jobs.ShardCommitted
 		s.Counts = counts
+		s.Rejects = jobs.CapSample(shard, sample)
 		s.Worker, s.LeaseUntil = worker, time.Time{}
 		s.Worker2, s.Lease2, s.Claimed2At = "", time.Time{}, time.Time{}
 		s.Error = ""

@@ -45,6 +45,7 @@ func Exercise(t *testing.T, newLedger func(t *testing.T) ledger.Ledger) {
 		{"Release", testRelease},
 		{"RetryFailed", testRetryFailed},
 		{"Reopen", testReopen},
+		{"RejectSample", testRejectSample},
 		{"SchedulerTicks", testSchedulerTicks},
 		{"SchedulerLead", testSchedulerLead},
 		{"SetRunState", testSetRunState},

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -191,14 +192,22 @@ func (l *Ledger) Heartbeat(ctx context.Context, runID string, shard int, worker 
 	return nil
 }
 
-// Complete commits the shard with its counts; the first of two speculative
-// holders to complete wins and voids the other's lease.
-func (l *Ledger) Complete(ctx context.Context, runID string, shard int, worker string, c jobs.Counts) error {
+// Complete commits the shard with its counts and reject sample in one
+// statement fenced by the lease; the first of two speculative holders to
+// complete wins and voids the other's lease.
+func (l *Ledger) Complete(ctx context.Context, runID string, shard int, worker string, c jobs.Counts, sample ...jobs.Reject) error {
+	var rejects []byte // NULL when the attempt rejected nothing
+	if capped := jobs.CapSample(shard, sample); len(capped) > 0 {
+		var err error
+		if rejects, err = json.Marshal(capped); err != nil {
+			return fmt.Errorf("ledger: complete run %s shard %d by %s: reject sample: %w", runID, shard, worker, err)
+		}
+	}
 	tag, err := l.pool.Exec(ctx, `UPDATE precog_run_shards s SET state = 'committed',
-		rows_in = $4, rows_out = $5, rejected = $6, key_sketch = $7, error = '',
+		rows_in = $4, rows_out = $5, rejected = $6, key_sketch = $7, reject_sample = $8::jsonb, error = '',
 		run_ms = extract(epoch FROM now() - CASE WHEN s.worker = $3 THEN s.claimed_at ELSE s.claimed2_at END) * 1000,
 		worker = $3, lease_until = NULL, worker2 = NULL, lease2_until = NULL, claimed2_at = NULL, updated_at = now()
-		WHERE `+holds, runID, shard, worker, c.RowsIn, c.RowsOut, c.Rejected, c.KeySketch)
+		WHERE `+holds, runID, shard, worker, c.RowsIn, c.RowsOut, c.Rejected, c.KeySketch, rejects)
 	if err != nil {
 		return fmt.Errorf("ledger: complete run %s shard %d by %s: %w", runID, shard, worker, err)
 	}

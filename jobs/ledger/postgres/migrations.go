@@ -89,6 +89,11 @@ CREATE TABLE precog_leaders (
 	until  timestamptz NOT NULL
 );
 `,
+	// 3: a capped sample of each committed shard's rejected rows (a JSON
+	// array of jobs.Reject), written by Complete.
+	`
+ALTER TABLE precog_run_shards ADD COLUMN reject_sample jsonb;
+`,
 }
 
 // migrateLockKey is the pg_advisory_xact_lock key that serialises schema

@@ -18,6 +18,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -315,6 +316,39 @@ func (l *Ledger) Shards(ctx context.Context, runID string) ([]jobs.Shard, error)
 	if len(out) == 0 {
 		if _, err := l.Run(ctx, runID); err != nil {
 			return nil, fmt.Errorf("ledger: shards: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// RejectSample implements ledger.Ledger: the samples of the run's committed
+// shards, by shard then position.
+func (l *Ledger) RejectSample(ctx context.Context, runID string, limit int) ([]jobs.Reject, error) {
+	var lim *int // NULL: LIMIT ALL
+	if limit > 0 {
+		lim = &limit
+	}
+	rows, err := l.pool.Query(ctx, `SELECT e.value FROM precog_run_shards s
+		CROSS JOIN LATERAL jsonb_array_elements(s.reject_sample) WITH ORDINALITY AS e(value, n)
+		WHERE s.run_id = $1 AND s.state = 'committed' AND s.reject_sample IS NOT NULL
+		ORDER BY s.idx, e.n LIMIT $2`, runID, lim)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: reject sample of run %s: %w", runID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (jobs.Reject, error) {
+		var r jobs.Reject
+		var b []byte
+		if err := row.Scan(&b); err != nil {
+			return r, err
+		}
+		return r, json.Unmarshal(b, &r)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: reject sample of run %s: %w", runID, err)
+	}
+	if len(out) == 0 {
+		if _, err := l.Run(ctx, runID); err != nil {
+			return nil, fmt.Errorf("ledger: reject sample: %w", err)
 		}
 	}
 	return out, nil
