@@ -231,8 +231,8 @@ func (c *clusterBench) capacity(ctx context.Context, s *section) error {
 	s.note("ledger capacity: best of 2 alternating %s loops (%d shards in the best); a cycle is 3 statements, so a ratio near 0.33 is the ledger at Postgres's single-statement rate. Mean latency of each call under the load: claim %s, heartbeat %s, complete %s. `SELECT 1` from %d goroutines: %s.",
 		dur(d), best.n, dur(best.claim), dur(best.heartbeat), dur(best.complete), capacityWorkers, rate(sel, "stmts/s"))
 	if raw < 3*target {
-		s.note("ledger capacity: a cycle writes 3 times (the claim, the heartbeat and the commit each update the shard's row), so the target needs %s single-row writes/s; this machine's Postgres, sharing %d cores with the 32 client goroutines, does %s raw single-row UPDATEs/s on a 32-row table: no ledger of 3 writes a cycle reaches the target here. Compare the ratio (0.33 is the raw rate), and re-measure with the database on a host of its own.",
-			rate(3*target, "writes/s"), nprocs(), rate(raw, "stmts/s"))
+		s.note("ledger capacity: a cycle writes 3 times (the claim, the heartbeat and the commit each update the shard's row), so the target needs %s; this machine's Postgres, sharing %d cores with the 32 client goroutines, does %s (raw single-row UPDATEs on a 32-row table): no ledger of 3 writes a cycle reaches the target here. Compare the ratio (0.33 is the raw rate), and re-measure with the database on a host of its own.",
+			rate(3*target, "single-row writes/s"), nprocs(), rate(raw, "stmts/s"))
 	}
 	s.note("**one Postgres coordinates ≈ %s** at %d-s shards (each worker needs one claim + heartbeat + complete per shard: %s × %d s); on this box Postgres shares the %d cores with the load loop.",
 		rate(cycles*shardSeconds, "workers"), shardSeconds, rate(cycles, "shards/s"), shardSeconds, nprocs())
