@@ -2,17 +2,20 @@ package k8s_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/precog-ml/precog/internal/testservers"
+	"github.com/precog-ml/precog/runner/model"
 )
 
 // freeAddr returns a loopback address with a free port.
@@ -43,6 +46,7 @@ func TestWorkerContainersAnswerProbesAndDrain(t *testing.T) {
 				}
 				args = append(args, a)
 			}
+			args = cpuUnlessCUDA(t, bin, args, pg.DSN)
 			cmd := exec.Command(bin, args...)
 			cmd.Env = append(os.Environ(), "PRECOG_DATABASE_URL="+pg.DSN, "PRECOG_STATE_DIR="+t.TempDir())
 			var logs strings.Builder
@@ -78,6 +82,32 @@ func TestWorkerContainersAnswerProbesAndDrain(t *testing.T) {
 			}
 		})
 	}
+}
+
+// cpuUnlessCUDA returns args as they are when this machine's ONNX Runtime
+// has the CUDA execution provider. Without it, it checks that the
+// container as written fails at start (exit 2, saying why: what a GPU
+// pod started from a CPU-only image does), and returns args with
+// --devices=cpu, so that the probes and the drain are still tested.
+func cpuUnlessCUDA(t *testing.T, bin string, args []string, dsn string) []string {
+	t.Helper()
+	i := slices.IndexFunc(args, func(a string) bool { return strings.HasPrefix(a, "--devices=cuda:") })
+	if i < 0 || model.CheckDevice(strings.Split(strings.TrimPrefix(args[i], "--devices="), ",")[0]) == nil {
+		return args
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), "PRECOG_DATABASE_URL="+dsn, "PRECOG_STATE_DIR="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "no CUDA execution provider") {
+		t.Fatalf("%v on a CPU-only ONNX Runtime: %v, want exit 2 saying there is no CUDA provider:\n%s", args, err, out)
+	}
+	t.Logf("CPU-only ONNX Runtime: %s fails at start as it should; probes tested with --devices=cpu", args[i])
+	out2 := slices.Clone(args)
+	out2[i] = "--devices=cpu"
+	return out2
 }
 
 // getUntil GETs url until it answers (the server may not listen yet), the
