@@ -61,6 +61,7 @@ lint:
 FUZZTIME ?= 20s
 fuzz:
 	$(GO) test ./jobs -run '^$$' -fuzz '^FuzzParseSpec$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./jobs -run '^$$' -fuzz '^FuzzNewReject$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./lookup -run '^$$' -fuzz '^FuzzDecodeBatchGet$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./lookup -run '^$$' -fuzz '^FuzzDecodePredict$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./sources/parquet -run '^$$' -fuzz '^FuzzOpenPlan$$' -fuzztime $(FUZZTIME)

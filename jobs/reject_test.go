@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -73,4 +74,35 @@ func TestCapSample(t *testing.T) {
 			t.Errorf("CapSample[%d] = %+v, want shard 4 at %q", i, r, want)
 		}
 	}
+}
+
+// FuzzNewReject: whatever a bad row holds, the sampled reject the ledger
+// stores is printable UTF-8 (a jsonb column takes it), bounded, and
+// ComparePositions orders any two positions consistently.
+func FuzzNewReject(f *testing.F) {
+	f.Add("a\x00b", "part-0.parquet row 9", "null key", "part-0.parquet row 10")
+	f.Add("\xff\xfe", strings.Repeat("é", 300), "NaN output", "")
+	f.Add(strings.Repeat("k", 1<<12), "row 007", "duplicate key", "row 7")
+	f.Fuzz(func(t *testing.T, key, position, reason, other string) {
+		r := NewReject(3, key, position, reason)
+		for name, v := range map[string]string{"key": r.Key, "position": r.Position, "reason": r.Reason} {
+			if !utf8.ValidString(v) || len(v) > RejectFieldMax {
+				t.Fatalf("%s %q: not valid UTF-8 of at most %d bytes", name, v, RejectFieldMax)
+			}
+			for _, c := range v {
+				if unicode.IsControl(c) {
+					t.Fatalf("%s %q holds control character %U", name, v, c)
+				}
+			}
+		}
+		if again := NewReject(3, r.Key, r.Position, r.Reason); again != r {
+			t.Fatalf("NewReject is not idempotent: %+v then %+v", r, again)
+		}
+		if ab, ba := ComparePositions(position, other), ComparePositions(other, position); ab != -ba {
+			t.Fatalf("ComparePositions(%q, %q) = %d but reversed = %d", position, other, ab, ba)
+		}
+		if c := ComparePositions(position, position); c != 0 {
+			t.Fatalf("ComparePositions(%q, itself) = %d", position, c)
+		}
+	})
 }
