@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,7 +39,21 @@ type modelCache struct {
 	mu      sync.Mutex
 	max     int
 	entries map[string]*modelEntry
+	// hashes remembers each model file's SHA-256 by its identity on disk,
+	// so that a run reusing a loaded model does not read the whole file
+	// again; a file replaced or rewritten has another identity.
+	hashes map[fileID]string
 }
+
+// fileID is a file's identity on disk as far as a rewrite changes it.
+type fileID struct {
+	path            string
+	dev, ino        uint64
+	size, mtimeNano int64
+}
+
+// maxHashes bounds modelCache.hashes; beyond it the memo starts over.
+const maxHashes = 64
 
 type modelEntry struct {
 	key   string
@@ -55,14 +70,14 @@ var modelLoads = prometheus.NewCounterVec(prometheus.CounterOpts{
 }, []string{"result"})
 
 func newModelCache(max int) *modelCache {
-	return &modelCache{max: max, entries: map[string]*modelEntry{}}
+	return &modelCache{max: max, entries: map[string]*modelEntry{}, hashes: map[fileID]string{}}
 }
 
 // load implements modelLoader over the cache. Claim loops of several
 // devices load their models concurrently; two wanting the same one wait
 // for a single load.
 func (c *modelCache) load(spec jobs.ModelSpec, file string) (*model.Model, func(), error) {
-	key, err := modelKey(spec, file)
+	key, err := c.modelKey(spec, file)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -127,24 +142,53 @@ func (c *modelCache) closeAll() {
 // modelKey identifies a loaded model: the file's content hash, and the
 // spec it was bound with (device included) and the job file its errors
 // name.
-func modelKey(spec jobs.ModelSpec, file string) (string, error) {
-	f, err := os.Open(spec.Path)
+func (c *modelCache) modelKey(spec jobs.ModelSpec, file string) (string, error) {
+	sum, err := c.fileHash(spec.Path)
 	if err != nil {
-		return "", fmt.Errorf("model.path: %w", err)
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil {
-		return "", fmt.Errorf("model.path: %w", err)
-	} else if !st.Mode().IsRegular() {
-		return "", fmt.Errorf("model.path: %s is not a regular file", spec.Path)
-	}
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("model.path: %s: %w", spec.Path, err)
+		return "", err
 	}
 	bound, err := json.Marshal(spec)
 	if err != nil {
 		return "", fmt.Errorf("model spec: %w", err)
 	}
-	return hex.EncodeToString(h.Sum(nil)) + "|" + file + "|" + string(bound), nil
+	return sum + "|" + file + "|" + string(bound), nil
+}
+
+// fileHash is the SHA-256 of the model file at path, read once per
+// identity on disk (device, inode, size, modification time).
+func (c *modelCache) fileHash(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("model.path: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return "", fmt.Errorf("model.path: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return "", fmt.Errorf("model.path: %s is not a regular file", path)
+	}
+	id := fileID{path: path, size: st.Size(), mtimeNano: st.ModTime().UnixNano()}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		id.dev, id.ino = uint64(sys.Dev), sys.Ino
+	}
+	c.mu.Lock()
+	sum, ok := c.hashes[id]
+	c.mu.Unlock()
+	if ok {
+		return sum, nil
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("model.path: %s: %w", path, err)
+	}
+	sum = hex.EncodeToString(h.Sum(nil))
+	c.mu.Lock()
+	if len(c.hashes) >= maxHashes {
+		clear(c.hashes)
+	}
+	c.hashes[id] = sum
+	c.mu.Unlock()
+	return sum, nil
 }
