@@ -19,6 +19,7 @@ type metrics struct {
 	lookups     *prometheus.CounterVec
 	storeErrors *prometheus.CounterVec
 	circuitOpen *prometheus.GaugeVec
+	versionLost *prometheus.GaugeVec
 	liveBatch   *prometheus.HistogramVec
 	inFlight    prometheus.Gauge
 	shed        prometheus.Counter
@@ -90,6 +91,10 @@ func newMetrics() *metrics {
 			Name: "precog_lookup_store_circuit_open",
 			Help: "1 while a store's circuit breaker is open (requests skip it; a background probe retries), else 0.",
 		}, []string{"store", "target"}),
+		versionLost: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "precog_lookup_redis_version_lost",
+			Help: "1 while a namespace's published version has vanished from Redis (restart without data, flush): its Redis reads are unavailable until the next publish.",
+		}, []string{"namespace"}),
 		liveBatch: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "precog_lookup_live_batch_size",
 			Help:    "Rows per live inference run (dynamic batching).",
@@ -119,7 +124,7 @@ func newMetrics() *metrics {
 		}
 		m.endpoints[ep] = e
 	}
-	m.reg.MustRegister(m.latency, m.lookups, m.storeErrors, m.circuitOpen, m.liveBatch, m.inFlight, m.shed, m.responses,
+	m.reg.MustRegister(m.latency, m.lookups, m.storeErrors, m.circuitOpen, m.versionLost, m.liveBatch, m.inFlight, m.shed, m.responses,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

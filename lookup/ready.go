@@ -66,6 +66,9 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 				err = s.checkRedis(ctx, n.redis.conn)
 				redisErr[n.redis.conn] = err
 			}
+			if lost := n.redis.lostVersion(); err == nil && lost != "" {
+				err = n.redis.errLost(lost)
+			}
 			check("redis", n.redis.conn.where, err)
 		}
 		if n.pg != nil {

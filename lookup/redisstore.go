@@ -35,9 +35,22 @@ type redisStore struct {
 	inPlace bool
 	conn    *redisConn
 	current atomic.Pointer[string] // nil: not known yet; "": nothing published
+	// lost is the published version that vanished from Redis ({ns}:current
+	// gone after it named a version: a restart without its data, a flush).
+	// While set, every read of the namespace fails as unavailable instead
+	// of answering "miss" for keys that were published a moment ago; the
+	// next publish clears it.
+	lost atomic.Pointer[string]
+	// lostChecked is when a read last re-read {ns}:current while lost
+	// (unix nanoseconds): reads recover on their own, at most one extra GET
+	// per lostRecheck, even when the publish notice was missed.
+	lostChecked atomic.Int64
 	// onChange, when set, is called after the published version changed
 	// from one known value to another (not at the first read).
 	onChange func()
+	// onLost, when set, is called once when the published version vanishes
+	// (lost true) and once when a publish brings the namespace back.
+	onLost func(version string, lost bool)
 }
 
 // redisConn is one client shared by the namespaces that use the same server.
@@ -197,29 +210,120 @@ func (s *redisStore) refresh(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("redis %s: GET %s:current: %w", s.conn.where, s.ns, err)
 	}
-	if old := s.current.Load(); old == nil || *old != v {
+	s.observe(v)
+	return nil
+}
+
+// observe takes a fresh read of {ns}:current: a version that disappeared
+// marks the namespace lost (the cached version stays, so a republish of
+// the same version reads as a recovery, not a change); any version clears
+// that mark.
+func (s *redisStore) observe(v string) {
+	old := s.current.Load()
+	if v == "" && old != nil && *old != "" {
+		if s.lost.CompareAndSwap(nil, old) && s.onLost != nil {
+			s.onLost(*old, true)
+		}
+		return
+	}
+	if v != "" {
+		if was := s.lost.Swap(nil); was != nil && s.onLost != nil {
+			s.onLost(*was, false)
+		}
+	}
+	if old == nil || *old != v {
 		s.current.Store(&v)
 		if old != nil && s.onChange != nil {
 			s.onChange()
 		}
 	}
-	return nil
+}
+
+// lostRecheck is how often reads of a lost namespace look for a new publish.
+const lostRecheck = 100 * time.Millisecond
+
+// lostVersion is the published version that vanished from Redis, "" when
+// none did.
+func (s *redisStore) lostVersion() string {
+	if v := s.lost.Load(); v != nil {
+		return *v
+	}
+	return ""
+}
+
+// errLost is the read error of a namespace whose published version
+// vanished: unavailable (the next store or a 503 answers), never a miss.
+func (s *redisStore) errLost(version string) error {
+	return fmt.Errorf("redis %s: published version %s of %s is gone from Redis (restarted without its data, or flushed); it reads as unavailable until the next publish%w",
+		s.conn.where, version, s.ns, noFault)
+}
+
+// confirmMiss is called when the record of a published version is
+// missing: it re-reads {ns}:current so that a Redis emptied by a restart
+// reads as unavailable, not as a miss of every key. It reports whether the
+// version moved on (then the caller reads again under the new one).
+func (s *redisStore) confirmMiss(ctx context.Context, version string) (moved bool, err error) {
+	if err := s.refresh(ctx); err != nil {
+		return false, err
+	}
+	if lost := s.lostVersion(); lost != "" {
+		return false, s.errLost(lost)
+	}
+	now, _ := s.version()
+	return now != version, nil
 }
 
 // get fetches the records of keys: a nil entry is a miss. With writeback
 // set, a miss on the versioned key is looked up under the live key in the
 // same pipeline. live reports which hits came from a live write-back.
 func (s *redisStore) get(ctx context.Context, keys []string, writeback bool) (recs [][]byte, live []bool, err error) {
+	recs, live, version, err := s.read(ctx, keys, writeback)
+	if err != nil || s.inPlace || version == "" || !anyMissing(recs) {
+		return recs, live, err
+	}
+	moved, err := s.confirmMiss(ctx, version)
+	if err != nil || !moved {
+		return recs, live, err
+	}
+	recs, live, _, err = s.read(ctx, keys, writeback)
+	return recs, live, err
+}
+
+// anyMissing reports a key that no record answered.
+func anyMissing(recs [][]byte) bool {
+	for _, r := range recs {
+		if r == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// read is one lookup of keys under the cached published version, which it
+// returns ("" when none is published).
+func (s *redisStore) read(ctx context.Context, keys []string, writeback bool) (recs [][]byte, live []bool, version string, err error) {
+	if lost := s.lostVersion(); lost != "" {
+		now := time.Now().UnixNano()
+		if last := s.lostChecked.Load(); now-last < int64(lostRecheck) || !s.lostChecked.CompareAndSwap(last, now) {
+			return nil, nil, "", s.errLost(lost)
+		}
+		if err := s.refresh(ctx); err != nil {
+			return nil, nil, "", err
+		}
+		if lost := s.lostVersion(); lost != "" {
+			return nil, nil, "", s.errLost(lost)
+		}
+	}
 	if !s.inPlace && s.current.Load() == nil {
 		// Not "nothing published": Redis has not answered yet, so a key
 		// may well exist. Failing the step keeps it from reading as a miss.
-		return nil, nil, fmt.Errorf("redis %s: published version of %s not known yet (Redis not reached since start)%w", s.conn.where, s.ns, noFault)
+		return nil, nil, "", fmt.Errorf("redis %s: published version of %s not known yet (Redis not reached since start)%w", s.conn.where, s.ns, noFault)
 	}
 	version, ok := s.version()
 	recs = make([][]byte, len(keys))
 	live = make([]bool, len(keys))
 	if !ok && !writeback {
-		return recs, live, nil
+		return recs, live, version, nil
 	}
 	if len(keys) == 1 && (!writeback || !ok) {
 		k := s.liveKey(version, keys[0])
@@ -228,13 +332,13 @@ func (s *redisStore) get(ctx context.Context, keys []string, writeback bool) (re
 		}
 		b, err := s.conn.gets.Do(ctx, k)
 		if err != nil {
-			return nil, nil, fmt.Errorf("redis %s: GET %s: %w", s.conn.where, k, err)
+			return nil, nil, "", fmt.Errorf("redis %s: GET %s: %w", s.conn.where, k, err)
 		}
 		if b == nil {
-			return recs, live, nil
+			return recs, live, version, nil
 		}
 		recs[0], live[0] = b, !ok
-		return recs, live, nil
+		return recs, live, version, nil
 	}
 	pipe := s.conn.client.Pipeline()
 	main := make([]*goredis.StringCmd, len(keys))
@@ -248,7 +352,7 @@ func (s *redisStore) get(ctx context.Context, keys []string, writeback bool) (re
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
-		return nil, nil, fmt.Errorf("redis %s: GET %d keys of %s: %w", s.conn.where, len(keys), s.ns, err)
+		return nil, nil, "", fmt.Errorf("redis %s: GET %d keys of %s: %w", s.conn.where, len(keys), s.ns, err)
 	}
 	for i := range keys {
 		if main[i] != nil {
@@ -263,7 +367,7 @@ func (s *redisStore) get(ctx context.Context, keys []string, writeback bool) (re
 			}
 		}
 	}
-	return recs, live, nil
+	return recs, live, version, nil
 }
 
 // writeBack stores a live result under the live key with ttl.

@@ -143,6 +143,7 @@ func (s *Server) buildNamespaces(specs []*jobs.Spec) error {
 				s.redisConns = append(s.redisConns, conn)
 			}
 			n.redis = &redisStore{ns: r.Namespace, inPlace: r.Publish == "in_place", conn: conn}
+			n.redis.onLost = s.reportLost(n.name)
 			n.writebackTTL = spec.Serving.WritebackTTL.Duration
 		}
 		if prev, dup := s.ns[n.name]; dup {
@@ -193,6 +194,23 @@ func (s *Server) loadLive(n *namespace, file string) error {
 	}
 	n.live.Store(s.newLive(n, l, m))
 	return nil
+}
+
+// reportLost says, once per change, that a namespace's published version
+// vanished from Redis (an outage of that store: a log line, the
+// precog_lookup_redis_version_lost gauge, and /readyz) or came back.
+func (s *Server) reportLost(ns string) func(version string, lost bool) {
+	g := s.metrics.versionLost.WithLabelValues(ns)
+	return func(version string, lost bool) {
+		if lost {
+			g.Set(1)
+			s.cfg.Logger.Error("the published version vanished from Redis: its reads are unavailable until the next publish (Redis restarted without its data, or flushed?)",
+				"namespace", ns, "version", version)
+			return
+		}
+		g.Set(0)
+		s.cfg.Logger.Info("a version is published in Redis again", "namespace", ns)
+	}
 }
 
 func (s *Server) startWatcher(ctx context.Context) {
