@@ -15,7 +15,7 @@ TEST_TIMEOUT ?= 30m
 export PRECOG_ORT_LIB ?= $(ORT_LIB)
 export PRECOG_TESTDATA ?= $(CURDIR)/testdata/generated
 
-.PHONY: all build test lint demo bench ort servers testdata fuzz clean
+.PHONY: all build test test-stability lint demo bench ort servers testdata fuzz clean
 
 all: build
 
@@ -46,10 +46,21 @@ testdata:
 ## packages with concurrency run under the race detector; the rest (the CLI's
 ## end-to-end tests drive the real binary) run plain.
 RACE_PKGS := ./runner/... ./sinks/... ./sources/... ./jobs/... ./lookup/...
+## Both halves run even when the first fails, so one failure does not hide another.
 test: ort servers
 	$(GO) vet ./...
-	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v -E '/(runner|sinks|sources|jobs|lookup)(/|$$)')
+	@rc=0; \
+	echo "== race-detector half: $(RACE_PKGS)"; \
+	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS) || rc=1; \
+	echo "== the rest (the CLI's end-to-end tests, deploy, internal)"; \
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v -E '/(runner|sinks|sources|jobs|lookup)(/|$$)') || rc=1; \
+	if [ $$rc -ne 0 ]; then echo "make test: FAILED (see the FAIL lines above)"; fi; \
+	exit $$rc
+
+## test-stability: the whole suite on a fresh clone of HEAD twice, on a quiet machine and with
+## every core kept busy by a CPU hog; prints pass/fail and minutes of each (scripts/test-stability.sh).
+test-stability:
+	@bash scripts/test-stability.sh
 
 ## lint: gofmt, go vet, staticcheck.
 lint:

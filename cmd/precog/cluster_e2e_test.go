@@ -547,7 +547,8 @@ func (c *e2eCluster) attemptsOf(id string) int {
 	return n
 }
 
-// chaosData is the chaos test's dataset: 18000 rows on e2eDate, written
+// chaosData is the chaos test's dataset: 18000 rows on e2eDate in row
+// groups of 500, written
 // into the fixtures on first use.
 var (
 	chaosData = testgen.Dataset{Seed: 11, StringKeys: true, Dates: []string{e2eDate},
@@ -556,9 +557,18 @@ var (
 	chaosDataErr  error
 )
 
-// TestClusterChaosKills: four workers share a run of 40 shards into three
-// sinks while a random one is SIGKILLed every 150–300ms and replaced. The
-// run succeeds and publishes exactly what an uninterrupted run publishes.
+// TestClusterChaosKills: three workers share a run of 72 shards into three
+// sinks while workers are SIGKILLed mid-shard and replaced, at least
+// minKills times before the run ends. The run succeeds and publishes
+// exactly what an uninterrupted run publishes.
+//
+// The faults are driven by progress, not by a clock, so the chaos means the
+// same on a fast machine and on a loaded one: after each shard commit the
+// pool is frozen (SIGSTOP), one worker holding a shard is killed and
+// replaced, and the rest are thawed. While the shards left exceed the kills
+// left (plus the workers, each of which may commit once more before the
+// freeze), each kill waits for a new commit; past that point kills no
+// longer wait for progress, so the run cannot end before the chaos is done.
 func TestClusterChaosKills(t *testing.T) {
 	chaosDataOnce.Do(func() {
 		_, chaosDataErr = testgen.WriteDataset(filepath.Join(fixtures, "data", "chaos"), chaosData)
@@ -566,46 +576,85 @@ func TestClusterChaosKills(t *testing.T) {
 	if chaosDataErr != nil {
 		t.Fatal(chaosDataErr)
 	}
-	// 18000 rows in 40 shards: the run outlasts 30 kills of its workers.
+	// 250 rows a shard (half a row group): 72 shards, room for the kills.
+	const minKills, rowsPerShard, workers = 30, 250, 3
+	shards := int(int64(chaosData.FilesPerDate) * chaosData.RowsPerFile / rowsPerShard)
 	j := e2eAllSinks
-	j.data, j.rowsPerShard = "chaos", 450
+	j.data, j.rowsPerShard = "chaos", rowsPerShard
 	c := newE2ECluster(t, j, testservers.Postgres(t).DSN, testservers.Postgres(t).DSN, testservers.Redis(t))
 	want := c.reference(j)
 	id := c.submit()
+	if n := len(c.shards(id)); n != shards {
+		t.Fatalf("the run has %d shards, want %d", n, shards)
+	}
 	began := time.Now()
-	live := make([]*workerProc, 4)
+	live := make([]*workerProc, workers)
 	for i := range live {
 		live[i] = c.worker()
 	}
-	const minKills, chaosBound = 30, 15 * time.Second
-	kills := 0
-	for time.Since(began) < chaosBound && !c.run(id).State.Terminal() {
-		time.Sleep(time.Duration(150+rand.IntN(150)) * time.Millisecond)
-		// A worker mid-shard when there is one: its work is lost.
-		i := rand.IntN(len(live))
-		for _, k := range rand.Perm(len(live)) {
-			if c.heldBy(id, live[k]) >= 0 {
-				i = k
-				break
-			}
+	kills, lastCommitted := 0, -1
+	// A bound on the whole chaos, not a window sized to a machine: each
+	// step waits on a ledger event, and this only stops a hung test.
+	deadline := time.Now().Add(4 * time.Minute)
+	for kills < minKills && !c.run(id).State.Terminal() {
+		if time.Now().After(deadline) {
+			t.Fatalf("chaos stuck after %d kills: %d of %d shards committed", kills, c.committed(id), shards)
 		}
-		_ = live[i].cmd.Process.Kill()
-		<-live[i].done
+		committed := c.committed(id)
+		paced := shards-committed > (minKills-kills)+len(live)
+		if paced && committed <= lastCommitted {
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		victim, under := c.freezeAndPick(id, live)
+		if victim < 0 {
+			c.thaw(live)
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		_ = live[victim].cmd.Process.Kill()
+		<-live[victim].done
+		live[victim] = c.worker()
+		c.thaw(live)
 		kills++
-		live[i] = c.worker()
+		lastCommitted = under
 	}
 	chaos := time.Since(began)
 	committedAtChaosEnd := c.committed(id)
-	r := c.waitTerminal(id, 90*time.Second)
+	r := c.waitTerminal(id, 3*time.Minute)
 	t.Logf("chaos: %d kills in %s (%d of %d shards committed then); run %s after %s; %d shard attempts",
 		kills, chaos.Round(time.Millisecond), committedAtChaosEnd, len(c.shards(id)), r.State, time.Since(began).Round(time.Millisecond), c.attemptsOf(id))
 	if r.State != jobs.RunSucceeded {
 		t.Fatalf("run %s: %s (%s)", id, r.State, r.Error)
 	}
 	if kills < minKills {
-		t.Errorf("only %d kills before the run ended (want >= %d): the job is too quick for the chaos to matter", kills, minKills)
+		t.Errorf("only %d kills before the run ended (want >= %d): the pacing let the run finish first", kills, minKills)
 	}
 	c.checkOutputs(j, want)
+}
+
+// freezeAndPick SIGSTOPs every live worker, so the ledger cannot move on
+// under the choice, and picks a random one holding a shard of run id (-1
+// when none does; the pool stays frozen either way). It returns the
+// committed count read while frozen.
+func (c *e2eCluster) freezeAndPick(id string, live []*workerProc) (victim, committed int) {
+	for _, w := range live {
+		_ = w.cmd.Process.Signal(syscall.SIGSTOP)
+	}
+	committed = c.committed(id)
+	for _, k := range rand.Perm(len(live)) {
+		if c.heldBy(id, live[k]) >= 0 {
+			return k, committed
+		}
+	}
+	return -1, committed
+}
+
+// thaw SIGCONTs every live worker (a new one ignores it).
+func (c *e2eCluster) thaw(live []*workerProc) {
+	for _, w := range live {
+		_ = w.cmd.Process.Signal(syscall.SIGCONT)
+	}
 }
 
 // sigterm asks a process to drain and returns its exit code and how long

@@ -117,7 +117,16 @@ func TestServeDuringRefresh(t *testing.T) {
 		}
 	}()
 	r := precogEnv(t, dir, env, "run", spec, "--param", "date=2026-11-01")
-	time.Sleep(1500 * time.Millisecond) // past the API's safety-net poll
+	// The poller goes on until it has read the new run (a publish notice
+	// or the API's safety-net poll), bounded.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		mu.Lock()
+		done := pollErr != nil || (len(seen) > 0 && seen[len(seen)-1] != first)
+		mu.Unlock()
+		if done || time.Now().After(deadline) {
+			break
+		}
+	}
 	close(stop)
 	wg.Wait()
 	if r.code != 0 {
