@@ -256,10 +256,14 @@ func (w *Worker) execute(ctx context.Context, id, device string, run jobs.Run, s
 func (w *Worker) failShard(ctx context.Context, id string, or *openRun, run jobs.Run, sh jobs.Shard, err error) {
 	maxAttempts := maxAttemptsOf(or)
 	permanent := retry.Classify(err) == retry.Permanent
-	w.log.Warn("shard failed", "run", run.ID, "shard", sh.Index, "worker", id, "attempt", sh.Attempts, "max_attempts", maxAttempts, "err", err)
 	if ferr := w.led.Fail(ctx, run.ID, sh.Index, id, err.Error(), !permanent, maxAttempts); ferr != nil {
-		return // the lease was lost: another attempt owns the shard now
+		// The lease was lost (another attempt owns the shard, or the run
+		// ended): this attempt's error is a consequence, not a failure of
+		// the shard, and must not read as one.
+		w.log.Info("shard result not recorded", "run", run.ID, "shard", sh.Index, "worker", id, "err", err, "ledger", ferr)
+		return
 	}
+	w.log.Warn("shard failed", "run", run.ID, "shard", sh.Index, "worker", id, "attempt", sh.Attempts, "max_attempts", maxAttempts, "err", err)
 	if permanent || sh.Attempts >= maxAttempts {
 		cause := fmt.Errorf("shard %d failed on worker %s after %d attempt(s): %w", sh.Index, id, sh.Attempts, err)
 		endRun(ctx, w.led, or.snks, or.info, jobs.RunFailed, cause, w.log)
