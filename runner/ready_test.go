@@ -25,7 +25,7 @@ import (
 func TestReadyNeedsClaimPrivileges(t *testing.T) {
 	ctx := context.Background()
 	pg := testservers.Postgres(t)
-	clusterLedgerOn(t, pg.DSN) // the owner migrates the schema
+	clusterLedgerOn(t, pg.DSN)         // the owner migrates the schema
 	role := "precog_ro_" + pg.Database // roles are cluster-wide
 	pg.Exec(t, `CREATE ROLE "`+role+`" LOGIN`)
 	t.Cleanup(func() {
