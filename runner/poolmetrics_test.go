@@ -36,7 +36,7 @@ func TestPoolMetrics(t *testing.T) {
 	w := NewWorker(led, WorkerOptions{Pool: "gpu", Logger: slog.New(slog.DiscardHandler)})
 	pc := w.Metrics()[len(w.Metrics())-1]
 	want := `
-# HELP precog_pool_ledger_up 1 when the last scrape read the pool's load from the ledger, 0 when the ledger did not answer in time.
+# HELP precog_pool_ledger_up 1 when the last scrape read the pool's load from the ledger and the worker can claim from it (its role has the privileges claims need, its last claim did not fail); 0 otherwise: /readyz says why.
 # TYPE precog_pool_ledger_up gauge
 precog_pool_ledger_up{pool="gpu"} 1
 # HELP precog_pool_runs_publishing Runs of the pool in their publish step, read from the ledger at scrape.
@@ -59,7 +59,7 @@ precog_pool_runs_publishing{pool="gpu"} 0
 	}
 	led.Close()
 	down := `
-# HELP precog_pool_ledger_up 1 when the last scrape read the pool's load from the ledger, 0 when the ledger did not answer in time.
+# HELP precog_pool_ledger_up 1 when the last scrape read the pool's load from the ledger and the worker can claim from it (its role has the privileges claims need, its last claim did not fail); 0 otherwise: /readyz says why.
 # TYPE precog_pool_ledger_up gauge
 precog_pool_ledger_up{pool="gpu"} 0
 `

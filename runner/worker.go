@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/precog-ml/precog/internal/retry"
@@ -111,6 +112,9 @@ type Worker struct {
 	opts WorkerOptions
 	log  *slog.Logger
 	runs *runCache
+	// claimErr is the last claim attempt's error (nil: it succeeded or
+	// found nothing to claim), for Ready.
+	claimErr atomic.Pointer[error]
 }
 
 // NewWorker builds a worker over led.
@@ -154,6 +158,7 @@ func (w *Worker) loop(ctx, work context.Context, device string) {
 		began := time.Now()
 		run, sh, err := w.claim(ctx, id)
 		claimSeconds.Observe(time.Since(began).Seconds())
+		w.noteClaim(ctx, err)
 		switch {
 		case w.opts.Run != "" && errors.Is(err, ledger.ErrRunFinished):
 			return

@@ -14,7 +14,6 @@ import (
 
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/ledger/bolt"
-	pgledger "github.com/precog-ml/precog/jobs/ledger/postgres"
 	"github.com/precog-ml/precog/runner"
 )
 
@@ -82,7 +81,7 @@ what, action, reason, run_id, run_state}]).`,
 // goes on (with a warning).
 func openGCLedger(cmd *cobra.Command, g *globals, db string, dryRun bool) (ledger.Ledger, error) {
 	if db != "" {
-		return pgledger.Open(cmd.Context(), db, pgledger.Options{})
+		return openCluster(cmd.Context(), db, cliLedgerOptions(g.log))
 	}
 	path := filepath.Join(g.stateDir, "ledger.db")
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {

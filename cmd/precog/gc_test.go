@@ -160,3 +160,15 @@ func TestGCCommand(t *testing.T) {
 		t.Errorf("the open run's staging dir after gc without a ledger: %v", err)
 	}
 }
+
+// TestGCUnreachableLedger: gc --db with the ledger unreachable exits 75
+// (retry later), as the other cluster commands do, without the URL's
+// password.
+func TestGCUnreachableLedger(t *testing.T) {
+	dir := workdir(t)
+	spec := writeSpec(t, dir, "job.yaml", rankerSpec)
+	r := precog(t, dir, "gc", spec, "--param=date=2026-11-01", "--db", "postgres://u:leak-me@127.0.0.1:1/db?sslmode=disable")
+	if r.code != 75 || strings.Contains(r.stderr+r.stdout, "leak-me") || !strings.Contains(r.stderr, "unreachable") {
+		t.Fatalf("gc with an unreachable ledger: exit %d, want 75 without the password\n%s", r.code, r.stderr)
+	}
+}

@@ -23,11 +23,16 @@ func serveMetrics(ctx context.Context, addr string, log *slog.Logger) (stop func
 	return serveOps(ctx, "--metrics-addr", addr, log, nil, runner.Metrics()...)
 }
 
-// serveOps serves /healthz, /readyz (ready reports readiness; nil: always
-// ready) and /metrics (the Go and process collectors plus extra) on addr
-// for a long-running command (worker, scheduler). flag names the address
-// flag in errors. It returns once the listener is bound.
-func serveOps(ctx context.Context, flag, addr string, log *slog.Logger, ready func() bool, extra ...prometheus.Collector) (stop func(), err error) {
+// readyTimeout bounds a readiness check (a probe's own timeout is
+// usually a few seconds).
+const readyTimeout = 2 * time.Second
+
+// serveOps serves /healthz, /readyz (ready says why the process is not
+// ready, in the 503's body; nil: always ready) and /metrics (the Go and
+// process collectors plus extra) on addr for a long-running command
+// (worker, scheduler). flag names the address flag in errors. It returns
+// once the listener is bound.
+func serveOps(ctx context.Context, flag, addr string, log *slog.Logger, ready func(ctx context.Context) error, extra ...prometheus.Collector) (stop func(), err error) {
 	if addr == "" {
 		return func() {}, nil
 	}
@@ -37,10 +42,15 @@ func serveOps(ctx context.Context, flag, addr string, log *slog.Logger, ready fu
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if ready != nil && !ready() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if ready != nil {
+			rctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+			err := ready(rctx)
+			cancel()
+			if err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
 		}
 		fmt.Fprintln(w, "ok")
 	})

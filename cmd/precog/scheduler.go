@@ -47,7 +47,11 @@ catchup (none, latest, all with max_catchup) and starting_deadline decide what
 a tick does when a run is open or the scheduler was down; every decision is
 logged and recorded as a tick (fired, skipped, missed). SIGHUP, or a change
 in the directory, reloads the specs: a bad one is refused by file and field
-while the others keep firing. --addr serves /healthz, /readyz and /metrics
+(logged once per change) while the others keep firing, and a job whose file
+broke keeps firing with its last good spec, its ticks recording the error; a
+job whose file is deleted is unscheduled. A new job's first tick is the first
+after a scheduler first saw it (recorded in the ledger), so a failover or a
+restart right before that tick does not lose it. --addr serves /healthz, /readyz and /metrics
 (leader, ticks, precog_job_last_success_timestamp_seconds, precog_job_stale).`,
 		Example: `  PRECOG_DATABASE_URL=postgres://… precog scheduler --jobs jobs/ --addr :9090
   precog scheduler --jobs jobs/        # single machine: fires and runs the jobs itself`,

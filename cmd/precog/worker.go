@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -37,7 +39,10 @@ shards of a run whose model file here differs from the one submitted.
 
 SIGTERM (or Ctrl-C) drains: no new shards are claimed, in-flight shards finish
 within --drain-timeout or are released for another worker, and the worker exits 0.
---addr serves /healthz, /readyz and /metrics.`,
+--addr serves /healthz, /readyz and /metrics. /readyz answers 200 only while the
+worker can work: not draining, its ledger role holds the privileges claims
+need (checked without claiming), and its last claim did not fail; the 503's
+body says why. precog_pool_ledger_up follows the same rule.`,
 		Example: `  export PRECOG_DATABASE_URL=postgres://precog@db/precog
   precog worker                                      # pool "default", device cpu
   precog worker --pool gpu --devices cuda:0,cuda:1 --addr :9090`,
@@ -60,16 +65,24 @@ within --drain-timeout or are released for another worker, and the worker exits 
 			}
 			defer led.Close()
 			opts.Logger, opts.StateDir = g.log, g.stateDir
-			var ready atomic.Bool
+			var running atomic.Bool
 			w := runner.NewWorker(led, opts)
-			stop, err := serveOps(cmd.Context(), "--addr", addr, g.log, ready.Load, w.Metrics()...)
+			// Ready means able to work: not draining, and able to claim
+			// (the ledger answers, its role may claim, claims succeed).
+			ready := func(ctx context.Context) error {
+				if !running.Load() || cmd.Context().Err() != nil {
+					return errors.New("not running (starting or draining)")
+				}
+				return w.Ready(ctx)
+			}
+			stop, err := serveOps(cmd.Context(), "--addr", addr, g.log, ready, w.Metrics()...)
 			if err != nil {
 				return err
 			}
 			defer stop()
-			ready.Store(true)
+			running.Store(true)
 			err = w.Run(cmd.Context())
-			ready.Store(false)
+			running.Store(false)
 			g.log.Info("worker stopped")
 			return err
 		},

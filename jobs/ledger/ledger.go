@@ -208,4 +208,10 @@ type Scheduler interface {
 	RecordTick(ctx context.Context, t Tick, run *jobs.Run, shards []jobs.Shard) error
 	// LastTick is the job's latest recorded tick; ErrNotFound when none.
 	LastTick(ctx context.Context, job string) (Tick, error)
+	// FirstSeen records at as the time a scheduler first saw job, unless
+	// a time is recorded already, and returns the recorded time. A job
+	// with no tick yet starts from it, so whichever replica leads, and
+	// however often schedulers restart, a new job's first tick is the
+	// same one.
+	FirstSeen(ctx context.Context, job string, at time.Time) (time.Time, error)
 }

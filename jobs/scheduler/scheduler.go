@@ -7,6 +7,7 @@
 package scheduler
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -66,12 +67,23 @@ type Options struct {
 	OnFired func(ctx context.Context, run jobs.Run)
 }
 
-// SpecSource loads the job specs to schedule; a bad file is returned in
-// errs (named by file and field) while the good ones load.
+// SpecSource reads the job specs to schedule.
 type SpecSource interface {
-	Load(params map[string]string) (specs []*jobs.Spec, errs []error)
-	// LoadOne renders one job's spec with a tick's params.
-	LoadOne(file string, params map[string]string) (*jobs.Spec, error)
+	// Read reads every spec file: one SpecFile per file, a bad one with
+	// its error (named by file and field) while the good ones load. err:
+	// the source itself could not be listed (nothing is known of any file).
+	Read() (files []SpecFile, err error)
+	// Render renders a loaded spec with a tick's params from the bytes it
+	// was loaded from: firing never reads the file again, so a job whose
+	// file broke keeps firing with its last good spec.
+	Render(spec *jobs.Spec, params map[string]string) (*jobs.Spec, error)
+}
+
+// SpecFile is one file of a SpecSource: its spec, or why it did not load.
+type SpecFile struct {
+	File string
+	Spec *jobs.Spec
+	Err  error
 }
 
 func (o Options) withDefaults() Options {
@@ -110,6 +122,11 @@ type Scheduler struct {
 	reload  chan struct{}
 	// staleAt is when the staleness metrics were last refreshed.
 	staleAt time.Time
+	// loadErrs is the error logged for each bad file at the last Load, and
+	// failing the error logged for each job at its last failed pass: an
+	// error is logged when it changes, not at every reload or pass.
+	loadErrs map[string]string
+	failing  map[string]string
 }
 
 // staleEvery spaces the staleness metrics' refreshes.
@@ -119,15 +136,20 @@ const staleEvery = 10 * time.Second
 type job struct {
 	spec  *jobs.Spec
 	sched *schedule.Schedule
-	// since is when this replica first saw the job without any tick in the
-	// ledger: its first tick is the next one after.
-	since time.Time
+	// seenAt is when this replica first loaded the job; since is when a
+	// scheduler first saw it, as recorded in the ledger (zero until read):
+	// a job without any tick starts with the first tick after since.
+	seenAt, since time.Time
+	// reloadErr: the job's file no longer loads; the job keeps firing with
+	// spec, its last good one, and its ticks record why.
+	reloadErr error
 }
 
 // New builds a scheduler; Run starts it.
 func New(opts Options) *Scheduler {
 	opts = opts.withDefaults()
-	return &Scheduler{opts: opts, log: opts.Logger, jobs: map[string]*job{}, reload: make(chan struct{}, 1)}
+	return &Scheduler{opts: opts, log: opts.Logger, jobs: map[string]*job{}, reload: make(chan struct{}, 1),
+		loadErrs: map[string]string{}, failing: map[string]string{}}
 }
 
 // Reload re-reads the specs at the next pass (SIGHUP, a directory change).
@@ -146,46 +168,96 @@ func (s *Scheduler) Leader() bool {
 }
 
 // Load reads the specs: every bad spec is an error naming its file and
-// field; the others are scheduled. At start the caller refuses to run when
-// any is bad.
+// field; the others are scheduled. A job whose file no longer loads keeps
+// firing with its last good spec (its ticks record the error); a job whose
+// file is gone, or has no schedule any more, is unscheduled. Each file's
+// error is logged when it changes, not at every reload. At start the
+// caller refuses to run when any spec is bad.
 func (s *Scheduler) Load() []error {
-	specs, errs := s.opts.Specs.Load(nil)
-	next := map[string]*job{}
-	for _, sp := range specs {
-		if sp.Schedule == "" {
-			continue
+	files, err := s.opts.Specs.Read()
+	if err != nil {
+		// Nothing is known of any file: keep every job as it is.
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.loadErrs[""] != err.Error() {
+			s.log.Error("job specs could not be listed; every job keeps its last good spec", "err", err)
 		}
-		sc, err := schedule.FromSpec(sp)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: schedule: %w", sp.File, err))
-			continue
-		}
-		if prev, ok := next[sp.Name]; ok {
-			errs = append(errs, fmt.Errorf("%s: name: job %s is also defined in %s", sp.File, sp.Name, prev.spec.File))
-			continue
-		}
-		next[sp.Name] = &job{spec: sp, sched: sc}
+		s.loadErrs = map[string]string{"": err.Error()}
+		return []error{err}
 	}
+	now := s.opts.Clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for name, j := range next {
-		if old, ok := s.jobs[name]; ok {
-			j.since = old.since
+	next := map[string]*job{}
+	fileErrs := map[string]error{}
+	var errs []error
+	for _, f := range files {
+		sp, err := f.Spec, f.Err
+		var sc *schedule.Schedule
+		switch {
+		case err != nil:
+		case sp.Schedule == "":
+			continue
+		default:
+			if sc, err = schedule.FromSpec(sp); err != nil {
+				err = fmt.Errorf("%s: schedule: %w", f.File, err)
+			} else if prev, ok := next[sp.Name]; ok {
+				err = fmt.Errorf("%s: name: job %s is also defined in %s", f.File, sp.Name, prev.spec.File)
+			}
 		}
+		if err != nil {
+			errs = append(errs, err)
+			fileErrs[f.File] = err
+			continue
+		}
+		j := &job{spec: sp, sched: sc, seenAt: now}
+		if old, ok := s.jobs[sp.Name]; ok {
+			j.seenAt, j.since = old.seenAt, old.since
+		}
+		if old := s.jobs[sp.Name]; old == nil || old.reloadErr != nil || !bytes.Equal(old.spec.Raw, sp.Raw) || old.spec.File != sp.File {
+			s.log.Info("scheduled", "job", sp.Name, "file", sp.File, "schedule", sp.Schedule, "timezone", sp.Timezone,
+				"next", sc.Next(now).Format(time.RFC3339))
+		}
+		next[sp.Name] = j
 	}
-	// A job whose spec became bad keeps firing with its last good spec.
-	for _, err := range errs {
-		s.log.Error("job spec refused; the others keep firing", "err", err)
-	}
+	// A job whose file became bad keeps firing with its last good spec.
 	for name, old := range s.jobs {
-		if _, ok := next[name]; !ok && len(errs) > 0 {
-			next[name] = old
+		if _, ok := next[name]; ok {
+			continue
+		}
+		if err, bad := fileErrs[old.spec.File]; bad {
+			kept := *old
+			kept.reloadErr = err
+			next[name] = &kept
+			continue
+		}
+		s.log.Info("unscheduled: its spec file is gone or has no schedule", "job", name, "file", old.spec.File)
+	}
+	logged := map[string]string{}
+	for file, err := range fileErrs {
+		logged[file] = err.Error()
+		if s.loadErrs[file] == err.Error() {
+			continue
+		}
+		var keeps []string
+		for name, j := range next {
+			if j.reloadErr != nil && j.spec.File == file {
+				keeps = append(keeps, name)
+			}
+		}
+		if len(keeps) > 0 {
+			s.log.Error("job spec refused; the job keeps firing with its last good spec", "file", file, "jobs", keeps, "err", err)
+		} else {
+			s.log.Error("job spec refused; the others keep firing", "file", file, "err", err)
 		}
 	}
-	s.jobs = next
-	for name, j := range next {
-		s.log.Info("scheduled", "job", name, "schedule", j.spec.Schedule, "timezone", j.spec.Timezone, "next", j.sched.Next(s.opts.Clock.Now()).Format(time.RFC3339))
+	for file := range s.loadErrs {
+		if _, still := logged[file]; !still && file != "" {
+			s.log.Info("job spec loads again", "file", file)
+		}
 	}
+	s.loadErrs = logged
+	s.jobs = next
 	return errs
 }
 
@@ -222,23 +294,46 @@ func (s *Scheduler) pass(ctx context.Context) {
 		s.staleAt = now
 		s.refreshStaleness(ctx)
 	}
-	if !s.lead(ctx) {
-		return
-	}
 	s.mu.Lock()
 	list := make([]*job, 0, len(s.jobs))
 	for _, j := range s.jobs {
 		list = append(list, j)
 	}
 	s.mu.Unlock()
+	// Leader or standby, a replica records when it first saw each job, so
+	// that whichever leads next starts a new job from the same time.
+	for _, j := range list {
+		if j.since.IsZero() {
+			if since, err := s.opts.Ledger.FirstSeen(ctx, j.spec.Name, j.seenAt); err == nil {
+				j.since = since
+			}
+		}
+	}
+	if !s.lead(ctx) {
+		return
+	}
 	for _, j := range list {
 		if !s.stillLeading() {
 			s.log.Warn("stopped firing: the leader lease could not be renewed in time", "holder", s.opts.Holder)
 			return
 		}
-		if err := s.fireDue(ctx, j); err != nil {
-			s.log.Error("schedule pass", "job", j.spec.Name, "err", err)
-		}
+		s.noteFailure(j.spec.Name, s.fireDue(ctx, j))
+	}
+}
+
+// noteFailure logs a job's failed pass when its error changed (a broken
+// job is retried every pass, its error logged once), and its recovery.
+func (s *Scheduler) noteFailure(name string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev, was := s.failing[name]
+	switch {
+	case err == nil && was:
+		delete(s.failing, name)
+		s.log.Info("schedule pass recovered", "job", name)
+	case err != nil && prev != err.Error():
+		s.failing[name] = err.Error()
+		s.log.Error("schedule pass", "job", name, "err", err)
 	}
 }
 
@@ -285,7 +380,11 @@ func (s *Scheduler) fireDue(ctx context.Context, j *job) error {
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		if j.since.IsZero() {
-			j.since = now
+			since, err := s.opts.Ledger.FirstSeen(ctx, j.spec.Name, j.seenAt)
+			if err != nil {
+				return err
+			}
+			j.since = since
 		}
 		last.ScheduledFor = j.since
 	case err != nil:
@@ -297,7 +396,7 @@ func (s *Scheduler) fireDue(ctx context.Context, j *job) error {
 	}
 	for _, t := range d.Missed {
 		s.record(ctx, ledger.Tick{Job: j.spec.Name, ScheduledFor: t, Outcome: ledger.TickMissed,
-			Reason: fmt.Sprintf("later than starting_deadline or beyond catchup %s", j.spec.Catchup)}, nil, nil)
+			Reason: j.reason(fmt.Sprintf("later than starting_deadline or beyond catchup %s", j.spec.Catchup))}, nil, nil)
 	}
 	for _, t := range d.Fire {
 		if err := s.fire(ctx, j, t); err != nil {
@@ -318,7 +417,7 @@ func (s *Scheduler) fire(ctx context.Context, j *job, t time.Time) error {
 		switch j.spec.Concurrency {
 		case "forbid":
 			s.record(ctx, ledger.Tick{Job: name, ScheduledFor: t, Outcome: ledger.TickSkipped,
-				Reason: fmt.Sprintf("concurrency forbid: run %s is still %s", open[0].ID, open[0].State)}, nil, nil)
+				Reason: j.reason(fmt.Sprintf("concurrency forbid: run %s is still %s", open[0].ID, open[0].State))}, nil, nil)
 			return nil
 		case "replace":
 			for _, r := range open {
@@ -330,18 +429,31 @@ func (s *Scheduler) fire(ctx context.Context, j *job, t time.Time) error {
 		}
 	}
 	params := schedule.Params(t, j.sched.Location())
-	spec, err := s.opts.Specs.LoadOne(j.spec.File, params)
+	spec, err := s.opts.Specs.Render(j.spec, params)
 	if err != nil {
-		return err
+		return fmt.Errorf("render the spec of %s: %w", j.spec.File, err)
 	}
 	run, shards, err := s.opts.Plan(ctx, spec)
 	if err != nil {
 		return err
 	}
-	if s.record(ctx, ledger.Tick{Job: name, ScheduledFor: t, Outcome: ledger.TickFired}, &run, shards) && s.opts.OnFired != nil {
+	if s.record(ctx, ledger.Tick{Job: name, ScheduledFor: t, Outcome: ledger.TickFired, Reason: j.reason("")}, &run, shards) && s.opts.OnFired != nil {
 		s.opts.OnFired(ctx, run)
 	}
 	return nil
+}
+
+// reason is a tick's reason, with the reload error of a job that fired
+// with its last good spec.
+func (j *job) reason(base string) string {
+	if j.reloadErr == nil {
+		return base
+	}
+	r := "spec reload failed, the job keeps its last good spec: " + j.reloadErr.Error()
+	if base != "" {
+		r = base + "; " + r
+	}
+	return r
 }
 
 // record stores a tick; it reports whether this replica recorded it (a

@@ -35,16 +35,13 @@ func (c *fakeClock) add(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.
 // specs is a SpecSource of one job parsed from YAML.
 type specs struct{ body string }
 
-func (s specs) Load(params map[string]string) ([]*jobs.Spec, []error) {
-	sp, err := s.LoadOne("job.yaml", map[string]string{"date": "2026-01-01", "scheduled_for": "2026-01-01T00:00:00Z"})
-	if err != nil {
-		return nil, []error{err}
-	}
-	return []*jobs.Spec{sp}, nil
+func (s specs) Read() ([]SpecFile, error) {
+	sp, err := jobs.Parse([]byte(s.body), "", map[string]string{"date": "2026-01-01", "scheduled_for": "2026-01-01T00:00:00Z"}, nil)
+	return []SpecFile{{File: "job.yaml", Spec: sp, Err: err}}, nil
 }
 
-func (s specs) LoadOne(_ string, params map[string]string) (*jobs.Spec, error) {
-	return jobs.Parse([]byte(s.body), "", params, nil)
+func (s specs) Render(sp *jobs.Spec, params map[string]string) (*jobs.Spec, error) {
+	return jobs.Parse(sp.Raw, sp.File, params, nil)
 }
 
 func jobSpec(concurrency, extra string) specs {
@@ -268,6 +265,16 @@ func (p *partitioned) Lead(ctx context.Context, name, holder string, ttl time.Du
 		return false, context.DeadlineExceeded
 	}
 	return p.Ledger.Lead(ctx, name, holder, ttl)
+}
+
+func (p *partitioned) FirstSeen(ctx context.Context, job string, at time.Time) (time.Time, error) {
+	p.mu.Lock()
+	cut := p.cut
+	p.mu.Unlock()
+	if cut {
+		return time.Time{}, context.DeadlineExceeded
+	}
+	return p.Ledger.FirstSeen(ctx, job, at)
 }
 
 func (p *partitioned) RecordTick(ctx context.Context, t ledger.Tick, run *jobs.Run, shards []jobs.Shard) error {

@@ -18,34 +18,52 @@ type Dir struct {
 	Now func() time.Time
 }
 
-// Load implements SpecSource: every spec of the directory, rendered with
-// the params of a tick at now (date, scheduled_for) so that specs whose
-// paths use {{.date}} load.
+// Load is every spec of the directory, rendered with the params of a tick
+// at now (date, scheduled_for) so that specs whose paths use {{.date}}
+// load (or with params, when given); a bad file is an error naming it.
 func (d Dir) Load(params map[string]string) ([]*jobs.Spec, []error) {
-	names, err := d.files()
+	files, err := d.read(params)
 	if err != nil {
 		return nil, []error{err}
 	}
 	var specs []*jobs.Spec
 	var errs []error
+	for _, f := range files {
+		if f.Err != nil {
+			errs = append(errs, f.Err)
+			continue
+		}
+		specs = append(specs, f.Spec)
+	}
+	return specs, errs
+}
+
+// Read implements SpecSource: every spec file of the directory, rendered
+// as Load does.
+func (d Dir) Read() ([]SpecFile, error) { return d.read(nil) }
+
+func (d Dir) read(params map[string]string) ([]SpecFile, error) {
+	names, err := d.files()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SpecFile, 0, len(names))
 	for _, f := range names {
 		p := params
 		if p == nil {
 			p = schedule.Params(d.now(), time.UTC)
 		}
 		spec, err := jobs.Load(f, p)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		specs = append(specs, spec)
+		out = append(out, SpecFile{File: f, Spec: spec, Err: err})
 	}
-	return specs, errs
+	return out, nil
 }
 
-// LoadOne implements SpecSource.
-func (d Dir) LoadOne(file string, params map[string]string) (*jobs.Spec, error) {
-	return jobs.Load(file, params)
+// Render implements SpecSource: the spec is parsed again from the bytes it
+// was loaded from (the file may have changed or gone since), with the
+// environment of this process for its ${VAR}s.
+func (d Dir) Render(spec *jobs.Spec, params map[string]string) (*jobs.Spec, error) {
+	return jobs.Parse(spec.Raw, spec.File, params, os.LookupEnv)
 }
 
 func (d Dir) now() time.Time {

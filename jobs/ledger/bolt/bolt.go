@@ -40,6 +40,7 @@ var (
 	bucketPublish = []byte("publish") // run id → publishLease JSON while a worker holds the publish step
 	bucketTicks   = []byte("ticks")   // job \x00 scheduled time (8 bytes BE ns) → Tick JSON
 	bucketLeaders = []byte("leaders") // lease name → leaderLease JSON
+	bucketSeen    = []byte("seen")    // job → first-seen time (8 bytes BE ns)
 )
 
 // Nested buckets of one run under bucketShards.
@@ -87,7 +88,7 @@ func Open(path string) (*Ledger, error) {
 		return nil, fmt.Errorf("ledger: open %s: %w", path, err)
 	}
 	if err := db.Update(func(tx *bbolt.Tx) error {
-		for _, b := range [][]byte{bucketRuns, bucketCreated, bucketOpen, bucketShards, bucketPublish, bucketTicks, bucketLeaders} {
+		for _, b := range [][]byte{bucketRuns, bucketCreated, bucketOpen, bucketShards, bucketPublish, bucketTicks, bucketLeaders, bucketSeen} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

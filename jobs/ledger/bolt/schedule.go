@@ -145,3 +145,23 @@ func (l *Ledger) LastTick(ctx context.Context, job string) (ledger.Tick, error) 
 	}
 	return t, nil
 }
+
+// FirstSeen implements ledger.Scheduler.
+func (l *Ledger) FirstSeen(ctx context.Context, job string, at time.Time) (time.Time, error) {
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, err
+	}
+	got := at.UTC()
+	err := l.db.Update(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bucketSeen)
+		if v := b.Get([]byte(job)); len(v) == 8 {
+			got = time.Unix(0, int64(binary.BigEndian.Uint64(v))).UTC()
+			return nil
+		}
+		return b.Put([]byte(job), binary.BigEndian.AppendUint64(nil, uint64(got.UnixNano())))
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("ledger: first seen of %s: %w", job, err)
+	}
+	return got, nil
+}

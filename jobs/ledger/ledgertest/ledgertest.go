@@ -48,6 +48,7 @@ func Exercise(t *testing.T, newLedger func(t *testing.T) ledger.Ledger) {
 		{"RejectSample", testRejectSample},
 		{"SchedulerTicks", testSchedulerTicks},
 		{"SchedulerLead", testSchedulerLead},
+		{"SchedulerFirstSeen", testSchedulerFirstSeen},
 		{"SetRunState", testSetRunState},
 		{"NotFound", testNotFound},
 		{"ConcurrentClaims", testConcurrentClaims},
@@ -732,6 +733,48 @@ func testSchedulerTicks(t *testing.T, l ledger.Ledger) {
 	}
 	if last, _ := sch.LastTick(ctx, "recs"); !last.ScheduledFor.Equal(at.Add(4 * time.Hour)) {
 		t.Fatalf("a failed tick was recorded: %+v", last)
+	}
+}
+
+// testSchedulerFirstSeen: the first time recorded for a job is kept: later
+// and concurrent callers (other replicas, a restarted scheduler) all get it
+// back, so they all compute the same first tick; jobs are independent.
+func testSchedulerFirstSeen(t *testing.T, l ledger.Ledger) {
+	sch, ok := l.(ledger.Scheduler)
+	if !ok {
+		t.Skip("the ledger does not implement ledger.Scheduler")
+	}
+	ctx := context.Background()
+	first := time.Date(2026, 11, 1, 2, 55, 30, 123456000, time.UTC)
+	got, err := sch.FirstSeen(ctx, "recs", first)
+	if err != nil || !got.Equal(first) {
+		t.Fatalf("FirstSeen of a new job = %v, %v; want %v", got, err, first)
+	}
+	// Concurrent replicas, each with its own (later) time, all get the first.
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			at := first.Add(time.Duration(i+1) * time.Minute)
+			if got, err := sch.FirstSeen(ctx, "recs", at); err != nil || !got.Equal(first) {
+				errs <- fmt.Errorf("FirstSeen(recs, %v) = %v, %v; want the recorded %v", at, got, err, first)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	// An earlier time does not move it either: the first recorded wins.
+	if got, err := sch.FirstSeen(ctx, "recs", first.Add(-time.Hour)); err != nil || !got.Equal(first) {
+		t.Fatalf("FirstSeen with an earlier time = %v, %v; want %v", got, err, first)
+	}
+	other := first.Add(time.Hour)
+	if got, err := sch.FirstSeen(ctx, "recs-other", other); err != nil || !got.Equal(other) {
+		t.Fatalf("FirstSeen of another job = %v, %v; want %v", got, err, other)
 	}
 }
 

@@ -94,6 +94,15 @@ CREATE TABLE precog_leaders (
 	`
 ALTER TABLE precog_run_shards ADD COLUMN reject_sample jsonb;
 `,
+	// 4: when a scheduler first saw each job: a job with no tick yet
+	// starts from it, so a failover or a restart before the job's first
+	// tick does not lose that tick.
+	`
+CREATE TABLE precog_jobs_seen (
+	job        text PRIMARY KEY,
+	first_seen timestamptz NOT NULL
+);
+`,
 }
 
 // migrateLockKey is the pg_advisory_xact_lock key that serialises schema

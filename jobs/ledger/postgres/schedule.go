@@ -89,3 +89,16 @@ func (l *Ledger) LastTick(ctx context.Context, job string) (ledger.Tick, error) 
 	t.ScheduledFor, t.RecordedAt = t.ScheduledFor.UTC(), t.RecordedAt.UTC()
 	return t, nil
 }
+
+// FirstSeen implements ledger.Scheduler: the first insert wins; the no-op
+// update makes the statement return the recorded row either way.
+func (l *Ledger) FirstSeen(ctx context.Context, job string, at time.Time) (time.Time, error) {
+	var got time.Time
+	err := l.pool.QueryRow(ctx, `INSERT INTO precog_jobs_seen AS s (job, first_seen) VALUES ($1, $2)
+		ON CONFLICT (job) DO UPDATE SET first_seen = s.first_seen
+		RETURNING first_seen`, job, at.UTC()).Scan(&got)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("ledger: first seen of %s: %w", job, err)
+	}
+	return got.UTC(), nil
+}

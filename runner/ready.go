@@ -1,0 +1,46 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/precog-ml/precog/jobs/ledger"
+)
+
+// claimChecker is a ledger that can tell, without claiming or locking
+// anything, whether this process may claim shards (the Postgres ledger:
+// its role's privileges, a read-only session).
+type claimChecker interface {
+	CheckClaim(ctx context.Context) error
+}
+
+// Ready reports whether the worker is able to work, and why not: the
+// ledger answers, its role may claim (privileges included), and the last
+// claim attempt did not fail. A worker whose every claim fails (a role
+// that can only read) is not ready, so that probes, autoscalers and the
+// "no ready worker" alert see it.
+func (w *Worker) Ready(ctx context.Context) error {
+	if c, ok := w.led.(claimChecker); ok {
+		if err := c.CheckClaim(ctx); err != nil {
+			return err
+		}
+	}
+	if p := w.claimErr.Load(); p != nil {
+		return fmt.Errorf("the last claim failed: %w", *p)
+	}
+	return nil
+}
+
+// noteClaim records the outcome of a claim attempt for Ready: an error
+// other than "nothing to claim" makes the worker unready until a claim
+// attempt succeeds again.
+func (w *Worker) noteClaim(ctx context.Context, err error) {
+	if err == nil || errors.Is(err, ledger.ErrNoShard) || errors.Is(err, ledger.ErrRunFinished) {
+		w.claimErr.Store(nil)
+		return
+	}
+	if ctx.Err() == nil {
+		w.claimErr.Store(&err)
+	}
+}
