@@ -83,7 +83,7 @@ fuzz:
 ## BENCH_FLAGS="-big=false" skips the 10M-row peak-RSS run; -rows N, -sections core,sinks,lookup.
 BENCH_FLAGS ?=
 bench: ort servers build
-	$(GO) run ./internal/bench -out bench-results.md -readme README.md $(BENCH_FLAGS)
+	$(GO) run ./cmd/precog-bench -out bench-results.md -readme README.md $(BENCH_FLAGS)
 	@cat bench-results.md
 
 ## demo: fetch, build, start local Redis+Postgres, generate data, run a job, show a lookup.

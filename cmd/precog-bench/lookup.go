@@ -261,17 +261,17 @@ func startCPUProfile(path string) (func(), error) {
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
-// buildLoadgen compiles internal/bench/loadgen into the scratch directory.
+// buildLoadgen compiles cmd/precog-bench/loadgen into the scratch directory.
 func (h *harness) buildLoadgen() (string, error) {
 	root, err := testgen.ModuleRoot()
 	if err != nil {
 		return "", err
 	}
 	out := filepath.Join(h.cfg.work, "loadgen")
-	cmd := exec.Command("go", "build", "-o", out, "./internal/bench/loadgen")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/precog-bench/loadgen")
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./internal/bench/loadgen: %w\n%s", err, b)
+		return "", fmt.Errorf("go build ./cmd/precog-bench/loadgen: %w\n%s", err, b)
 	}
 	return out, nil
 }

@@ -83,7 +83,7 @@ func render(secs []*section, machine string, took time.Duration) string {
 	b.WriteString("# precog benchmarks\n\n")
 	fmt.Fprintf(&b, "Machine: %s. Harness wall time %s.\n\n", machine, took.Round(time.Second))
 	b.WriteString("Every ratio compares precog with the raw limit measured in the same run " +
-		"(`make bench`, `go run ./internal/bench`); absolute numbers move between runs on a shared machine, ratios much less.\n")
+		"(`make bench`, `go run ./cmd/precog-bench`); absolute numbers move between runs on a shared machine, ratios much less.\n")
 	for _, s := range secs {
 		fmt.Fprintf(&b, "\n## %s\n\n", s.Title)
 		if len(s.Rows) > 0 {

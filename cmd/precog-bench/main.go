@@ -7,13 +7,13 @@
 // LISTEN/NOTIFY), because the machines it runs on are shared and noisy:
 // absolute rows/s move by tens of percent between runs, ratios much less.
 //
-//	go run ./internal/bench -out bench-results.md -readme README.md
+//	go run ./cmd/precog-bench -out bench-results.md -readme README.md
 //
 // It generates its datasets on the fly under -work (removed afterwards),
 // starts its own redis-server and postgres (internal/testservers), runs
 // bin/precog as a child process (so that wall time and peak RSS are the
 // command's own) and, for the lookup API, drives the server from a separate
-// load generator process (internal/bench/loadgen).
+// load generator process (cmd/precog-bench/loadgen).
 package main
 
 import (
