@@ -9,9 +9,9 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"unicode"
 	"sync"
 	"time"
+	"unicode"
 )
 
 // Session cookie and lifetime.
