@@ -161,9 +161,12 @@ func loadDetail(ctx context.Context, led ledger.Ledger, id string, now time.Time
 	if err != nil {
 		return runDetail{}, fmt.Errorf("run %s: shards: %w", id, err)
 	}
-	d := runDetail{Row: rowOf(runview.FromAt(run, shards, now), run), Spec: string(run.Spec), SpecFile: run.SpecFile}
+	// The spec as recorded keeps ${…} unexpanded, but a credential may be
+	// written literally: the view never shows one.
+	d := runDetail{Row: rowOf(runview.FromAt(run, shards, now), run), Spec: jobs.RedactSecrets(string(run.Spec)), SpecFile: run.SpecFile}
 	workers := map[string]bool{}
 	for _, sh := range shards {
+		sh.Error = jobs.RedactSecrets(sh.Error)
 		row := shardRow{Shard: sh, Updated: sh.UpdatedAt}
 		d.Shards = append(d.Shards, row)
 		if sh.State == jobs.ShardFailed || sh.Error != "" {
