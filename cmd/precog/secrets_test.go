@@ -29,9 +29,9 @@ func TestScheduleListNeedsNoSinkSecrets(t *testing.T) {
 	}
 }
 
-// startPrecog starts a long-running precog command in dir, its stdout and
+// startPrecogCollecting starts a long-running precog command in dir, its stdout and
 // stderr collected, killed at cleanup.
-func startPrecog(t *testing.T, dir string, args ...string) *syncBuffer {
+func startPrecogCollecting(t *testing.T, dir string, args ...string) *syncBuffer {
 	t.Helper()
 	out := &syncBuffer{}
 	cmd := exec.Command(precogBin, append([]string{"--state-dir", filepath.Join(dir, ".precog")}, args...)...)
@@ -43,8 +43,8 @@ func startPrecog(t *testing.T, dir string, args ...string) *syncBuffer {
 	return out
 }
 
-// waitFor polls cond until it holds, failing the test after limit.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+// waitForSecretsTest polls cond until it holds, failing the test after limit.
+func waitForSecretsTest(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for !cond() {
@@ -89,7 +89,7 @@ func TestServeNeverShowsRedisPassword(t *testing.T) {
 	surfaces["run output"] = run.stdout + run.stderr
 
 	addr := freeAddr(t)
-	serveLog := startPrecog(t, dir, "serve", "--jobs", "jobs", "--addr", addr)
+	serveLog := startPrecogCollecting(t, dir, "serve", "--jobs", "jobs", "--addr", addr)
 	base := "http://" + addr
 	call := func(method, path, body string) (int, string) {
 		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
@@ -111,7 +111,7 @@ func TestServeNeverShowsRedisPassword(t *testing.T) {
 	keyPath := "/v1/predictions/" + ns + "/" + url.PathEscape(key)
 	// serve reaches Redis through the URL with its password (before, it
 	// took the URL for host:port: "too many colons in address").
-	waitFor(t, 60*time.Second, "serve to answer a key from Redis", func() bool {
+	waitForSecretsTest(t, 60*time.Second, "serve to answer a key from Redis", func() bool {
 		code, body := call("GET", keyPath, "")
 		return code == 200 && strings.Contains(body, `"redis"`)
 	})
@@ -130,16 +130,16 @@ func TestServeNeverShowsRedisPassword(t *testing.T) {
 	record("up")
 
 	rd.Stop()
-	waitFor(t, 60*time.Second, "GET to fail with Redis stopped", func() bool {
+	waitForSecretsTest(t, 60*time.Second, "GET to fail with Redis stopped", func() bool {
 		code, _ := call("GET", keyPath, "")
 		return code >= 500
 	})
-	waitFor(t, 60*time.Second, "/readyz to report Redis", func() bool {
+	waitForSecretsTest(t, 60*time.Second, "/readyz to report Redis", func() bool {
 		code, body := call("GET", "/readyz", "")
 		return code != 200 && strings.Contains(body, "redis")
 	})
 	started := time.Now()
-	waitFor(t, 60*time.Second, "go-redis's dial failure through slog", func() bool {
+	waitForSecretsTest(t, 60*time.Second, "go-redis's dial failure through slog", func() bool {
 		call("GET", keyPath, "")
 		return strings.Contains(serveLog.String(), "component=go-redis")
 	})
@@ -152,7 +152,7 @@ func TestServeNeverShowsRedisPassword(t *testing.T) {
 
 	// The dashboard's pages and the CLI's views of the run.
 	dashAddr := freeAddr(t)
-	dashLog := startPrecog(t, dir, "dashboard", "--addr", dashAddr, "--jobs", "jobs")
+	dashLog := startPrecogCollecting(t, dir, "dashboard", "--addr", dashAddr, "--jobs", "jobs")
 	dash := func(path string) string {
 		req, _ := http.NewRequest("GET", "http://"+dashAddr+path, nil)
 		req.Header.Set("Authorization", "Bearer tok")
@@ -171,7 +171,7 @@ func TestServeNeverShowsRedisPassword(t *testing.T) {
 	}
 	runID := m[1]
 	surfaces["runs --json"] = rs.stdout + rs.stderr
-	waitFor(t, 30*time.Second, "the dashboard to show the run", func() bool {
+	waitForSecretsTest(t, 30*time.Second, "the dashboard to show the run", func() bool {
 		return strings.Contains(dash("/runs/"+runID), runID)
 	})
 	for _, p := range []string{"/", "/jobs", "/runs/" + runID, "/runs/" + runID + "?part=live", "/api/runs/" + runID} {
