@@ -17,6 +17,15 @@ func (d *decoder) expand(s, path string, line int) (string, bool) {
 	if !strings.Contains(s, "$") {
 		return s, true
 	}
+	if d.view && storePath(path) {
+		if connField(path) {
+			return s, true // never expanded: a view needs no secret
+		}
+		if out, msg := expandEnv(s, d.env); msg == "" {
+			return out, true
+		}
+		return "", false // unset: the field stays zero
+	}
 	out, msg := expandEnv(s, d.env)
 	if msg != "" {
 		d.failAt(path, line, "%s", msg)
@@ -74,4 +83,30 @@ func quoteShort(s string) string {
 		s = s[:max] + "..."
 	}
 	return strconv.Quote(s)
+}
+
+// storePath reports a field of a store the job connects to (its sinks, a
+// Postgres source, the serving features table): a read-only view of the
+// spec (LoadForView) needs none of them.
+func storePath(path string) bool {
+	for _, p := range []string{"sinks.", "source.postgres", "serving.features"} {
+		if strings.HasPrefix(path, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// connField reports a field that holds how to reach a store, and so may
+// hold its credentials: a DSN, an address, a user or a password.
+func connField(path string) bool {
+	last := path[strings.LastIndexByte(path, '.')+1:]
+	if i := strings.IndexByte(last, '['); i >= 0 {
+		last = last[:i]
+	}
+	switch last {
+	case "dsn", "addr", "addrs", "password", "username", "user", "url":
+		return true
+	}
+	return false
 }

@@ -42,6 +42,8 @@ type SpecError struct {
 }
 
 // Error reads "job.yaml: model.batch_size: must be > 0 (got -5) (line 12)".
+// A message that quotes a value never shows a credential (RedactSecrets):
+// spec errors reach logs and terminals.
 func (e *SpecError) Error() string {
 	var b strings.Builder
 	if e.File != "" {
@@ -52,7 +54,7 @@ func (e *SpecError) Error() string {
 		b.WriteString(e.Field)
 		b.WriteString(": ")
 	}
-	b.WriteString(e.Msg)
+	b.WriteString(RedactSecrets(e.Msg))
 	if e.Line > 0 {
 		fmt.Fprintf(&b, " (line %d)", e.Line)
 	}
@@ -89,6 +91,21 @@ func Problems(err error) []*SpecError {
 // the spec (model.path, source.parquet.path, sinks.parquet.path) become
 // absolute, resolved against the spec file's directory.
 func Load(path string, params map[string]string) (*Spec, error) {
+	return load(path, params, false)
+}
+
+// LoadForView is Load for read-only views of a spec (`schedule list` and
+// `schedule next`, the dashboard's jobs page): they show a job, they never
+// connect to its stores, so they need none of the stores' secrets. The
+// connection fields of its stores (sinks.*, source.postgres, serving.features:
+// dsn, addr, addrs, username, password) keep their ${VAR} text unexpanded,
+// other store fields whose variable is unset stay zero, and problems in
+// store fields are not reported (the run that connects reports them).
+func LoadForView(path string, params map[string]string) (*Spec, error) {
+	return load(path, params, true)
+}
+
+func load(path string, params map[string]string, view bool) (*Spec, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, &SpecError{File: path, Msg: "cannot read job spec: " + pathErrMsg(err), Err: err}
@@ -101,7 +118,7 @@ func Load(path string, params map[string]string) (*Spec, error) {
 	if len(data) > MaxSpecBytes {
 		return nil, &SpecError{File: path, Msg: fmt.Sprintf("job spec is larger than %d bytes; is this really a job spec?", MaxSpecBytes)}
 	}
-	return Parse(data, path, params, os.LookupEnv)
+	return parseSpec(data, path, params, os.LookupEnv, view)
 }
 
 func pathErrMsg(err error) string {
@@ -117,6 +134,10 @@ func pathErrMsg(err error) string {
 // directory);
 // lookupEnv resolves ${VAR} (nil: every variable is unset).
 func Parse(data []byte, file string, params map[string]string, lookupEnv func(string) (string, bool)) (*Spec, error) {
+	return parseSpec(data, file, params, lookupEnv, false)
+}
+
+func parseSpec(data []byte, file string, params map[string]string, lookupEnv func(string) (string, bool), view bool) (*Spec, error) {
 	if lookupEnv == nil {
 		lookupEnv = func(string) (string, bool) { return "", false }
 	}
@@ -127,6 +148,7 @@ func Parse(data []byte, file string, params map[string]string, lookupEnv func(st
 		set:     map[string]bool{},
 		errPath: map[string]bool{},
 		budget:  maxNodes,
+		view:    view,
 	}
 	root, err := d.parseYAML(data)
 	if err != nil {
@@ -248,6 +270,9 @@ type decoder struct {
 	budget  int
 	// templateParams collects the params the templates reference.
 	templateParams map[string]bool
+	// view is a read-only load (LoadForView): store fields need no
+	// environment and their connection fields are never expanded.
+	view bool
 }
 
 var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
@@ -308,6 +333,9 @@ func (d *decoder) fail(path string, format string, args ...any) {
 }
 
 func (d *decoder) failAt(path string, line int, format string, args ...any) {
+	if d.view && storePath(path) {
+		return // a view does not connect: a store field's problem is the run's
+	}
 	d.errPath[path] = true
 	d.errs = append(d.errs, &SpecError{File: d.file, Field: path, Line: line, Msg: fmt.Sprintf(format, args...)})
 }

@@ -109,7 +109,7 @@ func (s *Server) checkRedis(ctx context.Context, c *redisConn) error {
 	if open := c.brk.allow(); open != nil {
 		return open
 	}
-	return errors.New("redis " + c.where + ": PING: " + err.Error())
+	return errors.New("redis " + c.where + ": PING: " + c.redact(err.Error()))
 }
 
 // misconfigured reports an error that a store answered with and that

@@ -2,19 +2,17 @@ package lookup
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/runner/model"
+	sinkredis "github.com/precog-ml/precog/sinks/redis"
 )
 
 // redisStore reads one namespace's records.
@@ -64,6 +62,8 @@ type redisConn struct {
 	// instead of per request; at low load a GET goes out alone at once.
 	gets *model.Batcher[string, []byte]
 	brk  *breaker
+	// redact removes the connection's password from a message.
+	redact func(string) string
 }
 
 // Coalescing limits: keys per MGET, and MGETs in flight at once. One in
@@ -76,50 +76,34 @@ const (
 	coalesceInFlight = 1
 )
 
-func redisConnKey(s *jobs.RedisSinkSpec) string {
-	addrs := s.Addrs
-	if len(addrs) == 0 {
-		addrs = []string{s.Addr}
-	}
-	return fmt.Sprintf("%s|%d|%s|%s|%v", strings.Join(addrs, ","), s.DB, s.Username, s.Password, s.TLS)
-}
-
-// newRedisConn connects lazily. stepTimeout bounds a dial; reads, writes
-// and pool waits are bounded by the caller's context (the store step's
-// timeout when a later step can answer, else the request's), with
-// requestTimeout as the backstop.
-func newRedisConn(s *jobs.RedisSinkSpec, stepTimeout, requestTimeout time.Duration, poolSize int) *redisConn {
-	addrs := s.Addrs
-	if len(addrs) == 0 {
-		addrs = []string{s.Addr}
-	}
-	opts := &goredis.UniversalOptions{
-		Addrs:    addrs,
-		DB:       s.DB,
-		Username: s.Username,
-		Password: s.Password,
-		// A dead Redis must fail within the step timeout so the request
-		// falls through to Postgres instead of waiting; a slow one is cut
-		// by the step's context. A fixed read timeout as short as the step
-		// would also cut the steps that have no fallback, turning hits
-		// into failures whenever the machine is busy.
-		DialTimeout:           stepTimeout,
-		ReadTimeout:           requestTimeout,
-		WriteTimeout:          requestTimeout,
-		PoolTimeout:           requestTimeout,
-		ContextTimeoutEnabled: true,
-		MaxRetries:            -1,
-		// RESP2: the server reads records and pub/sub notices, nothing
-		// RESP3 adds; RESP3 makes every reply pass a push-notification
-		// check (5% of the hit path's CPU in a profile).
-		Protocol:     2,
-		PoolSize:     poolSize,
-		MinIdleConns: min(poolSize, 8),
-	}
-	if s.TLS {
-		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
-	c := &redisConn{client: goredis.NewUniversalClient(opts), where: strings.Join(addrs, ",")}
+// newRedisConn connects lazily, with the Redis sink's own parse of the
+// spec's address (sinkredis.ParseConn: host:port or a redis:// URL with
+// credentials and db, TLS, cluster addrs), so serve reaches the server the
+// sink wrote to and names it, in every label, body and log line, without
+// its password. stepTimeout bounds a dial; reads, writes and pool waits are
+// bounded by the caller's context (the store step's timeout when a later
+// step can answer, else the request's), with requestTimeout as the backstop.
+func newRedisConn(rc sinkredis.Conn, stepTimeout, requestTimeout time.Duration, poolSize int) *redisConn {
+	opts := rc.Options()
+	opts.ClientName = "precog-serve"
+	// A dead Redis must fail within the step timeout so the request falls
+	// through to Postgres instead of waiting; a slow one is cut by the
+	// step's context. A fixed read timeout as short as the step would also
+	// cut the steps that have no fallback, turning hits into failures
+	// whenever the machine is busy.
+	opts.DialTimeout = stepTimeout
+	opts.ReadTimeout = requestTimeout
+	opts.WriteTimeout = requestTimeout
+	opts.PoolTimeout = requestTimeout
+	opts.ContextTimeoutEnabled = true
+	opts.MaxRetries = -1
+	// RESP2: the server reads records and pub/sub notices, nothing RESP3
+	// adds; RESP3 makes every reply pass a push-notification check (5% of
+	// the hit path's CPU in a profile).
+	opts.Protocol = 2
+	opts.PoolSize = poolSize
+	opts.MinIdleConns = min(poolSize, 8)
+	c := &redisConn{client: goredis.NewUniversalClient(opts), where: rc.Where(), redact: rc.Redact}
 	c.gets = model.NewBatcher(coalesceMaxKeys, 0, c.mget,
 		model.WithConcurrency(coalesceInFlight), model.WithQueue(4*coalesceMaxKeys*coalesceInFlight),
 		// An MGET is bounded by the client's read timeout; watching every
@@ -165,6 +149,25 @@ func (c *redisConn) mget(ctx context.Context, keys []string) ([][]byte, error) {
 	return out, nil
 }
 
+// errorf is fmt.Errorf with the connection's password removed from the
+// message (the wrapped errors stay reachable for errors.Is and As).
+func (c *redisConn) errorf(format string, args ...any) error {
+	err := fmt.Errorf(format, args...)
+	if c.redact == nil {
+		return err
+	}
+	return &redactedError{msg: c.redact(err.Error()), err: err}
+}
+
+// redactedError shows a redacted message and wraps the original error.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return errors.Unwrap(e.err) }
+
 // close stops the coalescer (queued GETs still run) and the client.
 func (c *redisConn) close() error {
 	_ = c.gets.Close()
@@ -208,7 +211,7 @@ func (s *redisStore) refresh(ctx context.Context) error {
 		v, err = "", nil
 	}
 	if err != nil {
-		return fmt.Errorf("redis %s: GET %s:current: %w", s.conn.where, s.ns, err)
+		return s.conn.errorf("redis %s: GET %s:current: %w", s.conn.where, s.ns, err)
 	}
 	s.observe(v)
 	return nil
@@ -332,7 +335,7 @@ func (s *redisStore) read(ctx context.Context, keys []string, writeback bool) (r
 		}
 		b, err := s.conn.gets.Do(ctx, k)
 		if err != nil {
-			return nil, nil, "", fmt.Errorf("redis %s: GET %s: %w", s.conn.where, k, err)
+			return nil, nil, "", s.conn.errorf("redis %s: GET %s: %w", s.conn.where, k, err)
 		}
 		if b == nil {
 			return recs, live, version, nil
@@ -352,7 +355,7 @@ func (s *redisStore) read(ctx context.Context, keys []string, writeback bool) (r
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
-		return nil, nil, "", fmt.Errorf("redis %s: GET %d keys of %s: %w", s.conn.where, len(keys), s.ns, err)
+		return nil, nil, "", s.conn.errorf("redis %s: GET %d keys of %s: %w", s.conn.where, len(keys), s.ns, err)
 	}
 	for i := range keys {
 		if main[i] != nil {
@@ -375,7 +378,7 @@ func (s *redisStore) writeBack(ctx context.Context, key string, rec []byte, ttl 
 	version, _ := s.version()
 	k := s.liveKey(version, key)
 	if err := s.conn.client.Set(ctx, k, rec, ttl).Err(); err != nil {
-		return fmt.Errorf("redis %s: SET %s: %w", s.conn.where, k, err)
+		return s.conn.errorf("redis %s: SET %s: %w", s.conn.where, k, err)
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/precog-ml/precog/jobs"
+	sinkredis "github.com/precog-ml/precog/sinks/redis"
 )
 
 // Server serves the lookup API. It is an http.Handler; ListenAndServe runs
@@ -134,11 +135,20 @@ func (s *Server) buildNamespaces(specs []*jobs.Spec) error {
 		n := &namespace{spec: spec, name: spec.Name}
 		if r := spec.Sinks.Redis; r != nil {
 			n.name = r.Namespace
-			ck := redisConnKey(r)
+			rc, err := sinkredis.ParseConn(*r)
+			if err != nil {
+				return fmt.Errorf("lookup: %s: %w", file, err)
+			}
+			ck := rc.Key()
 			conn, ok := redisConns[ck]
 			if !ok {
-				conn = newRedisConn(r, s.cfg.StoreTimeout, s.cfg.RequestTimeout, s.cfg.RedisPoolSize)
-				conn.brk = s.newBreaker("redis", conn.where, func(ctx context.Context) error { return conn.client.Ping(ctx).Err() })
+				conn = newRedisConn(rc, s.cfg.StoreTimeout, s.cfg.RequestTimeout, s.cfg.RedisPoolSize)
+				conn.brk = s.newBreaker("redis", conn.where, func(ctx context.Context) error {
+					if err := conn.client.Ping(ctx).Err(); err != nil {
+						return conn.errorf("PING: %w", err)
+					}
+					return nil
+				})
 				redisConns[ck] = conn
 				s.redisConns = append(s.redisConns, conn)
 			}

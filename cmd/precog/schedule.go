@@ -91,11 +91,12 @@ once, at its first occurrence, except for expressions whose hour field is *
 // (date and scheduled_for, here of the current time): a spec whose
 // templates need others could never run from a schedule.
 func loadScheduledSpec(path string) (*jobs.Spec, error) {
-	var params []string
-	for k, v := range schedule.Params(time.Now(), time.UTC) {
-		params = append(params, k+"="+v)
+	// A view: it needs none of the sinks' secrets (jobs.LoadForView).
+	spec, err := jobs.LoadForView(path, schedule.Params(time.Now(), time.UTC))
+	if err != nil {
+		return nil, invalid(err)
 	}
-	return loadSpecAnyParams(path, params)
+	return spec, nil
 }
 
 // loadSchedule loads a job spec and its schedule; a spec without one is

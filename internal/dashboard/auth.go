@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 )
 
 // Session cookie and lifetime.
@@ -191,12 +192,51 @@ func unauthorized(w http.ResponseWriter) {
 	http.Error(w, "unauthorized: log in at /login or send Authorization: Bearer <token>", http.StatusUnauthorized)
 }
 
-// safeNext keeps a post-login redirect on this site.
+// safeNext keeps a post-login redirect on this site: a path with one
+// leading "/" whose next character is neither "/" nor "\\" (which a browser
+// would read as another host), with no backslash and no control character
+// (a browser drops a tab or newline, so "/\t/evil.example" would become
+// "//evil.example"), either as given or percent-decoded. Anything else is
+// "/".
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") {
-		return "/"
+	for _, form := range nextForms(next) {
+		if !sameOriginPath(form) {
+			return "/"
+		}
 	}
 	return next
+}
+
+// nextForms is next as given and each percent-decoding of it, up to a few
+// rounds: a browser or proxy may decode once more than we did.
+func nextForms(next string) []string {
+	forms := []string{next}
+	for range 3 {
+		dec, err := url.PathUnescape(forms[len(forms)-1])
+		if err != nil {
+			return append(forms, "\\invalid") // undecodable: refused
+		}
+		if dec == forms[len(forms)-1] {
+			break
+		}
+		forms = append(forms, dec)
+	}
+	return forms
+}
+
+func sameOriginPath(p string) bool {
+	if !strings.HasPrefix(p, "/") || strings.ContainsRune(p, '\\') {
+		return false
+	}
+	if len(p) > 1 && p[1] == '/' {
+		return false
+	}
+	for _, r := range p {
+		if unicode.IsControl(r) || unicode.IsSpace(r) {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {

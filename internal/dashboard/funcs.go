@@ -18,6 +18,7 @@ var funcs = template.FuncMap{
 	},
 	"pct":       func(p float64) string { return fmt.Sprintf("%.1f", p) },
 	"rejectCap": func() int { return jobs.RejectSampleCap },
+	"inc":       func(n int) int { return n + 1 },
 }
 
 // timeTag renders a time in UTC inside <time>; the page's script shows it

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,7 +46,7 @@ func (s *Server) jobsPage(w http.ResponseWriter, r *http.Request, v viewer) {
 		s.render(w, http.StatusOK, "jobs", s.page(v, "Jobs", map[string]any{"NoDir": true}))
 		return
 	}
-	specs, loadErrs := scheduler.Dir{Path: s.opts.JobsDir, Now: s.opts.Now}.Load(nil)
+	specs, loadErrs := loadViewSpecs(s.opts.JobsDir, s.opts.Now())
 	s.withLedger(w, r, v, func(led ledger.Ledger) error {
 		now := s.opts.Now()
 		var rows []jobRow
@@ -181,4 +183,29 @@ func orExpr(expr string) string {
 		return ""
 	}
 	return "cron " + expr
+}
+
+// loadViewSpecs loads every spec of dir (*.yaml, *.yml, in name order) for
+// the jobs page with jobs.LoadForView: the page shows schedules, it never
+// connects to a job's stores, so a sink's ${DATABASE_URL} need not be set
+// where the dashboard runs and is never expanded into it.
+func loadViewSpecs(dir string, now time.Time) ([]*jobs.Spec, []error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, []error{fmt.Errorf("--jobs %s: %w", dir, err)}
+	}
+	var specs []*jobs.Spec
+	var errs []error
+	for _, e := range entries { // ReadDir sorts by name
+		if ext := filepath.Ext(e.Name()); e.IsDir() || (ext != ".yaml" && ext != ".yml") {
+			continue
+		}
+		spec, err := jobs.LoadForView(filepath.Join(dir, e.Name()), schedule.Params(now, time.UTC))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		specs = append(specs, spec)
+	}
+	return specs, errs
 }

@@ -9,6 +9,7 @@ import (
 	"html/template"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -145,6 +146,44 @@ type runDetail struct {
 	Spec     string
 	SpecFile string
 	Workers  int
+	// Page is the page of Shards shown: a run of more than ShardPageSize
+	// shards shows one page at a time (the states' counts are in Row).
+	Page Pager
+	// FailedMore counts the failed shards left out of Failed.
+	FailedMore int
+	// BarsShown is how many of the run's shards the timeline draws (the
+	// latest ones) when that is not all of them; 0 when it draws all.
+	BarsShown int
+}
+
+// Bounds of a run page, so that a run of 100,000 shards renders a page of
+// a few hundred kilobytes, refreshed every poll, instead of tens of MB.
+const (
+	// ShardPageSize is the shard table's rows per page.
+	ShardPageSize = 500
+	// maxFailedRows is the most failed shards listed with their errors.
+	maxFailedRows = 200
+	// maxBars is the most shards drawn on the timeline (the latest ones).
+	maxBars = 1000
+)
+
+// Pager is one page of a run's shard table.
+type Pager struct {
+	N, Of, Total, From, To int
+	Prev, Next             int // 0: none
+}
+
+func pagerOf(page, total int) Pager {
+	pages := max((total+ShardPageSize-1)/ShardPageSize, 1)
+	page = min(max(page, 1), pages)
+	p := Pager{N: page, Of: pages, Total: total, From: (page - 1) * ShardPageSize, To: min(page*ShardPageSize, total)}
+	if page > 1 {
+		p.Prev = page - 1
+	}
+	if page < pages {
+		p.Next = page + 1
+	}
+	return p
 }
 
 type shardRow struct {
@@ -152,7 +191,7 @@ type shardRow struct {
 	Updated time.Time
 }
 
-func loadDetail(ctx context.Context, led ledger.Ledger, id string, now time.Time) (runDetail, error) {
+func loadDetail(ctx context.Context, led ledger.Ledger, id string, page int, now time.Time) (runDetail, error) {
 	run, err := led.Run(ctx, id)
 	if err != nil {
 		return runDetail{}, fmt.Errorf("run %s: %w", id, err)
@@ -161,13 +200,23 @@ func loadDetail(ctx context.Context, led ledger.Ledger, id string, now time.Time
 	if err != nil {
 		return runDetail{}, fmt.Errorf("run %s: shards: %w", id, err)
 	}
-	d := runDetail{Row: rowOf(runview.FromAt(run, shards, now), run), Spec: string(run.Spec), SpecFile: run.SpecFile}
+	// The spec as recorded keeps ${…} unexpanded, but a credential may be
+	// written literally: the view never shows one.
+	d := runDetail{Row: rowOf(runview.FromAt(run, shards, now), run), Spec: jobs.RedactSecrets(string(run.Spec)), SpecFile: run.SpecFile}
 	workers := map[string]bool{}
-	for _, sh := range shards {
+	d.Page = pagerOf(page, len(shards))
+	for i, sh := range shards {
+		sh.Error = jobs.RedactSecrets(sh.Error)
 		row := shardRow{Shard: sh, Updated: sh.UpdatedAt}
-		d.Shards = append(d.Shards, row)
+		if i >= d.Page.From && i < d.Page.To {
+			d.Shards = append(d.Shards, row)
+		}
 		if sh.State == jobs.ShardFailed || sh.Error != "" {
-			d.Failed = append(d.Failed, row)
+			if len(d.Failed) < maxFailedRows {
+				d.Failed = append(d.Failed, row)
+			} else {
+				d.FailedMore++
+			}
 		}
 		if sh.Worker != "" {
 			workers[sh.Worker] = true
@@ -179,7 +228,7 @@ func loadDetail(ctx context.Context, led ledger.Ledger, id string, now time.Time
 			return runDetail{}, fmt.Errorf("run %s: reject sample: %w", id, err)
 		}
 	}
-	d.Timeline = timelineSVG(run, shards, now)
+	d.Timeline, d.BarsShown = timelineSVG(run, shards, now, maxBars)
 	d.Through = throughputSVG(run, shards, now)
 	return d, nil
 }
@@ -187,7 +236,8 @@ func loadDetail(ctx context.Context, led ledger.Ledger, id string, now time.Time
 func (s *Server) runPage(w http.ResponseWriter, r *http.Request, v viewer) {
 	id := r.PathValue("id")
 	s.withLedger(w, r, v, func(led ledger.Ledger) error {
-		d, err := loadDetail(r.Context(), led, id, s.opts.Now())
+		page := pageParam(r)
+		d, err := loadDetail(r.Context(), led, id, page, s.opts.Now())
 		if err != nil {
 			return err
 		}
@@ -196,7 +246,7 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request, v viewer) {
 			return nil
 		}
 		s.render(w, http.StatusOK, "run", s.page(v, "Run "+id, map[string]any{
-			"D": d, "Note": r.URL.Query().Get("note"), "Part": "/runs/" + urlq(id) + "?part=live",
+			"D": d, "Note": r.URL.Query().Get("note"), "Part": "/runs/" + urlq(id) + "?part=live" + pageQuery(d.Page),
 			"CanCancel": s.opts.Actions.Cancel != nil && d.Row.Open,
 			"CanRetry":  s.opts.Actions.Retry != nil && (d.Row.Shards.Failed > 0 || d.Row.State == string(jobs.RunFailed)),
 		}))
@@ -222,7 +272,7 @@ func (s *Server) apiRuns(w http.ResponseWriter, r *http.Request, v viewer) {
 
 func (s *Server) apiRun(w http.ResponseWriter, r *http.Request, v viewer) {
 	s.withLedger(w, r, v, func(led ledger.Ledger) error {
-		d, err := loadDetail(r.Context(), led, r.PathValue("id"), s.opts.Now())
+		d, err := loadDetail(r.Context(), led, r.PathValue("id"), pageParam(r), s.opts.Now())
 		if err != nil {
 			return err
 		}
@@ -231,7 +281,8 @@ func (s *Server) apiRun(w http.ResponseWriter, r *http.Request, v viewer) {
 			shards[i] = sh.Shard
 			shards[i].Plan = nil
 		}
-		writeJSON(w, map[string]any{"run": d.Row.Run, "shards": shards, "reject_sample": runview.StatusOf(d.Row.Run, d.Rejects).RejectSample})
+		writeJSON(w, map[string]any{"run": d.Row.Run, "shards": shards, "reject_sample": runview.StatusOf(d.Row.Run, d.Rejects).RejectSample,
+			"shards_page": map[string]int{"page": d.Page.N, "pages": d.Page.Of, "size": ShardPageSize, "total": d.Page.Total}})
 		return nil
 	})
 }
@@ -301,4 +352,21 @@ func writeJSON(w http.ResponseWriter, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.Encode(v)
+}
+
+// pageParam is the ?page= of a run page (1 when absent or not a number).
+func pageParam(r *http.Request) int {
+	n, err := strconv.Atoi(r.URL.Query().Get("page"))
+	if err != nil || n < 1 {
+		return 1
+	}
+	return n
+}
+
+// pageQuery keeps the page in the live part's URL ("" on page 1).
+func pageQuery(p Pager) string {
+	if p.N <= 1 {
+		return ""
+	}
+	return "&page=" + strconv.Itoa(p.N)
 }

@@ -68,10 +68,19 @@ func lanes(run jobs.Run, shards []jobs.Shard, now time.Time) (names []string, by
 // timelineSVG draws one lane per worker with a bar per shard, coloured by
 // state and labelled with the shard number (the state is in each bar's
 // title and in the shard table, so colour is never the only cue).
-func timelineSVG(run jobs.Run, shards []jobs.Shard, now time.Time) template.HTML {
+//
+// At most limit bars are drawn, the latest ones (shown reports how many
+// when that is not all): a run of 100,000 shards draws its recent work, not
+// 100,000 bars on every refresh. Bars are laid out from every shard first,
+// so the ones drawn start where they really do.
+func timelineSVG(run jobs.Run, shards []jobs.Shard, now time.Time, limit int) (_ template.HTML, shown int) {
 	names, byWorker := lanes(run, shards, now)
 	if len(names) == 0 {
-		return template.HTML(`<p class="muted">No shard has been claimed yet.</p>`)
+		return template.HTML(`<p class="muted">No shard has been claimed yet.</p>`), 0
+	}
+	if shown = keepLatest(byWorker, limit); shown > 0 {
+		// Lanes whose bars all fell out are left out too.
+		names = slices.DeleteFunc(names, func(n string) bool { return len(byWorker[n]) == 0 })
 	}
 	end := now
 	if run.State.Terminal() {
@@ -111,7 +120,45 @@ func timelineSVG(run jobs.Run, shards []jobs.Shard, now time.Time) template.HTML
 		}
 	}
 	b.WriteString(`</svg>`)
-	return template.HTML(b.String())
+	return template.HTML(b.String()), shown
+}
+
+// keepLatest trims byWorker to the limit bars that end last; it returns how
+// many it kept, 0 when all fit.
+func keepLatest(byWorker map[string][]bar, limit int) int {
+	var ends []time.Time
+	for _, bs := range byWorker {
+		for _, b := range bs {
+			ends = append(ends, b.end)
+		}
+	}
+	if len(ends) <= limit {
+		return 0
+	}
+	slices.SortFunc(ends, func(a, b time.Time) int { return b.Compare(a) })
+	cut := ends[limit-1]
+	ties := limit // bars ending at cut that may stay
+	for _, e := range ends[:limit] {
+		if e.After(cut) {
+			ties--
+		}
+	}
+	kept := 0
+	for w, bs := range byWorker {
+		bs = slices.DeleteFunc(bs, func(b bar) bool {
+			if b.end.Equal(cut) {
+				if ties == 0 {
+					return true
+				}
+				ties--
+				return false
+			}
+			return b.end.Before(cut)
+		})
+		kept += len(bs)
+		byWorker[w] = bs
+	}
+	return kept
 }
 
 func spec(sh jobs.Shard) string {
@@ -174,11 +221,15 @@ func throughputSVG(run jobs.Run, shards []jobs.Shard, now time.Time) template.HT
 	}
 	y := func(n int64) float64 { return plotY1 - (plotY1-plotY0)*float64(n)/float64(top) }
 	pts := []string{fmt.Sprintf("%.1f,%.1f", x(run.CreatedAt), y(0))}
+	// A step per commit, commits within one tenth of a unit merged: at most
+	// about ten thousand points however many shards the run has.
 	var acc int64
-	for _, sh := range done {
-		px := x(sh.UpdatedAt)
+	for i := 0; i < len(done); {
+		px := x(done[i].UpdatedAt)
 		pts = append(pts, fmt.Sprintf("%.1f,%.1f", px, y(acc)))
-		acc += sh.Counts.RowsIn
+		for ; i < len(done) && x(done[i].UpdatedAt)-px < 0.1; i++ {
+			acc += done[i].Counts.RowsIn
+		}
 		pts = append(pts, fmt.Sprintf("%.1f,%.1f", px, y(acc)))
 	}
 	pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(end), y(acc)))

@@ -144,7 +144,7 @@ func (d Detail) writeFailed(w io.Writer) error {
 			fmt.Fprintf(w, "  … %d more\n", len(failed)-limit)
 			break
 		}
-		fmt.Fprintf(w, "  shard %d (%d attempts): %s\n", s.Index, s.Attempts, oneLine(s.Error, 200))
+		fmt.Fprintf(w, "  shard %d (%d attempts): %s\n", s.Index, s.Attempts, oneLine(jobs.RedactSecrets(s.Error), 200))
 	}
 	return nil
 }

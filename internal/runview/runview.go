@@ -92,7 +92,9 @@ func FromAt(r jobs.Run, shards []jobs.Shard, now time.Time) Run {
 	v := Run{ID: r.ID, Job: r.Job, State: publicState(r.State), Version: r.Version, ModelVersion: r.ModelVersion,
 		Pool: pool, Priority: r.Priority,
 		Params: r.Params, RowsDone: r.Counts.RowsIn, RowsOut: r.Counts.RowsOut, Rejected: r.Counts.Rejected,
-		ScheduledFor: r.Params["scheduled_for"], CreatedAt: r.CreatedAt.UTC().Format(time.RFC3339), Error: r.Error}
+		ScheduledFor: r.Params["scheduled_for"], CreatedAt: r.CreatedAt.UTC().Format(time.RFC3339),
+		// An error may quote a spec value (a DSN): never its password.
+		Error: jobs.RedactSecrets(r.Error)}
 	for _, s := range shards {
 		v.RowsTotal += s.EstRows
 		switch s.State {

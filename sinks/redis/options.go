@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +33,7 @@ const (
 
 // config is the defaulted, validated form of jobs.RedisSinkSpec.
 type config struct {
+	conn      Conn
 	addrs     []string
 	namespace string
 	ttl       time.Duration
@@ -51,49 +51,24 @@ type config struct {
 // newConfig applies defaults and validates the spec. Errors name the
 // spec field (sinks.redis.*) and never contain the password.
 func newConfig(spec jobs.RedisSinkSpec) (config, error) {
+	conn, err := ParseConn(spec)
+	if err != nil {
+		return config{}, err
+	}
 	c := config{
+		conn:      conn,
+		addrs:     conn.Addrs,
 		namespace: spec.Namespace,
 		ttl:       spec.TTL.Duration,
 		publish:   spec.Publish,
 		retain:    spec.Retain,
-		username:  spec.Username,
-		password:  spec.Password,
-		db:        spec.DB,
-		tls:       spec.TLS,
+		username:  conn.Username,
+		password:  conn.Password,
+		db:        conn.DB,
+		tls:       conn.TLS,
 		batch:     spec.PipelineBatch,
 		depth:     spec.PipelineDepth,
 		timeout:   spec.Timeout.Duration,
-	}
-	switch {
-	case spec.Addr != "" && len(spec.Addrs) > 0:
-		return c, errors.New("sinks.redis: set addr or addrs, not both")
-	case strings.HasPrefix(spec.Addr, "redis://") || strings.HasPrefix(spec.Addr, "rediss://"):
-		opt, err := goredis.ParseURL(spec.Addr)
-		if err != nil {
-			return c, fmt.Errorf("sinks.redis.addr: %s", redact(err.Error(), spec.Addr, spec.Password, urlPassword(spec.Addr)))
-		}
-		c.addrs = []string{opt.Addr}
-		if c.username == "" {
-			c.username = opt.Username
-		}
-		if c.password == "" {
-			c.password = opt.Password
-		}
-		if c.db == 0 {
-			c.db = opt.DB
-		}
-		c.tls = c.tls || opt.TLSConfig != nil
-	case spec.Addr != "":
-		c.addrs = []string{spec.Addr}
-	case len(spec.Addrs) > 0:
-		c.addrs = append([]string(nil), spec.Addrs...)
-	default:
-		return c, errors.New("sinks.redis.addr: required (host:port, redis:// URL, or addrs for a cluster)")
-	}
-	for i, a := range c.addrs {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			return c, fmt.Errorf("sinks.redis.addrs[%d]: %q is not host:port: %v", i, a, err)
-		}
 	}
 	if err := ValidNamespace(c.namespace); err != nil {
 		return c, fmt.Errorf("sinks.redis.namespace: %w", err)
@@ -135,12 +110,6 @@ func newConfig(spec jobs.RedisSinkSpec) (config, error) {
 	if c.timeout < 0 {
 		return c, fmt.Errorf("sinks.redis.timeout: %s is negative", c.timeout)
 	}
-	if c.db < 0 {
-		return c, fmt.Errorf("sinks.redis.db: %d is negative", c.db)
-	}
-	if len(c.addrs) > 1 && c.db != 0 {
-		return c, fmt.Errorf("sinks.redis.db: Redis Cluster (addrs) has only DB 0, got %d", c.db)
-	}
 	return c, nil
 }
 
@@ -155,29 +124,16 @@ func (c config) where() string { return strings.Join(c.addrs, ",") }
 // retries whole pipelines itself with backoff, so that every retry is
 // visible and bounded.
 func (c config) newClient() goredis.UniversalClient {
-	var tlsConf *tls.Config
-	if c.tls {
-		host, _, _ := net.SplitHostPort(c.addrs[0])
-		tlsConf = &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12}
-	}
-	opt := &goredis.UniversalOptions{
-		Addrs:        c.addrs,
-		ClientName:   "precog-sink",
-		DB:           c.db,
-		Username:     c.username,
-		Password:     c.password,
-		MaxRetries:   -1,
-		DialTimeout:  c.timeout,
-		ReadTimeout:  c.timeout,
-		WriteTimeout: c.timeout,
-		// Caps, not standing connections: enough for several shard
-		// writers of depth pipelines each plus publish and cleanup.
-		PoolSize:         max(c.depth*8, 10*runtime.GOMAXPROCS(0)),
-		PipelinePoolSize: max(c.depth*8, 10*runtime.GOMAXPROCS(0)),
-		TLSConfig:        tlsConf,
-		IsClusterMode:    c.clusterMode(),
-		DisableIdentity:  true,
-	}
+	opt := c.conn.Options()
+	opt.ClientName = "precog-sink"
+	opt.MaxRetries = -1
+	opt.DialTimeout = c.timeout
+	opt.ReadTimeout = c.timeout
+	opt.WriteTimeout = c.timeout
+	// Caps, not standing connections: enough for several shard writers of
+	// depth pipelines each plus publish and cleanup.
+	opt.PoolSize = max(c.depth*8, 10*runtime.GOMAXPROCS(0))
+	opt.PipelinePoolSize = max(c.depth*8, 10*runtime.GOMAXPROCS(0))
 	return goredis.NewUniversalClient(opt)
 }
 
@@ -214,7 +170,7 @@ func (c config) sanitize(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	msg := redact(err.Error(), c.password)
+	msg := c.conn.Redact(err.Error())
 	if isConnErr(err) {
 		return &sinkError{msg: fmt.Sprintf("redis %s unreachable: %s: %s", c.where(), op, msg), unreachable: true, cause: causeOf(err)}
 	}
