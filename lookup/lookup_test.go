@@ -27,6 +27,7 @@ import (
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/lookup/client"
 	"github.com/precog-ml/precog/runner/model"
+	sinkredis "github.com/precog-ml/precog/sinks/redis"
 )
 
 func TestMain(m *testing.M) {
@@ -169,18 +170,21 @@ func (e *env) addFeatures(key string, f []float32) {
 	e.pg.Exec(e.t, `INSERT INTO user_features VALUES (`+strings.Join(ph, ",")+`)`, args...)
 }
 
+// layout is the sink's key layout of the test namespace.
+func (e *env) layout() sinkredis.Layout { return sinkredis.Layout{Namespace: e.ns} }
+
 func (e *env) publishRedis(version string, recs map[string]string) {
 	c := e.redis.Client(e.t)
 	ctx := context.Background()
 	for k, v := range recs {
-		if err := c.Set(ctx, e.ns+":"+version+":"+k, v, 0).Err(); err != nil {
+		if err := c.Set(ctx, e.layout().Record(version, k), v, 0).Err(); err != nil {
 			e.t.Fatal(err)
 		}
 	}
-	if err := c.Set(ctx, e.ns+":current", version, 0).Err(); err != nil {
+	if err := c.Set(ctx, e.layout().Current(), version, 0).Err(); err != nil {
 		e.t.Fatal(err)
 	}
-	if err := c.Publish(ctx, e.ns+":published", version).Err(); err != nil {
+	if err := c.Publish(ctx, e.layout().Channel(), version).Err(); err != nil {
 		e.t.Fatal(err)
 	}
 }

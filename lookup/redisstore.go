@@ -174,18 +174,14 @@ func (c *redisConn) close() error {
 	return c.client.Close()
 }
 
-func (s *redisStore) recordKey(version, key string) string {
-	if s.inPlace {
-		return s.ns + ":" + key
-	}
-	return s.ns + ":" + version + ":" + key
-}
+// recordKey and liveKey name keys by the sink's layout, the one source of
+// truth for what the sink writes and this store reads.
+func (s *redisStore) recordKey(version, key string) string { return s.layout().Record(version, key) }
 
-func (s *redisStore) liveKey(version, key string) string {
-	if version == "" {
-		version = "-"
-	}
-	return s.ns + ":live:" + version + ":" + key
+func (s *redisStore) liveKey(version, key string) string { return s.layout().Live(version, key) }
+
+func (s *redisStore) layout() sinkredis.Layout {
+	return sinkredis.Layout{Namespace: s.ns, InPlace: s.inPlace}
 }
 
 // version is the cached published version; ok is false when none is known
@@ -206,7 +202,7 @@ func (s *redisStore) refresh(ctx context.Context) error {
 	if s.inPlace {
 		return nil
 	}
-	v, err := s.conn.client.Get(ctx, s.ns+":current").Result()
+	v, err := s.conn.client.Get(ctx, s.layout().Current()).Result()
 	if errors.Is(err, goredis.Nil) {
 		v, err = "", nil
 	}
@@ -401,7 +397,7 @@ func (w *versionWatcher) start(ctx context.Context, timeout time.Duration) {
 			if s.inPlace {
 				continue
 			}
-			ch := s.ns + ":published"
+			ch := s.layout().Channel()
 			channels = append(channels, ch)
 			byChannel[ch] = s
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/lookup"
 	"github.com/precog-ml/precog/lookup/client"
+	sinkredis "github.com/precog-ml/precog/sinks/redis"
 )
 
 // counting wraps the real server to count requests and the most in flight
@@ -70,14 +71,14 @@ func publish(t *testing.T, rd *testservers.RedisServer, ns string, n int) {
 	ctx := context.Background()
 	for i := range n {
 		rec := fmt.Sprintf(`{"items":[%d,%d],"model_version":"m1","computed_at":"2026-05-01T04:00:00Z"}`, i, i+1)
-		if err := c.Set(ctx, fmt.Sprintf("%s:run-1:user-%d", ns, i), rec, 0).Err(); err != nil {
+		if err := c.Set(ctx, sinkredis.Layout{Namespace: ns}.Record("run-1", fmt.Sprintf("user-%d", i)), rec, 0).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := c.Set(ctx, ns+":current", "run-1", 0).Err(); err != nil {
+	if err := c.Set(ctx, sinkredis.Layout{Namespace: ns}.Current(), "run-1", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	c.Publish(ctx, ns+":published", "run-1")
+	c.Publish(ctx, sinkredis.Layout{Namespace: ns}.Channel(), "run-1")
 }
 
 type recs struct {
