@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/precog-ml/precog/jobs"
 )
 
 // pgTable reads rows of one Postgres table or view by key: the job's output
@@ -28,7 +30,7 @@ type pgTable struct {
 
 func newPGTable(pool *pgxpool.Pool, schema, table, key string) *pgTable {
 	if schema == "" {
-		schema = "public"
+		schema = jobs.DefaultPostgresSchema
 	}
 	return &pgTable{pool: pool, schema: schema, table: table, key: key, where: schema + "." + table}
 }

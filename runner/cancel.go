@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger/bolt"
@@ -26,7 +25,7 @@ func CancelLocal(ctx context.Context, stateDir, runID string, log *slog.Logger) 
 	if log == nil {
 		log = slog.Default()
 	}
-	led, err := bolt.Open(filepath.Join(stateDir, "ledger.db"))
+	led, err := bolt.OpenIn(stateDir)
 	if err != nil {
 		return jobs.Run{}, err
 	}

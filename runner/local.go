@@ -154,7 +154,7 @@ func RunLocal(ctx context.Context, spec *jobs.Spec, opts LocalOptions) (Result, 
 	defer job.Close()
 	led := opts.Ledger
 	if led == nil {
-		bl, err := bolt.Open(filepath.Join(opts.StateDir, "ledger.db"))
+		bl, err := bolt.OpenIn(opts.StateDir)
 		if err != nil {
 			return Result{}, err
 		}

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -111,7 +110,7 @@ func openLedger(ctx context.Context, g *globals, dbFlag string) (*openedLedger, 
 		}
 		return &openedLedger{Ledger: l, cluster: l, where: "the Postgres ledger"}, nil
 	}
-	l, err := bolt.Open(filepath.Join(g.stateDir, "ledger.db"))
+	l, err := bolt.OpenIn(g.stateDir)
 	if err != nil {
 		return nil, err
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -159,7 +158,7 @@ func localActions(g *globals) dashboard.Actions {
 // opener). Tokens come from PRECOG_API_TOKENS; without any the pages are
 // served without authentication only on a loopback address.
 func serveRunUI(ctx context.Context, g *globals, addr string, lopts *runner.LocalOptions) (stop func(), err error) {
-	led, err := bolt.Open(filepath.Join(g.stateDir, "ledger.db"))
+	led, err := bolt.OpenIn(g.stateDir)
 	if err != nil {
 		return nil, err
 	}

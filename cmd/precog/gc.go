@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -83,7 +82,7 @@ func openGCLedger(cmd *cobra.Command, g *globals, db string, dryRun bool) (ledge
 	if db != "" {
 		return openCluster(cmd.Context(), db, cliLedgerOptions(g.log))
 	}
-	path := filepath.Join(g.stateDir, "ledger.db")
+	path := bolt.PathIn(g.stateDir)
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		if !dryRun {
 			return nil, invalid(fmt.Errorf("no ledger at %s: gc needs the ledger of the job's runs to keep an open run's data; pass the --state-dir (or --db) the runs use", path))

@@ -141,7 +141,7 @@ func scheduleLastRuns(g *globals) (lastRunLookup, func(), error) {
 		}
 		led = l
 	} else {
-		path := filepath.Join(g.stateDir, "ledger.db")
+		path := bolt.PathIn(g.stateDir)
 		if _, err := os.Stat(path); err != nil {
 			return nil, func() {}, nil
 		}

@@ -110,7 +110,7 @@ func openSchedulerLedger(ctx context.Context, g *globals, dsn string) (scheduler
 		}
 		return l, false, func() { l.Close() }, nil
 	}
-	l, err := bolt.Open(filepath.Join(g.stateDir, "ledger.db"))
+	l, err := bolt.OpenIn(g.stateDir)
 	if err != nil {
 		return nil, false, nil, fmt.Errorf("scheduler: %w (one scheduler per state directory)", err)
 	}

@@ -14,7 +14,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"time"
 
 	"github.com/precog-ml/precog/jobs/ledger"
@@ -58,7 +57,7 @@ type BoltDir struct{ StateDir string }
 
 // Ledger implements Source.
 func (b BoltDir) Ledger(context.Context) (ledger.Ledger, func(), error) {
-	l, err := bolt.Open(filepath.Join(b.StateDir, "ledger.db"))
+	l, err := bolt.OpenIn(b.StateDir)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -110,7 +110,7 @@ func New(ctx context.Context, job string, spec jobs.PostgresSinkSpec) (*Sink, er
 		return nil, errors.New("sinks.postgres: empty job name (it owns the tables the sink creates)")
 	}
 	if spec.Schema == "" {
-		spec.Schema = "public"
+		spec.Schema = jobs.DefaultPostgresSchema
 	}
 	switch spec.Mode {
 	case "":

@@ -13,11 +13,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
+	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/sources"
 )
-
-// DefaultBatchSize is used when ReadOptions.BatchSize is zero or negative.
-const DefaultBatchSize = 1024
 
 // minReadRows is the least number of rows decoded per column at a time.
 // Small requested batches are cut as zero-copy slices from reads of this
@@ -45,7 +43,7 @@ func (s *Source) Open(ctx context.Context, plan json.RawMessage, opts sources.Re
 	}
 	batch := opts.BatchSize
 	if batch <= 0 {
-		batch = DefaultBatchSize
+		batch = jobs.DefaultBatchSize // ReadOptions.BatchSize zero or negative
 	}
 
 	fp, err := statFingerprint(sp.File)

@@ -20,11 +20,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/sources"
 )
-
-// DefaultBatchSize is used when ReadOptions.BatchSize is zero or negative.
-const DefaultBatchSize = 1024
 
 // ctxCheckRows is how often (in rows) Next checks its context while filling
 // a batch; the Open context also interrupts a blocked network read.
@@ -82,7 +80,7 @@ func (s *Source) Open(ctx context.Context, plan json.RawMessage, opts sources.Re
 	}
 	batch := opts.BatchSize
 	if batch <= 0 {
-		batch = DefaultBatchSize
+		batch = jobs.DefaultBatchSize // ReadOptions.BatchSize zero or negative
 	}
 	conn, err := s.connect(ctx)
 	if err != nil {

@@ -67,6 +67,15 @@ type Ledger struct {
 
 var _ ledger.Cluster = (*Ledger)(nil)
 
+// FileName is the embedded ledger's file in a state directory.
+const FileName = "ledger.db"
+
+// PathIn is the embedded ledger's file in stateDir.
+func PathIn(stateDir string) string { return filepath.Join(stateDir, FileName) }
+
+// OpenIn opens the embedded ledger of a state directory (PathIn).
+func OpenIn(stateDir string) (*Ledger, error) { return Open(PathIn(stateDir)) }
+
 // Open opens (creating if needed) the ledger file at path, e.g.
 // ".precog/ledger.db". A second process opening the same file gets an error
 // naming the state directory and, when known, the pid holding it.
