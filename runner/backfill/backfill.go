@@ -331,3 +331,62 @@ func RunLocal(ctx context.Context, led Ledger, b ledger.Backfill, specs map[stri
 	}
 	return results
 }
+
+// Retry gives every value of backfill id whose current run failed or was
+// cancelled a new run (a new attempt of the partition, planned again from
+// the spec its run recorded, with this environment's ${ENV} values), and
+// takes the backfill up again (no longer cancelled). It returns the values
+// retried.
+func Retry(ctx context.Context, led Ledger, id string, lookupEnv func(string) (string, bool), plan PlanFunc) ([]string, error) {
+	if plan == nil {
+		plan = NewPlanner().Plan
+	}
+	b, err := led.Backfill(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var add []BackfillRunSpec
+	for _, d := range b.Dates {
+		r, err := led.Run(ctx, d.Run())
+		if err != nil {
+			return nil, err
+		}
+		if r.State != jobs.RunFailed && r.State != jobs.RunCancelled {
+			continue
+		}
+		spec, err := jobs.Parse(r.Spec, r.SpecFile, r.Params, lookupEnv)
+		if err != nil {
+			return nil, fmt.Errorf("%s=%s: the spec run %s recorded (%s): %w", b.Param, d.Value, r.ID, r.SpecFile, err)
+		}
+		add = append(add, BackfillRunSpec{Value: d.Value, Spec: spec, Priority: r.Priority, File: r.SpecFile})
+	}
+	var runs []ledger.BackfillRun
+	var values []string
+	for _, a := range add {
+		version, plans, err := plan(ctx, a.Spec)
+		if err != nil {
+			return nil, fmt.Errorf("%s=%s: %w", b.Param, a.Value, err)
+		}
+		prio := a.Priority
+		run, shards := clusterctl.NewRun(a.Spec, clusterctl.RunOptions{ModelVersion: version, Plans: plans, SpecFile: a.File, Priority: &prio})
+		runs = append(runs, ledger.BackfillRun{Value: a.Value, Run: run, Shards: shards})
+		values = append(values, a.Value)
+	}
+	if err := led.SetBackfill(ctx, id, b.Parallel, false); err != nil {
+		return nil, err
+	}
+	if len(runs) > 0 {
+		if err := led.AddBackfillRuns(ctx, id, runs); err != nil {
+			return nil, err
+		}
+	}
+	return values, nil
+}
+
+// BackfillRunSpec is a value to give a new run, with the spec to run.
+type BackfillRunSpec struct {
+	Value    string
+	Spec     *jobs.Spec
+	Priority int
+	File     string
+}
