@@ -8,7 +8,8 @@ import (
 )
 
 // renderTemplates fills {{.param}} in the fields where a run parameter is
-// plausible: the source path or query and the Parquet output path. Only
+// plausible: the source path or query, the Parquet output path and the
+// Redis namespace (its charset checked once rendered). Only
 // plain substitutions are allowed (no functions, conditionals or loops), so
 // a template can neither misbehave nor hide which params it needs.
 func (d *decoder) renderTemplates(s *Spec) {
@@ -23,6 +24,13 @@ func (d *decoder) renderTemplates(s *Spec) {
 	}
 	if p := s.Sinks.Parquet; p != nil {
 		p.Path = d.render("sinks.parquet.path", p.Path, s.Params)
+	}
+	if r := s.Sinks.Redis; r != nil && strings.Contains(r.Namespace, "{{") {
+		raw := r.Namespace
+		r.Namespace = d.render("sinks.redis.namespace", raw, s.Params)
+		if r.Namespace != raw && !namespaceRE.MatchString(r.Namespace) {
+			d.fail("sinks.redis.namespace", "%q (rendered from %q) must be 1 to 128 of [A-Za-z0-9_.-]", r.Namespace, raw)
+		}
 	}
 	names := make([]string, 0, len(d.templateParams))
 	for n := range d.templateParams {

@@ -366,7 +366,8 @@ func (d *decoder) validateSinks(s *Spec) {
 				d.fail("sinks.redis.addrs["+strconv.Itoa(i)+"]", "must not be empty")
 			}
 		}
-		if !namespaceRE.MatchString(r.Namespace) {
+		// A templated namespace ({{.date}}) is checked once rendered.
+		if !strings.Contains(r.Namespace, "{{") && !namespaceRE.MatchString(r.Namespace) {
 			d.fail("sinks.redis.namespace", "%q must be 1 to 128 of [A-Za-z0-9_.-]", r.Namespace)
 		}
 		switch r.Publish {

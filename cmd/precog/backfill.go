@@ -15,8 +15,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/precog-ml/precog/internal/runview"
 	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/ledger/bolt"
 	"github.com/precog-ml/precog/runner"
+	"github.com/precog-ml/precog/runner/backfill"
 	parquetsrc "github.com/precog-ml/precog/sources/parquet"
 )
 
@@ -30,6 +34,10 @@ type backfillFlags struct {
 	shardParallel int
 	noProgress    bool
 	force         bool
+	db            string
+	wait          bool
+	dryRun        bool
+	priority      int
 }
 
 func newBackfillCmd(g *globals) *cobra.Command {
@@ -72,6 +80,10 @@ model and resumes the interrupted ones. --force recomputes every value.`,
 	cmd.Flags().IntVar(&f.shardParallel, "shard-parallel", 2, "shards processed at once within each run")
 	cmd.Flags().BoolVar(&f.noProgress, "no-progress", false, "no progress bar, even on a terminal")
 	cmd.Flags().BoolVar(&f.force, "force", false, "recompute values that already succeeded")
+	cmd.Flags().BoolVar(&f.wait, "wait", false, "Postgres ledger: follow the backfill until every value ends; exit 1 if one did not succeed")
+	cmd.Flags().BoolVar(&f.dryRun, "dry-run", false, "list every partition (found or missing, rows and shards from metadata) and estimate the wall time; run nothing")
+	cmd.Flags().IntVar(&f.priority, "priority", 0, "claim priority of the child runs (default: one below the job's priority, below its scheduled refreshes)")
+	addDBFlag(cmd, &f.db)
 	return cmd
 }
 
@@ -88,34 +100,156 @@ func runBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags) e
 			return invalid(fmt.Errorf("--param %s: set by backfill from --from/--to", f.paramName))
 		}
 	}
+	if f.dryRun {
+		return dryRunBackfill(cmd, g, path, f, values)
+	}
 	specs, err := loadRange(path, f.params, f.paramName, values)
 	if err != nil {
 		return invalid(err)
 	}
-	if err := checkRangePublish(specs, f.paramName); err != nil {
+	if err := checkRangePublish(specs, f.paramName, f.parallel); err != nil {
 		return invalid(err)
+	}
+	ctx := cmd.Context()
+	req := backfill.Request{SpecFile: path, Param: f.paramName, From: values[0], To: values[len(values)-1], Step: f.step,
+		Parallel: f.parallel, Force: f.force}
+	if cmd.Flags().Changed("priority") {
+		req.Priority = &f.priority
+	}
+	byValue := map[string]*jobs.Spec{}
+	for i, v := range values {
+		req.Partitions = append(req.Partitions, backfill.Partition{Value: v, Spec: specs[i]})
+		byValue[v] = specs[i]
+	}
+	dsn := databaseURL(f.db)
+	var led backfill.Ledger
+	if dsn != "" {
+		pl, err := openCluster(ctx, dsn, cliLedgerOptions(g.log))
+		if err != nil {
+			return err
+		}
+		led = pl
+	} else {
+		bl, err := bolt.Open(filepath.Join(g.stateDir, "ledger.db"))
+		if err != nil {
+			return err
+		}
+		led = bl
+	}
+	defer led.Close()
+	out, err := backfill.Ensure(ctx, led, req)
+	var open *ledger.OpenRunError
+	if errors.As(err, &open) {
+		return invalid(err)
+	} else if err != nil {
+		return err
+	}
+	b := out.Backfill
+	fmt.Fprintln(cmd.OutOrStdout(), b.ID)
+	g.log.Info("backfill", "id", b.ID, "values", len(values), "new_runs", out.Created, "done_before", out.Skipped, "open", out.Open, "resumed", out.Resumed, "parallel", f.parallel)
+	if dsn != "" {
+		if !f.wait {
+			return nil
+		}
+		return waitBackfill(ctx, led, b.ID, os.Stderr, !f.noProgress, g)
 	}
 	g.runningJob()
 	bar := newProgressBar(os.Stderr, !f.noProgress, g.log)
 	agg := newRangeProgress(f.paramName, values, time.Now())
-	stateDir := func(v string) string {
-		return filepath.Join(g.stateDir, "backfill", specs[0].Name, f.paramName+"="+v)
-	}
 	start := time.Now()
-	results := runRange(cmd.Context(), len(values), f.parallel, func(ctx context.Context, i int) (runner.Result, error) {
-		v := values[i]
-		res, err := runner.RunLocal(ctx, specs[i], runner.LocalOptions{
-			StateDir: stateDir(v), Parallel: f.shardParallel, Logger: g.log, SkipSucceeded: !f.force,
-			OnProgress:    func(p runner.Progress) { bar.update(agg.update(v, p, time.Now())) },
-			ProgressEvery: bar.every(),
-		})
-		if err == nil {
-			bar.update(agg.finish(v, res, time.Now()))
-		}
-		return res, err
+	vr := backfill.RunLocal(ctx, led, b, byValue, backfill.LocalOptions{
+		StateDir: g.stateDir, Parallel: f.parallel, ShardParallel: f.shardParallel, Logger: g.log,
+		OnProgress:    func(v string, p runner.Progress) { bar.update(agg.update(v, p, time.Now())) },
+		ProgressEvery: bar.every(),
 	})
 	bar.finish()
-	return reportRange(cmd.OutOrStdout(), f.paramName, values, results, time.Since(start))
+	results := make([]rangeResult, len(vr))
+	for i, r := range vr {
+		results[i] = rangeResult{res: r.Res, err: r.Err, started: r.Started}
+	}
+	return reportRange(cmd.ErrOrStderr(), f.paramName, values, results, time.Since(start))
+}
+
+// waitBackfill follows a cluster backfill until every value's run ended:
+// one line per change (or a bar on a terminal) with the overall rows and
+// ETA. A value that did not succeed is an error (exit 1).
+func waitBackfill(ctx context.Context, led backfill.Ledger, id string, w *os.File, progress bool, g *globals) error {
+	bar := newProgressBar(w, progress, g.log)
+	defer bar.finish()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		v, _, err := backfill.Status(ctx, led, id, time.Now())
+		if err != nil {
+			return err
+		}
+		bar.update(runner.Progress{RunID: fmt.Sprintf("backfill %s %s", id, v.State), RowsDone: v.RowsDone, RowsTotal: v.RowsTotal,
+			Rejected: v.Rejected, ShardsDone: v.Shards.Committed, ShardsTotal: v.Shards.Pending + v.Shards.Running + v.Shards.Committed + v.Shards.Failed,
+			Elapsed: time.Duration(v.DurationS * float64(time.Second)), Rate: v.RowsPerS, ETA: time.Duration(v.ETAS * float64(time.Second))})
+		if jobs.RunState(v.State).Terminal() {
+			bar.finish()
+			_ = v.Table(w)
+			if v.State != string(jobs.RunSucceeded) {
+				return fmt.Errorf("backfill %s %s: %s", id, v.State, v.Error)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("backfill %s: stopped following (it goes on in the ledger): %w", id, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// dryRunBackfill lists every partition (found or missing, rows and shards
+// from metadata) and estimates the wall time from a short probe of the
+// model on the first found partition's first shard; nothing is recorded.
+func dryRunBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags, values []string) error {
+	ctx := cmd.Context()
+	var parts []backfill.Partition
+	for _, v := range values {
+		spec, err := loadSpecAnyParams(path, append(slices.Clone(f.params), f.paramName+"="+v))
+		if err != nil {
+			return invalid(err)
+		}
+		parts = append(parts, backfill.Partition{Value: v, Spec: spec})
+	}
+	list, plans := backfill.PlanPartitions(ctx, parts)
+	w := cmd.OutOrStdout()
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "%s\tPARTITION\tROWS\tSHARDS\n", strings.ToUpper(f.paramName))
+	var rows int64
+	missing := 0
+	var probeSpec *jobs.Spec
+	for i, p := range list {
+		if !p.Found {
+			missing++
+			fmt.Fprintf(tw, "%s\tMISSING\t-\t-\t%s\n", p.Value, p.Error)
+			continue
+		}
+		rows += p.Rows
+		if probeSpec == nil {
+			probeSpec = parts[i].Spec
+		}
+		fmt.Fprintf(tw, "%s\tfound\t%d\t%d\n", p.Value, p.Rows, p.Shards)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "%d partitions, %d missing, %d rows\n", len(list), missing, rows)
+	if probeSpec == nil {
+		return invalid(fmt.Errorf("%s: every partition is missing: nothing to estimate", path))
+	}
+	rate, sample, err := backfill.Probe(ctx, probeSpec, plans[probeSpec.Params[f.paramName]], 3*time.Second)
+	if err != nil {
+		return err
+	}
+	one := time.Duration(float64(rows) / rate * float64(time.Second))
+	fmt.Fprintf(w, "probe: %d rows at batch size %d, %.0f rows/s (read, encode, infer)\n", sample, probeSpec.Model.BatchSize, rate)
+	fmt.Fprintf(w, "estimate: %s on this machine, %s on %d workers (--parallel %d)\n", runview.Duration(one), runview.Duration(one/time.Duration(f.parallel)), f.parallel, f.parallel)
+	if missing > 0 {
+		g.log.Warn("partitions missing: a backfill of this range is refused until they exist", "missing", missing)
+	}
+	return nil
 }
 
 // maxBackfillValues bounds a range typed by mistake (--to 2062-…).
@@ -206,8 +340,12 @@ func loadRange(path string, params []string, name string, values []string) ([]*j
 }
 
 // checkRangePublish refuses, for more than one value, sinks where each
-// value's publish replaces the previous one's, so only the last would stay.
-func checkRangePublish(specs []*jobs.Spec, name string) error {
+// value's publish replaces the previous one's, so only the last would stay,
+// and, for more than one value at once, values that would write the same
+// keys in place (they would fail at each other's writer lock): planned here,
+// before anything runs. Sinks templated per value (a Parquet path or Redis
+// namespace with the param, a Postgres upsert keyed by it) run in parallel.
+func checkRangePublish(specs []*jobs.Spec, name string, parallel int) error {
 	if len(specs) < 2 {
 		return nil
 	}
@@ -216,8 +354,13 @@ func checkRangePublish(specs []*jobs.Spec, name string) error {
 	if p := s.Sinks.Postgres; p != nil && p.Mode == "replace" {
 		errs = append(errs, fmt.Errorf("sinks.postgres.mode: replace: each %s's run would replace the view %s.%s, leaving only the last one; use mode: upsert (keyed by key and params, every %s kept)", name, p.Schema, p.Table, name))
 	}
-	if r := s.Sinks.Redis; r != nil && r.Publish == "atomic" {
-		errs = append(errs, fmt.Errorf("sinks.redis.publish: atomic: %s:current is one per namespace, so each %s's publish would replace the previous one; use publish: in_place, or one backfill per %s with a namespace per %s (namespace: \"recs-${DATE}\")", r.Namespace, name, name, name))
+	if r := s.Sinks.Redis; r != nil && specs[1].Sinks.Redis.Namespace == r.Namespace {
+		switch {
+		case r.Publish == "atomic":
+			errs = append(errs, fmt.Errorf("sinks.redis.publish: atomic: %s:current is one per namespace, so each %s's publish would replace the previous one; use a namespace per %s (namespace: \"%s-{{.%s}}\"), or publish: in_place", r.Namespace, name, name, r.Namespace, name))
+		case parallel > 1:
+			errs = append(errs, fmt.Errorf("sinks.redis: every %s writes the same keys of namespace %s in place, so --parallel %d would have them fail at each other's writer lock; use a namespace per %s (namespace: \"%s-{{.%s}}\") to run them in parallel, or --parallel 1 to run them in order", name, r.Namespace, parallel, name, r.Namespace, name))
+		}
 	}
 	if p := s.Sinks.Parquet; p != nil && specs[1].Sinks.Parquet.Path == p.Path {
 		errs = append(errs, fmt.Errorf("sinks.parquet.path: %s does not use {{.%s}}, so each %s's output would replace the previous one's", p.Path, name, name))

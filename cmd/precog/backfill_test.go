@@ -104,30 +104,42 @@ func TestCheckRangePublish(t *testing.T) {
 	two := func(extra string) []*jobs.Spec {
 		return []*jobs.Spec{load(extra, "2026-11-01"), load(extra, "2026-11-02")}
 	}
-	if err := checkRangePublish(two(""), "dt"); err != nil {
+	if err := checkRangePublish(two(""), "dt", 2); err != nil {
 		t.Errorf("parquet per dt: %v", err)
 	}
 	for _, tc := range []struct{ extra, want string }{
 		{"  postgres: { dsn: x, table: scores }\n", "sinks.postgres.mode: replace: each dt's run would replace the view public.scores"},
 		{"  redis: { addr: x, namespace: recs }\n", "sinks.redis.publish: atomic: recs:current is one per namespace"},
 	} {
-		err := checkRangePublish(two(tc.extra), "dt")
+		err := checkRangePublish(two(tc.extra), "dt", 1)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.extra, err, tc.want)
 		}
-		if err := checkRangePublish(two(tc.extra)[:1], "dt"); err != nil {
+		if err := checkRangePublish(two(tc.extra)[:1], "dt", 2); err != nil {
 			t.Errorf("one value is fine: %v", err)
 		}
 	}
 	for _, ok := range []string{"  postgres: { dsn: x, table: scores, mode: upsert }\n", "  redis: { addr: x, namespace: recs, publish: in_place }\n"} {
-		if err := checkRangePublish(two(ok), "dt"); err != nil {
+		if err := checkRangePublish(two(ok), "dt", 1); err != nil {
 			t.Errorf("%s: %v", ok, err)
+		}
+	}
+	// Dates writing the same keys in place: refused at --parallel > 1 up
+	// front, naming the alternatives; a namespace per date runs in parallel.
+	inPlace := "  redis: { addr: x, namespace: recs, publish: in_place }\n"
+	if err := checkRangePublish(two(inPlace), "dt", 2); err == nil || !strings.Contains(err.Error(), "--parallel 2 would have them fail") ||
+		!strings.Contains(err.Error(), `namespace: "recs-{{.dt}}"`) || !strings.Contains(err.Error(), "--parallel 1 to run them in order") {
+		t.Errorf("in-place shared namespace at --parallel 2: %v", err)
+	}
+	for _, perDate := range []string{"  redis: { addr: x, namespace: \"recs-{{.dt}}\", publish: in_place }\n", "  redis: { addr: x, namespace: \"recs-{{.dt}}\" }\n"} {
+		if err := checkRangePublish(two(perDate), "dt", 4); err != nil {
+			t.Errorf("%s at --parallel 4: %v", perDate, err)
 		}
 	}
 	same := strings.Replace(backfillSpec, `out/dt={{.dt}}`, "out/all", 1)
 	a, _ := jobs.Parse([]byte(same), "", map[string]string{"dt": "1"}, nil)
 	b, _ := jobs.Parse([]byte(same), "", map[string]string{"dt": "2"}, nil)
-	if err := checkRangePublish([]*jobs.Spec{a, b}, "dt"); err == nil || !strings.Contains(err.Error(), "sinks.parquet.path: out/all does not use {{.dt}}") {
+	if err := checkRangePublish([]*jobs.Spec{a, b}, "dt", 1); err == nil || !strings.Contains(err.Error(), "sinks.parquet.path: out/all does not use {{.dt}}") {
 		t.Errorf("shared parquet path: %v", err)
 	}
 }

@@ -430,7 +430,7 @@ func TestBackfill(t *testing.T) {
 	dir := workdir(t)
 	spec := writeSpec(t, dir, "job.yaml", rankerSpec)
 	r := precog(t, dir, "backfill", spec, "--from", "2026-11-01", "--to", "2026-11-02")
-	if r.code != 0 || strings.Count(r.stdout, "succeeded") != 2 {
+	if r.code != 0 || strings.Count(r.stderr, "succeeded") != 2 || !strings.HasPrefix(r.stdout, "scores-bf-") || strings.Count(r.stdout, "\n") != 1 {
 		t.Fatalf("backfill: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	for di, d := range usersData.Dates {
@@ -440,8 +440,8 @@ func TestBackfill(t *testing.T) {
 		}
 	}
 	again := precog(t, dir, "backfill", spec, "--from", "2026-11-01", "--to", "2026-11-02")
-	if again.code != 0 || strings.Count(again.stdout, "already done") != 2 {
-		t.Fatalf("second backfill should skip both dates: exit %d\n%s", again.code, again.stdout)
+	if again.code != 0 || strings.Count(again.stderr, "already done") != 2 || again.stdout != r.stdout {
+		t.Fatalf("second backfill should resume the same backfill and skip both dates: exit %d\n%s\n%s", again.code, again.stdout, again.stderr)
 	}
 	bad := precog(t, dir, "backfill", spec, "--from", "2026-11-03", "--to", "2026-11-01")
 	if bad.code != 2 || !strings.Contains(bad.stderr, "before --from") {
@@ -455,7 +455,7 @@ func TestBackfill(t *testing.T) {
 	}
 	// Two dates at once, recomputed.
 	par := precog(t, dir, "backfill", spec, "--from", "2026-11-01", "--to", "2026-11-02", "--parallel", "2", "--force")
-	if par.code != 0 || strings.Count(par.stdout, "succeeded") != 2 || strings.Contains(par.stderr, "interrupted") {
+	if par.code != 0 || strings.Count(par.stderr, "succeeded") != 2 || strings.Contains(par.stderr, "interrupted") {
 		t.Fatalf("parallel backfill: exit %d\n%s\n%s", par.code, par.stdout, par.stderr)
 	}
 }

@@ -39,6 +39,7 @@ func loadRun(ctx context.Context, led *openedLedger, id string) (jobs.Run, []job
 func newRunsCmd(g *globals) *cobra.Command {
 	var (
 		job    string
+		bfID   string
 		limit  int
 		asJSON bool
 		db     string
@@ -64,7 +65,12 @@ RUN --json.`,
 				return err
 			}
 			defer led.Close()
-			rs, err := led.Runs(ctx, job, limit)
+			var rs []jobs.Run
+			if bfID != "" {
+				rs, err = backfillRuns(ctx, led, bfID)
+			} else {
+				rs, err = led.Runs(ctx, job, limit)
+			}
 			if err != nil {
 				return err
 			}
@@ -75,7 +81,11 @@ RUN --json.`,
 				if err != nil {
 					return err
 				}
-				runs = append(runs, runview.FromAt(r, shards, now))
+				v, err := withBackfill(ctx, led, runview.FromAt(r, shards, now))
+				if err != nil {
+					return err
+				}
+				runs = append(runs, v)
 			}
 			if asJSON {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(runs)
@@ -83,6 +93,7 @@ RUN --json.`,
 			return runview.Table(cmd.OutOrStdout(), runs)
 		},
 	}
+	cmd.Flags().StringVar(&bfID, "backfill", "", "only this backfill's runs (every value's, retries included)")
 	cmd.Flags().StringVar(&job, "job", "", "only this job's runs")
 	cmd.Flags().IntVarP(&limit, "limit", "n", 20, "at most this many runs (0: all)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for machines")
@@ -121,6 +132,11 @@ prints one object per change.`,
 				return err
 			}
 			defer led.Close()
+			if bl, _, ok, err := openBackfill(ctx, led, args[0]); err != nil {
+				return err
+			} else if ok {
+				return printBackfillStatus(ctx, bl, args[0], cmd.OutOrStdout(), asJSON)
+			}
 			if watch && led.cluster == nil {
 				return invalid(errors.New("--watch follows runs of the Postgres ledger (--db or PRECOG_DATABASE_URL); precog run shows its own progress"))
 			}
@@ -130,7 +146,10 @@ prints one object per change.`,
 			}
 			w := cmd.OutOrStdout()
 			if !watch {
-				v := runview.From(r, shards)
+				v, err := withBackfill(ctx, led, runview.From(r, shards))
+				if err != nil {
+					return err
+				}
 				sample, err := rejectSample(ctx, led, v)
 				if err != nil {
 					return err
@@ -264,6 +283,9 @@ directory: stop that process first (Ctrl-C or SIGTERM drains it).`,
 		Example: "  precog runs\n  precog cancel scores-20261101t040000-ab12\n  precog cancel scores-20261101t040000-ab12 --db postgres://precog@db/precog",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if done, err := cancelIfBackfill(cmd, g, db, args[0], cancelOptions{force: force, drain: drain, out: cmd.OutOrStdout(), log: g.log}); done {
+				return err
+			}
 			if dsn := databaseURL(db); dsn != "" {
 				led, err := openLedger(cmd.Context(), g, db)
 				if err != nil {
@@ -328,6 +350,13 @@ shards are retried, the rest of the run executed and published.`,
 			led, err := openLedger(ctx, g, db)
 			if err != nil {
 				return err
+			}
+			if bl, b, ok, err := openBackfill(ctx, led, args[0]); err != nil {
+				led.Close()
+				return err
+			} else if ok {
+				defer led.Close()
+				return retryBackfill(cmd, g, led, bl, b, parallel)
 			}
 			r, _, err := loadRun(ctx, led, args[0])
 			if err != nil {

@@ -48,6 +48,8 @@ type Run struct {
 	// the run is open); RowsPerS is RowsDone over it.
 	DurationS float64 `json:"duration_s"`
 	RowsPerS  float64 `json:"rows_per_s"`
+	// Backfill is the id of the backfill the run belongs to ("" for none).
+	Backfill string `json:"backfill,omitempty"`
 }
 
 // DefaultRejectSample is how many sampled rejected rows `status` reads.

@@ -87,6 +87,9 @@ func (l *Ledger) ClaimNext(ctx context.Context, pool, worker string, lease time.
 		if err != nil {
 			return err
 		}
+		if cands, err = admitted(tx, cands); err != nil {
+			return err
+		}
 		byAge := slices.Clone(cands)
 		sort.SliceStable(byAge, func(i, j int) bool {
 			if byAge[i].run.Priority != byAge[j].run.Priority {

@@ -27,6 +27,7 @@ var clusterCases = []struct {
 	{"WakeNotices", testWakeNotices},
 	{"ConcurrentClaimNext", testConcurrentClaimNext},
 	{"PoolLoad", testPoolLoad},
+	{"Backfill", testBackfill},
 }
 
 // createIn creates a run of n shards in pool with priority.

@@ -65,8 +65,10 @@ SELECT ` + shardCols + `, false,
 FROM u s JOIN precog_runs r ON r.id = s.run_id`
 
 var (
-	claimRunSQL  = fmt.Sprintf(claimSQL, `r.id = $1`)
-	claimPoolSQL = fmt.Sprintf(claimSQL, `r.pool = $1`)
+	claimRunSQL = fmt.Sprintf(claimSQL, `r.id = $1`)
+	// A backfill's waiting run (not admitted: its backfill has as many
+	// runs in flight as it allows) is not claimable from the pool.
+	claimPoolSQL = fmt.Sprintf(claimSQL, `r.pool = $1 AND NOT EXISTS (SELECT 1 FROM precog_backfill_runs w WHERE w.run_id = r.id AND NOT w.admitted)`)
 )
 
 // speculateSQL leases a straggler to a second worker: a running shard of a

@@ -103,6 +103,81 @@ CREATE TABLE precog_jobs_seen (
 	first_seen timestamptz NOT NULL
 );
 `,
+	// N (backfills): a backfill and its child runs, one per value (a
+	// retried value gets another). A waiting run (admitted false) is not
+	// claimable; precog_backfill_admit admits waiting runs in value order
+	// while fewer than parallel admitted runs are open, called when a
+	// backfill gains runs and, by trigger, when one of its runs ends, so
+	// the bound holds whichever statement ends a run.
+	`
+CREATE TABLE precog_backfills (
+	id         text PRIMARY KEY,
+	job        text NOT NULL,
+	param      text NOT NULL,
+	from_value text NOT NULL,
+	to_value   text NOT NULL,
+	step       text NOT NULL,
+	params_key text NOT NULL DEFAULT '',
+	parallel   integer NOT NULL CHECK (parallel > 0),
+	priority   integer NOT NULL DEFAULT 0,
+	pool       text NOT NULL,
+	cancelled  boolean NOT NULL DEFAULT false,
+	created_at timestamptz NOT NULL,
+	updated_at timestamptz NOT NULL
+);
+CREATE INDEX precog_backfills_job_created ON precog_backfills (job, created_at DESC, id DESC);
+CREATE TABLE precog_backfill_runs (
+	backfill_id text NOT NULL REFERENCES precog_backfills (id) ON DELETE CASCADE,
+	pos         integer NOT NULL,
+	value       text NOT NULL,
+	run_id      text NOT NULL,
+	seq         bigserial,
+	admitted    boolean NOT NULL DEFAULT false,
+	PRIMARY KEY (backfill_id, run_id)
+);
+CREATE INDEX precog_backfill_runs_run ON precog_backfill_runs (run_id);
+CREATE INDEX precog_backfill_runs_waiting ON precog_backfill_runs (run_id) WHERE NOT admitted;
+
+CREATE FUNCTION precog_backfill_admit(bf text) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+	par integer;
+	stopped boolean;
+	bpool text;
+	busy integer;
+BEGIN
+	SELECT b.parallel, b.cancelled, b.pool INTO par, stopped, bpool FROM precog_backfills b WHERE b.id = bf FOR UPDATE;
+	IF NOT FOUND OR stopped THEN
+		RETURN;
+	END IF;
+	SELECT count(*) INTO busy FROM precog_backfill_runs br JOIN precog_runs r ON r.id = br.run_id
+		WHERE br.backfill_id = bf AND br.admitted AND r.state IN ('pending', 'running', 'publishing');
+	IF busy >= par THEN
+		RETURN;
+	END IF;
+	UPDATE precog_backfill_runs u SET admitted = true FROM (
+		SELECT br.run_id FROM precog_backfill_runs br JOIN precog_runs r ON r.id = br.run_id
+		WHERE br.backfill_id = bf AND NOT br.admitted AND r.state IN ('pending', 'running')
+		ORDER BY br.pos, br.seq LIMIT par - busy) w
+	WHERE u.backfill_id = bf AND u.run_id = w.run_id;
+	IF FOUND THEN
+		PERFORM pg_notify('precog_ledger', bpool);
+	END IF;
+END $$;
+
+CREATE FUNCTION precog_backfill_run_ended() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+	bf text;
+BEGIN
+	FOR bf IN SELECT backfill_id FROM precog_backfill_runs WHERE run_id = NEW.id LOOP
+		PERFORM precog_backfill_admit(bf);
+	END LOOP;
+	RETURN NULL;
+END $$;
+
+CREATE TRIGGER precog_backfill_run_ended AFTER UPDATE OF state ON precog_runs
+	FOR EACH ROW WHEN (NEW.state IN ('succeeded', 'failed', 'cancelled') AND OLD.state IS DISTINCT FROM NEW.state)
+	EXECUTE FUNCTION precog_backfill_run_ended();
+`,
 }
 
 // migrateLockKey is the pg_advisory_xact_lock key that serialises schema

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestBackfillLedgerRecord: a local backfill is one record of the state
+// dir's ledger: runs --backfill lists its runs, status ID its per-date
+// table (--json with dates), status RUN --json names the backfill, retry ID
+// finds nothing to retry, and --dry-run lists a missing partition with an
+// estimate.
+func TestBackfillLedgerRecord(t *testing.T) {
+	dir := workdir(t)
+	spec := writeSpec(t, dir, "job.yaml", rankerSpec)
+	r := precog(t, dir, "backfill", spec, "--from", "2026-11-01", "--to", "2026-11-02", "--parallel", "2")
+	if r.code != 0 {
+		t.Fatalf("backfill: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	id := strings.TrimSpace(r.stdout)
+	runs := precog(t, dir, "runs", "--backfill", id, "--json")
+	var list []struct {
+		ID       string `json:"id"`
+		State    string `json:"state"`
+		Backfill string `json:"backfill"`
+	}
+	if err := json.Unmarshal([]byte(runs.stdout), &list); err != nil || len(list) != 2 {
+		t.Fatalf("runs --backfill %s --json: %v\n%s\n%s", id, err, runs.stdout, runs.stderr)
+	}
+	for _, run := range list {
+		if run.State != "succeeded" || run.Backfill != id {
+			t.Errorf("run %+v, want succeeded in backfill %s", run, id)
+		}
+	}
+	st := precog(t, dir, "status", id, "--json")
+	var view struct {
+		ID, State string
+		RowsDone  int64 `json:"rows_done"`
+		Dates     []struct {
+			Value, Run, State string
+			RowsDone          int64 `json:"rows_done"`
+		}
+	}
+	if err := json.Unmarshal([]byte(st.stdout), &view); err != nil || view.ID != id || view.State != "succeeded" || len(view.Dates) != 2 {
+		t.Fatalf("status %s --json: %v\n%s\n%s", id, err, st.stdout, st.stderr)
+	}
+	var sum int64
+	for i, d := range view.Dates {
+		if d.Value != usersData.Dates[i] || d.State != "succeeded" || d.RowsDone == 0 {
+			t.Errorf("date %d: %+v", i, d)
+		}
+		sum += d.RowsDone
+	}
+	if sum != view.RowsDone {
+		t.Errorf("rows_done %d, dates sum to %d", view.RowsDone, sum)
+	}
+	one := precog(t, dir, "status", list[0].ID, "--json")
+	if !strings.Contains(one.stdout, `"backfill":"`+id+`"`) {
+		t.Errorf("status RUN --json lacks the backfill: %s", one.stdout)
+	}
+	table := precog(t, dir, "status", id)
+	if table.code != 0 || !strings.Contains(table.stdout, "VALUE") || !strings.Contains(table.stdout, usersData.Dates[1]) {
+		t.Errorf("status %s: exit %d\n%s%s", id, table.code, table.stdout, table.stderr)
+	}
+	retry := precog(t, dir, "retry", id)
+	if retry.code != 0 || !strings.Contains(retry.stdout, "nothing to retry") {
+		t.Errorf("retry %s: exit %d\n%s%s", id, retry.code, retry.stdout, retry.stderr)
+	}
+	dry := precog(t, dir, "backfill", spec, "--from", "2026-10-31", "--to", "2026-11-02", "--dry-run", "--parallel", "2")
+	if dry.code != 0 || !strings.Contains(dry.stdout, "2026-10-31  MISSING") || !strings.Contains(dry.stdout, "1 missing") ||
+		!strings.Contains(dry.stdout, "estimate: ") || !strings.Contains(dry.stdout, "on 2 workers") {
+		t.Errorf("--dry-run: exit %d\n%s%s", dry.code, dry.stdout, dry.stderr)
+	}
+}
