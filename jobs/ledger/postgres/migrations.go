@@ -103,7 +103,7 @@ CREATE TABLE precog_jobs_seen (
 	first_seen timestamptz NOT NULL
 );
 `,
-	// N (backfills): a backfill and its child runs, one per value (a
+	// 5: a backfill and its child runs, one per value (a
 	// retried value gets another). A waiting run (admitted false) is not
 	// claimable; precog_backfill_admit admits waiting runs in value order
 	// while fewer than parallel admitted runs are open, called when a
