@@ -24,16 +24,13 @@ import (
 // parse as a chain of frames whose sizes all match. Encoding writes one
 // Hadoop frame, the form every reader of the codec accepts.
 //
-// It is registered with arrow-go's codec table (compress.RegisterCodec) in
-// init, so the reader picks it up for every column chunk of codec LZ4.
+// It is registered with arrow-go's codec table (compress.RegisterCodec) by
+// this package's init (codecs.go), so the reader picks it up for every
+// column chunk of codec LZ4.
 type hadoopLZ4Codec struct{}
 
 // hadoopFrameHeader is the size of one Hadoop LZ4 frame header.
 const hadoopFrameHeader = 8
-
-func init() {
-	compress.RegisterCodec(compress.Codecs.Lz4, hadoopLZ4Codec{})
-}
 
 var _ compress.ErrorCodec = hadoopLZ4Codec{}
 
