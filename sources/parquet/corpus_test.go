@@ -145,8 +145,10 @@ func TestParquetTestingCorpus(t *testing.T) {
 			// Whole files, then shards of about a fifth of the file (at
 			// least 3 rows), which start inside row groups and so
 			// exercise seeking.
+			var whole []string
 			for _, rowsPerShard := range []int64{1 << 40, max(3, want.rows/5)} {
-				rows, err := readCorpusFile(path, rowsPerShard)
+				values, err := readCorpusFile(path, rowsPerShard)
+				rows := int64(len(values))
 				if want.err != "" {
 					if err == nil {
 						t.Fatalf("rows per shard %d: read %d rows, want error %q", rowsPerShard, rows, want.err)
@@ -166,6 +168,17 @@ func TestParquetTestingCorpus(t *testing.T) {
 				}
 				if rows != want.rows {
 					t.Fatalf("rows per shard %d: read %d rows, want %d", rowsPerShard, rows, want.rows)
+				}
+				// Shards that start inside a row group read the same
+				// values as whole files.
+				if whole == nil {
+					whole = values
+					continue
+				}
+				for i := range values {
+					if values[i] != whole[i] {
+						t.Fatalf("rows per shard %d: row %d is %s, whole-file read gave %s", rowsPerShard, i, values[i], whole[i])
+					}
 				}
 			}
 		})
@@ -187,9 +200,9 @@ func fileListed(files []string, rel string) bool {
 }
 
 // readCorpusFile reads every row of every column of path through Schema,
-// Plan and Open, and returns the rows read. A panic is an error (and fails
-// the pin, which never expects one).
-func readCorpusFile(path string, rowsPerShard int64) (rows int64, err error) {
+// Plan and Open, and returns each row's values as text. A panic is an error
+// (and fails the pin, which never expects one).
+func readCorpusFile(path string, rowsPerShard int64) (rows []string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("PANIC: %v", r)
@@ -198,15 +211,15 @@ func readCorpusFile(path string, rowsPerShard int64) (rows int64, err error) {
 	ctx := context.Background()
 	s, err := New(path)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	sc, err := s.Schema(ctx)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	plans, err := s.Plan(ctx, rowsPerShard)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	var planned int64
 	for _, p := range plans {
@@ -229,15 +242,74 @@ func readCorpusFile(path string, rowsPerShard int64) (rows int64, err error) {
 				r.Close()
 				return rows, fmt.Errorf("batch has %d columns, schema %d", rec.NumCols(), sc.NumFields())
 			}
-			rows += rec.NumRows()
+			for i := range int(rec.NumRows()) {
+				var b strings.Builder
+				for _, col := range rec.Columns() {
+					b.WriteString(col.ValueStr(i))
+					b.WriteByte('|')
+				}
+				rows = append(rows, b.String())
+			}
 			rec.Release()
 		}
 		if err := r.Close(); err != nil {
 			return rows, err
 		}
 	}
-	if rows != planned {
-		return rows, fmt.Errorf("read %d rows, plan says %d", rows, planned)
+	if int64(len(rows)) != planned {
+		return rows, fmt.Errorf("read %d rows, plan says %d", len(rows), planned)
 	}
 	return rows, nil
+}
+
+// TestIssue25FileValues pins the values of the files issue 25 names (as
+// DuckDB reads them and the corpus README describes them), and the types a
+// model input sees: repeated fields without a LIST annotation are lists,
+// so a repeated number column feeds a `column:` list input.
+func TestIssue25FileValues(t *testing.T) {
+	lz4Rows := []string{"1593604800|abc|42|", "1593604800|def|7.7|", "1593604801|abc|42.125|", "1593604801|def|7.7|"}
+	cases := []struct {
+		file  string
+		rows  []string
+		types map[string]string
+	}{
+		{file: "data/hadoop_lz4_compressed.parquet", rows: lz4Rows},
+		{file: "data/non_hadoop_lz4_compressed.parquet", rows: lz4Rows},
+		{file: "data/unknown-logical-type.parquet", rows: []string{
+			"known string 1|unknown string 1|", "known string 2|unknown string 2|", "known string 3|unknown string 3|"}},
+		{file: "data/repeated_no_annotation.parquet", rows: []string{
+			"1|(null)|", "2|(null)|", `3|{"phone":[]}|`,
+			`4|{"phone":[{"kind":null,"number":5555555555}]}|`,
+			`5|{"phone":[{"kind":"home","number":1111111111}]}|`,
+			`6|{"phone":[{"kind":"home","number":1111111111},{"kind":null,"number":2222222222},{"kind":"mobile","number":3333333333}]}|`},
+			types: map[string]string{"id": "int32", "phoneNumbers": "struct<phone: list<item: struct<number: int64, kind: utf8 nullable>, nullable>>"}},
+		{file: "data/repeated_primitive_no_list.parquet", rows: []string{
+			`[0,1,2,3]|["foo","zero","one","two"]|{"Int32_list_in_group":[0,1,2,3],"String_list_in_group":["foo","zero","one","two"]}|`,
+			`[]|["three"]|{"Int32_list_in_group":[],"String_list_in_group":["three"]}|`,
+			`[4]|["four"]|{"Int32_list_in_group":[4],"String_list_in_group":["four"]}|`,
+			`[5,6,7,8]|["five","six","seven","eight"]|{"Int32_list_in_group":[5,6,7,8],"String_list_in_group":["five","six","seven","eight"]}|`},
+			types: map[string]string{"Int32_list": "list<item: int32, nullable>", "String_list": "list<item: utf8, nullable>"}},
+	}
+	for _, c := range cases {
+		t.Run(c.file, func(t *testing.T) {
+			path := filepath.Join(corpusDir, filepath.FromSlash(c.file))
+			rows, err := readCorpusFile(path, 1<<40)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(rows, "\n") != strings.Join(c.rows, "\n") {
+				t.Fatalf("rows:\n%s\nwant:\n%s", strings.Join(rows, "\n"), strings.Join(c.rows, "\n"))
+			}
+			sc, err := mustNew(t, path).Schema(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, want := range c.types {
+				f, ok := sc.FieldsByName(name)
+				if !ok || f[0].Type.String() != want {
+					t.Errorf("column %s: %v, want %s", name, f, want)
+				}
+			}
+		})
+	}
 }

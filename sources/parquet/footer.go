@@ -1,16 +1,14 @@
 package parquet
 
 import (
-	"bytes"
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/apache/arrow-go/v18/parquet/metadata"
-	"github.com/apache/thrift/lib/go/thrift"
+
+	"github.com/precog-ml/precog/sources/parquet/internal/tcompact"
 )
 
 // This file reads footers whose schema carries a logical type newer than
@@ -37,10 +35,6 @@ var knownLogicalTypes = map[int16]bool{
 	10: true, 11: true, 12: true, 13: true, 14: true, 15: true, 16: true, 17: true, 18: true,
 }
 
-// maxThriftDepth bounds nesting when decoding a footer generically, so a
-// hostile footer cannot exhaust the stack.
-const maxThriftDepth = 64
-
 // maxFooterSize bounds the footer read for the rewrite.
 const maxFooterSize = 256 << 20
 
@@ -55,10 +49,7 @@ func footerWithoutUnknownLogicalTypes(f io.ReaderAt, size int64) (md *metadata.F
 	if err != nil {
 		return nil, nil, err
 	}
-	ctx := context.Background()
-	conf := &thrift.TConfiguration{MaxMessageSize: int32(len(raw)) + 1}
-	in := thrift.NewTCompactProtocolConf(&thrift.TMemoryBuffer{Buffer: bytes.NewBuffer(raw)}, conf)
-	root, err := readStruct(ctx, in, 0)
+	root, err := tcompact.Decode(raw)
 	if err != nil {
 		return nil, nil, fmt.Errorf("decoding footer: %w", err)
 	}
@@ -66,15 +57,11 @@ func footerWithoutUnknownLogicalTypes(f io.ReaderAt, size int64) (md *metadata.F
 	if len(columns) == 0 {
 		return nil, nil, nil
 	}
-	buf := thrift.NewTMemoryBuffer()
-	out := thrift.NewTCompactProtocolConf(buf, conf)
-	if err := writeStruct(ctx, out, root); err != nil {
+	rewritten, err := tcompact.Encode(root)
+	if err != nil {
 		return nil, nil, fmt.Errorf("re-encoding footer: %w", err)
 	}
-	if err := out.Flush(ctx); err != nil {
-		return nil, nil, fmt.Errorf("re-encoding footer: %w", err)
-	}
-	md, err = metadata.NewFileMetaData(buf.Bytes(), nil)
+	md, err = metadata.NewFileMetaData(rewritten, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -108,13 +95,12 @@ func readFooterBytes(f io.ReaderAt, size int64) ([]byte, error) {
 // dropUnknownLogicalTypes removes, in place, the logicalType of every
 // schema element whose union member arrow-go does not know, and returns
 // those elements' dotted paths (the root excluded).
-func dropUnknownLogicalTypes(root tStruct) []string {
-	var elems []any
-	for _, fl := range root {
-		if fl.id == fileMetaDataSchema && fl.typ == thrift.LIST {
-			elems = fl.val.(*tList).vals
-		}
+func dropUnknownLogicalTypes(root tcompact.Struct) []string {
+	l, ok := root.Get(fileMetaDataSchema).(*tcompact.List)
+	if !ok {
+		return nil
 	}
+	elems := l.Values
 	// The schema is a depth-first list; a stack of (path, children left)
 	// recovers each element's path.
 	type frame struct {
@@ -124,20 +110,13 @@ func dropUnknownLogicalTypes(root tStruct) []string {
 	var stack []frame
 	var dropped []string
 	for i, e := range elems {
-		se, ok := e.(tStruct)
+		se, ok := e.(tcompact.Struct)
 		if !ok {
 			return dropped
 		}
-		var name string
-		var children int32
-		for _, fl := range se {
-			switch {
-			case fl.id == schemaElementName && fl.typ == thrift.STRING:
-				name = string(fl.val.([]byte))
-			case fl.id == schemaElementNumChildren && fl.typ == thrift.I32:
-				children = fl.val.(int32)
-			}
-		}
+		nameBytes, _ := se.Get(schemaElementName).([]byte)
+		children, _ := se.Get(schemaElementNumChildren).(int32)
+		name := string(nameBytes)
 		for len(stack) > 0 && stack[len(stack)-1].left == 0 {
 			stack = stack[:len(stack)-1]
 		}
@@ -151,14 +130,9 @@ func dropUnknownLogicalTypes(root tStruct) []string {
 		if i == 0 {
 			path = "" // the root is not part of column paths
 		}
-		for j, fl := range se {
-			if fl.id != schemaElementLogicalType || fl.typ != thrift.STRUCT || knownLogicalType(fl.val.(tStruct)) {
-				continue
-			}
-			se = append(se[:j:j], se[j+1:]...)
-			elems[i] = se
+		if lt, ok := se.Get(schemaElementLogicalType).(tcompact.Struct); ok && !knownLogicalType(lt) {
+			elems[i] = se.Delete(schemaElementLogicalType)
 			dropped = append(dropped, path)
-			break
 		}
 		if children > 0 {
 			stack = append(stack, frame{path: path, left: children})
@@ -167,216 +141,11 @@ func dropUnknownLogicalTypes(root tStruct) []string {
 	return dropped
 }
 
-func knownLogicalType(union tStruct) bool {
+func knownLogicalType(union tcompact.Struct) bool {
 	for _, fl := range union {
-		if knownLogicalTypes[fl.id] {
+		if knownLogicalTypes[fl.ID] {
 			return true
 		}
 	}
 	return false
-}
-
-// tStruct, tList and tMap hold a Thrift value decoded without its IDL:
-// enough to rewrite a footer field and re-encode the rest unchanged.
-type tStruct []tField
-
-type tField struct {
-	id  int16
-	typ thrift.TType
-	val any
-}
-
-type tList struct {
-	elem thrift.TType
-	set  bool
-	vals []any
-}
-
-type tMap struct {
-	key, val   thrift.TType
-	keys, vals []any
-}
-
-func readStruct(ctx context.Context, p thrift.TProtocol, depth int) (tStruct, error) {
-	if depth > maxThriftDepth {
-		return nil, errors.New("nested too deeply")
-	}
-	if _, err := p.ReadStructBegin(ctx); err != nil {
-		return nil, err
-	}
-	var s tStruct
-	for {
-		_, typ, id, err := p.ReadFieldBegin(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if typ == thrift.STOP {
-			break
-		}
-		v, err := readValue(ctx, p, typ, depth+1)
-		if err != nil {
-			return nil, fmt.Errorf("field %d: %w", id, err)
-		}
-		if err := p.ReadFieldEnd(ctx); err != nil {
-			return nil, err
-		}
-		s = append(s, tField{id: id, typ: typ, val: v})
-	}
-	return s, p.ReadStructEnd(ctx)
-}
-
-func readValue(ctx context.Context, p thrift.TProtocol, typ thrift.TType, depth int) (any, error) {
-	switch typ {
-	case thrift.BOOL:
-		return p.ReadBool(ctx)
-	case thrift.BYTE:
-		return p.ReadByte(ctx)
-	case thrift.I16:
-		return p.ReadI16(ctx)
-	case thrift.I32:
-		return p.ReadI32(ctx)
-	case thrift.I64:
-		return p.ReadI64(ctx)
-	case thrift.DOUBLE:
-		return p.ReadDouble(ctx)
-	case thrift.STRING:
-		return p.ReadBinary(ctx)
-	case thrift.STRUCT:
-		return readStruct(ctx, p, depth)
-	case thrift.LIST, thrift.SET:
-		if depth > maxThriftDepth {
-			return nil, errors.New("nested too deeply")
-		}
-		var elem thrift.TType
-		var n int
-		var err error
-		if typ == thrift.LIST {
-			elem, n, err = p.ReadListBegin(ctx)
-		} else {
-			elem, n, err = p.ReadSetBegin(ctx)
-		}
-		if err != nil {
-			return nil, err
-		}
-		l := &tList{elem: elem, set: typ == thrift.SET}
-		for range n {
-			v, err := readValue(ctx, p, elem, depth+1)
-			if err != nil {
-				return nil, err
-			}
-			l.vals = append(l.vals, v)
-		}
-		if typ == thrift.LIST {
-			return l, p.ReadListEnd(ctx)
-		}
-		return l, p.ReadSetEnd(ctx)
-	case thrift.MAP:
-		if depth > maxThriftDepth {
-			return nil, errors.New("nested too deeply")
-		}
-		kt, vt, n, err := p.ReadMapBegin(ctx)
-		if err != nil {
-			return nil, err
-		}
-		m := &tMap{key: kt, val: vt}
-		for range n {
-			k, err := readValue(ctx, p, kt, depth+1)
-			if err != nil {
-				return nil, err
-			}
-			v, err := readValue(ctx, p, vt, depth+1)
-			if err != nil {
-				return nil, err
-			}
-			m.keys, m.vals = append(m.keys, k), append(m.vals, v)
-		}
-		return m, p.ReadMapEnd(ctx)
-	}
-	return nil, fmt.Errorf("unsupported thrift type %d", typ)
-}
-
-func writeStruct(ctx context.Context, p thrift.TProtocol, s tStruct) error {
-	if err := p.WriteStructBegin(ctx, ""); err != nil {
-		return err
-	}
-	for _, fl := range s {
-		if err := p.WriteFieldBegin(ctx, "", fl.typ, fl.id); err != nil {
-			return err
-		}
-		if err := writeValue(ctx, p, fl.typ, fl.val); err != nil {
-			return err
-		}
-		if err := p.WriteFieldEnd(ctx); err != nil {
-			return err
-		}
-	}
-	if err := p.WriteFieldStop(ctx); err != nil {
-		return err
-	}
-	return p.WriteStructEnd(ctx)
-}
-
-func writeValue(ctx context.Context, p thrift.TProtocol, typ thrift.TType, v any) error {
-	switch typ {
-	case thrift.BOOL:
-		return p.WriteBool(ctx, v.(bool))
-	case thrift.BYTE:
-		return p.WriteByte(ctx, v.(int8))
-	case thrift.I16:
-		return p.WriteI16(ctx, v.(int16))
-	case thrift.I32:
-		return p.WriteI32(ctx, v.(int32))
-	case thrift.I64:
-		return p.WriteI64(ctx, v.(int64))
-	case thrift.DOUBLE:
-		return p.WriteDouble(ctx, v.(float64))
-	case thrift.STRING:
-		return p.WriteBinary(ctx, v.([]byte))
-	case thrift.STRUCT:
-		return writeStruct(ctx, p, v.(tStruct))
-	case thrift.LIST, thrift.SET:
-		l := v.(*tList)
-		var err error
-		if l.set {
-			err = p.WriteSetBegin(ctx, l.elem, len(l.vals))
-		} else {
-			err = p.WriteListBegin(ctx, l.elem, len(l.vals))
-		}
-		if err != nil {
-			return err
-		}
-		for _, e := range l.vals {
-			if err := writeValue(ctx, p, l.elem, e); err != nil {
-				return err
-			}
-		}
-		if l.set {
-			return p.WriteSetEnd(ctx)
-		}
-		return p.WriteListEnd(ctx)
-	case thrift.MAP:
-		m := v.(*tMap)
-		if err := p.WriteMapBegin(ctx, m.key, m.val, len(m.keys)); err != nil {
-			return err
-		}
-		for i := range m.keys {
-			if err := writeValue(ctx, p, m.key, m.keys[i]); err != nil {
-				return err
-			}
-			if err := writeValue(ctx, p, m.val, m.vals[i]); err != nil {
-				return err
-			}
-		}
-		return p.WriteMapEnd(ctx)
-	}
-	return fmt.Errorf("unsupported thrift type %d", typ)
-}
-
-// joinColumns lists column paths for a message.
-func joinColumns(cols []string) string {
-	q := make([]string, len(cols))
-	for i, c := range cols {
-		q[i] = fmt.Sprintf("%q", c)
-	}
-	return strings.Join(q, ", ")
 }
