@@ -4,8 +4,17 @@
 // Plans are made from file footers alone: a shard is a run of whole row groups
 // of one file, or a row range of one row group when that group is larger than
 // the shard size. Shards are read with arrow-go's pqarrow reader, which handles
-// every codec, dictionary encoding, data page v1/v2 and nested lists, and
-// streams pages so memory stays bounded by the batch size, not the file size.
+// dictionary encoding, data page v1/v2 and nested lists, and streams pages so
+// memory stays bounded by the batch size, not the file size.
+//
+// What arrow-go alone refuses but other readers (DuckDB, Arrow C++) read is
+// read here too, so that every file of the apache/parquet-testing corpus that
+// DuckDB reads is read (corpus_test.go pins each outcome): the legacy LZ4
+// codec (Hadoop-framed or a bare block), empty compressed page sections,
+// logical types newer than arrow-go (read by their physical type, with a
+// warning), a footer row count of 0 from early writers, and seeks into row
+// groups whose dictionary page precedes data_page_offset. A codec nobody
+// here decodes (LZO) is refused at plan time, naming file and column.
 package parquet
 
 import (
