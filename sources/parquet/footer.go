@@ -45,6 +45,11 @@ const maxFooterSize = 256 << 20
 // the footer has no unknown logical type, so the caller keeps its
 // original error.
 func footerWithoutUnknownLogicalTypes(f io.ReaderAt, size int64) (md *metadata.FileMetaData, columns []string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			md, columns, err = nil, nil, fmt.Errorf("corrupt parquet footer: %v", r)
+		}
+	}()
 	raw, err := readFooterBytes(f, size)
 	if err != nil {
 		return nil, nil, err

@@ -14,7 +14,8 @@
 // logical types newer than arrow-go (read by their physical type, with a
 // warning), a footer row count of 0 from early writers, and seeks into row
 // groups whose dictionary page precedes data_page_offset. A codec nobody
-// here decodes (LZO) is refused at plan time, naming file and column.
+// here decodes (LZO), or a column chunk outside the file, is refused at plan
+// time, naming file and column.
 package parquet
 
 import (
@@ -321,7 +322,7 @@ func readFooter(path string) (ft footer, err error) {
 		ft.rowGroups[i] = n
 		total += n
 	}
-	if err := checkCodecs(md); err != nil {
+	if err := checkColumnChunks(md, fp.Size); err != nil {
 		return footer{}, fmt.Errorf("parquet file %s: %w", path, err)
 	}
 	if total != md.NumRows {
@@ -335,12 +336,16 @@ func readFooter(path string) (ft footer, err error) {
 	return ft, nil
 }
 
-// checkCodecs fails, naming every column and codec, when a column chunk
-// is compressed with a codec this reader cannot decode (LZO, or a codec id
-// newer than the format it knows). It runs at plan time, from the footer,
-// so that validate and run refuse such a file (exit 2) before anything
-// runs instead of failing when the shard is opened.
-func checkCodecs(md *metadata.FileMetaData) error {
+// checkColumnChunks checks every column chunk of the footer before any is
+// read. A chunk whose byte range lies outside the file is corrupt (arrow-go
+// panics on a negative length, on a goroutine of its own for the children
+// of a struct column, where it cannot be recovered). A chunk compressed
+// with a codec this reader cannot decode (LZO, or a codec id newer than
+// the format it knows) fails naming every such column and codec. It runs
+// at plan time, from the footer, so that validate and run refuse such a
+// file (exit 2) before anything runs instead of failing when the shard is
+// opened.
+func checkColumnChunks(md *metadata.FileMetaData, size int64) error {
 	type bad struct {
 		column string
 		codec  compress.Compression
@@ -353,6 +358,14 @@ func checkCodecs(md *metadata.FileMetaData) error {
 			cc, err := g.ColumnChunk(c)
 			if err != nil {
 				return fmt.Errorf("row group %d, column %d: %w", rg, c, err)
+			}
+			start, n := cc.DataPageOffset(), cc.TotalCompressedSize()
+			if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && cc.DictionaryPageOffset() < start {
+				start = cc.DictionaryPageOffset()
+			}
+			if start < 0 || n < 0 || start > size || n > size-start {
+				return fmt.Errorf("row group %d, column %q: corrupt footer: column chunk at offset %d, %d bytes, outside the file (%d bytes)",
+					rg, cc.PathInSchema().String(), start, n, size)
 			}
 			codec := cc.Compression()
 			if _, err := compress.GetCodec(codec); err == nil {
