@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -156,6 +157,46 @@ func TestEmptyCompressedPageSection(t *testing.T) {
 		dec, err := compress.Decode(codec, make([]byte, 14), enc)
 		if err != nil || string(dec) != "hello, parquet" {
 			t.Errorf("%s: round trip gave %q, %v", c, dec, err)
+		}
+	}
+}
+
+// TestColumnChunkOutsideFile: a column chunk whose footer byte range lies
+// outside the file is a corrupt footer at plan time, for a top-level column
+// and for the child of a struct (where arrow-go would panic on a goroutine
+// of its own, beyond recovery).
+func TestColumnChunkOutsideFile(t *testing.T) {
+	dir := t.TempDir()
+	flat := filepath.Join(dir, "flat.parquet")
+	writeArrowFile(t, flat, 0, 100, 100)
+	data, err := os.ReadFile(filepath.Join(corpusDir, "data", "repeated_no_annotation.parquet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nested := filepath.Join(dir, "nested.parquet")
+	if err := os.WriteFile(nested, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		path, column string
+		size         int64
+		want         string
+	}{
+		{flat, "score", -84, `row group 0, column "score": corrupt footer: column chunk at offset %d, -84 bytes, outside the file`},
+		{nested, "phoneNumbers.phone.number", -84, `row group 0, column "phoneNumbers.phone.number": corrupt footer: column chunk at offset %d, -84 bytes, outside the file`},
+		{nested, "id", 1 << 40, `row group 0, column "id": corrupt footer: column chunk at offset %d, 1099511627776 bytes, outside the file`},
+	} {
+		if err := parquettest.SetCompressedSize(c.path, c.column, c.size); err != nil {
+			t.Fatal(err)
+		}
+		s := mustNew(t, c.path)
+		_, err := s.Plan(context.Background(), 3)
+		if err == nil || !strings.HasPrefix(err.Error(), "parquet file "+c.path+": row group 0, column ") ||
+			!strings.Contains(err.Error(), strings.SplitN(c.want, "%d", 2)[0]) || !strings.Contains(err.Error(), "outside the file") {
+			t.Fatalf("%s %s: plan error %v, want %s", filepath.Base(c.path), c.column, err, c.want)
+		}
+		if err := parquettest.SetCompressedSize(c.path, c.column, 10); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -26,6 +26,7 @@ const (
 	chunkMetaData    = 3 // ColumnChunk.meta_data
 	metaPathInSchema = 3 // ColumnMetaData.path_in_schema
 	metaCodec        = 4 // ColumnMetaData.codec
+	metaCompressed   = 7 // ColumnMetaData.total_compressed_size
 	elementName      = 4 // SchemaElement.name
 	elementLogical   = 10
 )
@@ -38,6 +39,16 @@ const (
 // SetCodec makes every chunk of the column (its dotted path) claim codec:
 // the pages are unchanged, only the footer says otherwise.
 func SetCodec(path, column string, codec int32) error {
+	return setChunkField(path, column, metaCodec, thrift.I32, codec)
+}
+
+// SetCompressedSize makes every chunk of the column (its dotted path) claim
+// n compressed bytes (negative or past the end of the file, say).
+func SetCompressedSize(path, column string, n int64) error {
+	return setChunkField(path, column, metaCompressed, thrift.I64, n)
+}
+
+func setChunkField(path, column string, id int16, typ thrift.TType, v any) error {
 	return edit(path, func(root tcompact.Struct) error {
 		found := false
 		for _, rg := range listOf(root.Get(fileRowGroups)) {
@@ -51,7 +62,7 @@ func SetCodec(path, column string, codec int32) error {
 					parts = append(parts, string(p.([]byte)))
 				}
 				if strings.Join(parts, ".") == column {
-					md.Set(metaCodec, thrift.I32, codec)
+					md.Set(id, typ, v)
 					found = true
 				}
 			}
