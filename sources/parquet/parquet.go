@@ -4,8 +4,18 @@
 // Plans are made from file footers alone: a shard is a run of whole row groups
 // of one file, or a row range of one row group when that group is larger than
 // the shard size. Shards are read with arrow-go's pqarrow reader, which handles
-// every codec, dictionary encoding, data page v1/v2 and nested lists, and
-// streams pages so memory stays bounded by the batch size, not the file size.
+// dictionary encoding, data page v1/v2 and nested lists, and streams pages so
+// memory stays bounded by the batch size, not the file size.
+//
+// What arrow-go alone refuses but other readers (DuckDB, Arrow C++) read is
+// read here too, so that every file of the apache/parquet-testing corpus that
+// DuckDB reads is read (corpus_test.go pins each outcome): the legacy LZ4
+// codec (Hadoop-framed or a bare block), empty compressed page sections,
+// logical types newer than arrow-go (read by their physical type, with a
+// warning), a footer row count of 0 from early writers, and seeks into row
+// groups whose dictionary page precedes data_page_offset. A codec nobody
+// here decodes (LZO), or a column chunk outside the file, is refused at plan
+// time, naming file and column.
 package parquet
 
 import (
@@ -14,17 +24,21 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	pq "github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"github.com/apache/arrow-go/v18/parquet/schema"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/precog-ml/precog/sources"
@@ -174,6 +188,9 @@ func readerProps() *pq.ReaderProperties {
 type openedFile struct {
 	f   *os.File
 	rdr *file.Reader
+	// zeroRows is set when the footer said 0 rows but its row groups hold
+	// some: the count was corrected (fixZeroRowCount).
+	zeroRows bool
 }
 
 func (o *openedFile) Close() error {
@@ -181,25 +198,91 @@ func (o *openedFile) Close() error {
 }
 
 // openFile opens path and parses its footer. Decoder panics on corrupt
-// footers become errors naming the file.
+// footers become errors naming the file. A footer that fails to parse only
+// because a column carries a logical type newer than arrow-go knows is read
+// again without those annotations (footerWithoutUnknownLogicalTypes): the
+// columns are then read by their physical types, with a warning.
 func openFile(path string) (of *openedFile, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("corrupt parquet footer: %v", r)
-		}
 		if err != nil {
 			f.Close()
 		}
 	}()
-	rdr, err := file.NewParquetReader(f, file.WithReadProps(readerProps()))
+	rdr, err := newParquetReader(f)
+	if err == nil {
+		return &openedFile{f: f, rdr: rdr, zeroRows: fixZeroRowCount(rdr.MetaData())}, nil
+	}
+	st, serr := f.Stat()
+	if serr != nil {
+		return nil, err
+	}
+	md, cols, ferr := footerWithoutUnknownLogicalTypes(f, st.Size())
+	if ferr != nil || len(cols) == 0 {
+		return nil, err
+	}
+	rdr, err = newParquetReader(f, file.WithMetadata(md))
 	if err != nil {
 		return nil, err
 	}
-	return &openedFile{f: f, rdr: rdr}, nil
+	warnUnknownLogicalTypes(path, cols)
+	return &openedFile{f: f, rdr: rdr, zeroRows: fixZeroRowCount(rdr.MetaData())}, nil
+}
+
+// fixZeroRowCount sets the file's row count to its row groups' total when
+// the footer says 0 but the row groups hold rows, and reports whether it
+// did. Early writers (parquet-rs before 0.4 among them) left the count at
+// zero; the row groups are what is read and what other readers (DuckDB,
+// Arrow C++) count, and arrow-go's seek checks row indexes against the
+// file's count.
+func fixZeroRowCount(md *metadata.FileMetaData) bool {
+	if md.NumRows != 0 {
+		return false
+	}
+	var total int64
+	for i := range md.NumRowGroups() {
+		n := md.RowGroup(i).NumRows()
+		if n < 0 || total+n < total {
+			return false // readFooter reports the bad count
+		}
+		total += n
+	}
+	if total == 0 {
+		return false
+	}
+	md.NumRows = total
+	return true
+}
+
+// newParquetReader is file.NewParquetReader with its panics turned into
+// errors.
+func newParquetReader(f *os.File, opts ...file.ReadOption) (rdr *file.Reader, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			rdr, err = nil, fmt.Errorf("corrupt parquet footer: %v", r)
+		}
+	}()
+	return file.NewParquetReader(f, append([]file.ReadOption{file.WithReadProps(readerProps())}, opts...)...)
+}
+
+// warnedLogicalTypes remembers the files warned about, so that a file read
+// shard by shard is reported once per process, not once per shard.
+var warnedLogicalTypes sync.Map
+
+// warnedZeroRows remembers the files whose zero row count was warned about
+// (Schema and Plan both read every footer).
+var warnedZeroRows sync.Map
+
+func warnUnknownLogicalTypes(path string, cols []string) {
+	if _, dup := warnedLogicalTypes.LoadOrStore(path, true); dup {
+		return
+	}
+	for _, c := range cols {
+		slog.Warn("parquet column has a logical type this reader does not know; reading it by its physical type", "file", path, "column", c)
+	}
 }
 
 // footer is what planning needs from one file.
@@ -239,16 +322,84 @@ func readFooter(path string) (ft footer, err error) {
 		ft.rowGroups[i] = n
 		total += n
 	}
+	if err := checkColumnChunks(md, fp.Size); err != nil {
+		return footer{}, fmt.Errorf("parquet file %s: %w", path, err)
+	}
 	if total != md.NumRows {
 		return footer{}, fmt.Errorf("parquet file %s: corrupt footer: row groups hold %d rows but the file says %d", path, total, md.NumRows)
 	}
+	if of.zeroRows {
+		if _, dup := warnedZeroRows.LoadOrStore(path, true); !dup {
+			slog.Warn("parquet file says it holds 0 rows but its row groups hold more; reading the row groups", "file", path, "rows", total)
+		}
+	}
 	return ft, nil
+}
+
+// checkColumnChunks checks every column chunk of the footer before any is
+// read. A chunk whose byte range lies outside the file is corrupt (arrow-go
+// panics on a negative length, on a goroutine of its own for the children
+// of a struct column, where it cannot be recovered). A chunk compressed
+// with a codec this reader cannot decode (LZO, or a codec id newer than
+// the format it knows) fails naming every such column and codec. It runs
+// at plan time, from the footer, so that validate and run refuse such a
+// file (exit 2) before anything runs instead of failing when the shard is
+// opened.
+func checkColumnChunks(md *metadata.FileMetaData, size int64) error {
+	type bad struct {
+		column string
+		codec  compress.Compression
+	}
+	var found []bad
+	seen := make(map[bad]bool)
+	for rg := range md.NumRowGroups() {
+		g := md.RowGroup(rg)
+		for c := range g.NumColumns() {
+			cc, err := g.ColumnChunk(c)
+			if err != nil {
+				return fmt.Errorf("row group %d, column %d: %w", rg, c, err)
+			}
+			start, n := cc.DataPageOffset(), cc.TotalCompressedSize()
+			if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && cc.DictionaryPageOffset() < start {
+				start = cc.DictionaryPageOffset()
+			}
+			if start < 0 || n < 0 || start > size || n > size-start {
+				return fmt.Errorf("row group %d, column %q: corrupt footer: column chunk at offset %d, %d bytes, outside the file (%d bytes)",
+					rg, cc.PathInSchema().String(), start, n, size)
+			}
+			codec := cc.Compression()
+			if _, err := compress.GetCodec(codec); err == nil {
+				continue
+			}
+			b := bad{column: cc.PathInSchema().String(), codec: codec}
+			if !seen[b] {
+				seen[b] = true
+				found = append(found, b)
+			}
+		}
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	parts := make([]string, len(found))
+	for i, b := range found {
+		parts[i] = fmt.Sprintf("column %q is compressed with %s (codec %d)", b.column, codecName(b.codec), int32(b.codec))
+	}
+	return fmt.Errorf("unsupported compression: %s; this reader decodes UNCOMPRESSED, SNAPPY, GZIP, BROTLI, ZSTD, LZ4 and LZ4_RAW: rewrite the file with one of them", strings.Join(parts, ", "))
+}
+
+// codecName is the codec's name in parquet.thrift, or "an unknown codec".
+func codecName(c compress.Compression) string {
+	if s := c.String(); s != "" && s != "<UNSET>" {
+		return s
+	}
+	return "an unknown codec"
 }
 
 func arrowSchema(md *metadata.FileMetaData) (*arrow.Schema, error) {
 	sc, err := pqarrow.FromParquet(md.Schema, &pqarrow.ArrowReadProperties{}, md.KeyValueMetadata())
 	if err != nil {
-		return nil, err
+		return nil, badColumn(md, err)
 	}
 	fields := make([]arrow.Field, sc.NumFields())
 	for i, f := range sc.Fields() {
@@ -256,6 +407,25 @@ func arrowSchema(md *metadata.FileMetaData) (*arrow.Schema, error) {
 		fields[i] = f
 	}
 	return arrow.NewSchema(fields, nil), nil
+}
+
+// badColumn names the top-level column whose schema pqarrow cannot
+// convert (its errors name none), by converting the columns one at a time.
+// It runs only on the error path: the single-column schemas it builds
+// re-parent the file schema's nodes.
+func badColumn(md *metadata.FileMetaData, err error) error {
+	root := md.Schema.Root()
+	for i := range root.NumFields() {
+		f := root.Field(i)
+		g, gerr := schema.NewGroupNode(root.Name(), root.RepetitionType(), schema.FieldList{f}, -1)
+		if gerr != nil {
+			continue
+		}
+		if _, ferr := pqarrow.FromParquet(schema.NewSchema(g), &pqarrow.ArrowReadProperties{}, nil); ferr != nil {
+			return fmt.Errorf("column %q: %w", f.Name(), err)
+		}
+	}
+	return err
 }
 
 // outputType is the Arrow type a column is delivered as: binary columns

@@ -214,9 +214,11 @@ func newReader(ctx context.Context, of *openedFile, sp shardPlan, columns []stri
 		}
 		r.cols[i] = cr
 		if sp.Offset > 0 {
-			if err := cr.SeekToRow(sp.Offset); err != nil {
+			open := func() (*pqarrow.ColumnReader, error) { return fr.GetFieldReader(ctx, fi, leaves, rowGroups) }
+			if r.cols[i], err = seekColumn(cr, open, sp.Offset, r.read); err != nil {
 				return nil, fmt.Errorf("row group %d, column %q: seeking to row %d: %w", first, fields[fi].Field.Name, sp.Offset, err)
 			}
+			cr = r.cols[i]
 		}
 		f := *cr.Field()
 		f.Type = outputType(f.Type)
@@ -224,6 +226,42 @@ func newReader(ctx context.Context, of *openedFile, sp shardPlan, columns []stri
 	}
 	r.schema = arrow.NewSchema(out, nil)
 	return r, nil
+}
+
+// seekColumn positions cr at row offset of its first row group. It uses
+// SeekToRow, which jumps by the offset index, or else by page headers from
+// the chunk's data_page_offset. When the first data page follows a
+// dictionary page and the file has no offset index (parquet-mr, Spark,
+// DuckDB and Arrow C++ files), that skips the dictionary and SeekToRow
+// fails ("dictionary page must be before data page"); then cr is released
+// and a fresh reader from open decodes and drops offset rows instead, read
+// rows at a time. It returns the reader to use; on error the caller owns
+// nothing more than before.
+func seekColumn(cr *pqarrow.ColumnReader, open func() (*pqarrow.ColumnReader, error), offset, read int64) (*pqarrow.ColumnReader, error) {
+	seekErr := cr.SeekToRow(offset)
+	if seekErr == nil {
+		return cr, nil
+	}
+	cr.Release()
+	fresh, err := open()
+	if err != nil {
+		return nil, errors.Join(seekErr, err)
+	}
+	for left := offset; left > 0; {
+		chunked, err := fresh.NextBatch(min(left, read))
+		if err != nil {
+			fresh.Release()
+			return nil, err
+		}
+		n := int64(chunked.Len())
+		chunked.Release()
+		if n == 0 {
+			fresh.Release()
+			return nil, fmt.Errorf("column ended %d rows before row %d", left, offset)
+		}
+		left -= n
+	}
+	return fresh, nil
 }
 
 func appendLeaves(dst []int, f *pqarrow.SchemaField) []int {
