@@ -244,7 +244,7 @@ func (lr *localRun) runAndPublish(ctx context.Context, run jobs.Run) error {
 		}
 		break
 	}
-	if err := publishAll(ctx, lr.snks, lr.info, lr.policy(), lr.log); err != nil {
+	if err := publishAll(ctx, lr.snks, lr.info, lr.policy(), lr.log, nil); err != nil {
 		return err
 	}
 	if err := lr.led.SetRunState(ctx, run.ID, jobs.RunSucceeded, ""); err != nil {

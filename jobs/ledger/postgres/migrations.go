@@ -94,6 +94,11 @@ CREATE TABLE precog_leaders (
 	`
 ALTER TABLE precog_run_shards ADD COLUMN reject_sample jsonb;
 `,
+	// 4: how often precog retry took a failed run back up (RetryRun): the
+	// generation workers key their prepared sinks by.
+	`
+ALTER TABLE precog_runs ADD COLUMN retries integer NOT NULL DEFAULT 0;
+`,
 }
 
 // migrateLockKey is the pg_advisory_xact_lock key that serialises schema
