@@ -172,10 +172,10 @@ type publishDeps struct {
 	lease    publishLeaser
 	worker   string
 	leaseFor time.Duration
-	snks []sinks.Sink
-	info sinks.RunInfo
-	spec *jobs.Spec
-	log  *slog.Logger
+	snks     []sinks.Sink
+	info     sinks.RunInfo
+	spec     *jobs.Spec
+	log      *slog.Logger
 }
 
 // publishStep is a cluster run's publish, run by the one worker holding its
