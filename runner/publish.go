@@ -188,6 +188,9 @@ func publishStep(ctx context.Context, d publishDeps) (jobs.RunState, string) {
 	policy := policyOf(d.spec)
 	fail := func(err error) (jobs.RunState, string) {
 		msg := fmt.Sprintf("nothing was published: %v", err)
+		if se := (*sinks.SupersededError)(nil); errors.As(err, &se) {
+			msg = fmt.Sprintf("not published: %v", err)
+		}
 		for _, s := range d.snks {
 			if aerr := s.Abort(context.WithoutCancel(ctx), d.info); aerr != nil {
 				d.log.Warn("abort sink", "sink", s.Name(), "run", d.info.RunID, "err", aerr)
@@ -231,6 +234,14 @@ func publishStep(ctx context.Context, d publishDeps) (jobs.RunState, string) {
 		}
 	}
 	if err := publishAll(lctx, d.snks, d.info, policy, d.log, before); err != nil {
+		if se := (*sinks.SupersededError)(nil); errors.As(err, &se) {
+			// A later run of the target published meanwhile (this run is an
+			// old one retried, or its publisher froze): publishing it would
+			// move readers back. Its unpublished data goes; a sink that
+			// published it already keeps it (Abort refuses a published
+			// version), and the rest stay on the later version.
+			return fail(err)
+		}
 		d.log.Warn("publish failed; another attempt follows", "run", d.info.RunID, "err", err)
 		return "", ""
 	}
