@@ -384,6 +384,16 @@ func refuseSuperseded(ctx context.Context, led ledger.Ledger, r jobs.Run) error 
 	return nil
 }
 
+// allCommitted reports whether every shard is committed.
+func allCommitted(shards []jobs.Shard) bool {
+	for _, s := range shards {
+		if s.State != jobs.ShardCommitted {
+			return false
+		}
+	}
+	return len(shards) > 0
+}
+
 // retryCluster puts a cluster run's failed shards back to pending.
 func retryCluster(ctx context.Context, led *openedLedger, r jobs.Run, out io.Writer) error {
 	var n int
@@ -410,8 +420,12 @@ func retryCluster(ctx context.Context, led *openedLedger, r jobs.Run, out io.Wri
 	case err != nil:
 		return err
 	case n == 0 && r.State == jobs.RunFailed:
-		// Every shard was committed: the run failed at its publish.
-		fmt.Fprintf(out, "run %s failed at publish with every shard committed: it is back to running, and a worker of the %s pool publishes it again\n", r.ID, runview.FromAt(r, nil, time.Now()).Pool)
+		pool := runview.FromAt(r, nil, time.Now()).Pool
+		if shards, serr := led.Shards(ctx, r.ID); serr == nil && allCommitted(shards) {
+			fmt.Fprintf(out, "run %s failed at publish with every shard committed: it is back to running, and a worker of the %s pool publishes it again\n", r.ID, pool)
+		} else {
+			fmt.Fprintf(out, "run %s is back to running; the %s pool's workers pick up its remaining shards\n", r.ID, pool)
+		}
 	case n == 0:
 		fmt.Fprintf(out, "run %s (%s) has no failed shards: nothing to retry\n", r.ID, r.State)
 	default:
