@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/precog-ml/precog/internal/runview"
 	"github.com/precog-ml/precog/internal/testservers"
 	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/sinks/parquet"
 )
 
@@ -240,5 +242,54 @@ func (c *e2eCluster) storesOn(version string) {
 	b, err := os.ReadFile(filepath.Join(c.dir, "out", "scores", "date="+e2eDate, parquet.MarkerFile))
 	if err != nil || !strings.Contains(string(b), version) {
 		c.t.Errorf("parquet _PRECOG = %s (%v), want version %s", b, err, version)
+	}
+}
+
+// TestReplaceWaitsForPublish: the scheduler's concurrency: replace does not
+// cancel a run in its publish step (the ledger refuses under the run's
+// lock): it reports why, the run stays publishing and finishes; a run not
+// publishing is cancelled as before.
+func TestReplaceWaitsForPublish(t *testing.T) {
+	ctx := context.Background()
+	led := clusterLedger(t, testservers.Postgres(t).DSN)
+	g := &globals{log: slog.New(slog.DiscardHandler)}
+	mk := func(id, params string) jobs.Run {
+		now := time.Now().UTC()
+		r := jobs.Run{ID: id, Job: "recs", Version: id, ParamsKey: params, Pool: "default", State: jobs.RunPending, Shards: 1, CreatedAt: now, UpdatedAt: now}
+		if err := led.CreateRun(ctx, r, []jobs.Shard{{RunID: id, Index: 0, Plan: []byte(`{}`)}}); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	pub := mk("pub", "date=1")
+	if _, err := led.Claim(ctx, pub.ID, "w", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := led.Complete(ctx, pub.ID, 0, "w", jobs.Counts{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := led.ClaimPublish(ctx, pub.ID, "w", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	err := cancelForReplace(ctx, g, led, pub)
+	if !errors.Is(err, ledger.ErrPublishing) || !strings.Contains(err.Error(), "replace waits") {
+		t.Fatalf("replace of a publishing run = %v, want it refused (ErrPublishing) with the reason", err)
+	}
+	if r, _ := led.Run(ctx, pub.ID); r.State != jobs.RunPublishing {
+		t.Fatalf("run after the refused replace = %s, want publishing", r.State)
+	}
+	if err := led.FinishPublish(ctx, pub.ID, "w", jobs.RunSucceeded, ""); err != nil {
+		t.Fatalf("the publish finishes after the refused replace: %v", err)
+	}
+	// A replace that finds the run succeeded meanwhile leaves it alone.
+	if err := cancelForReplace(ctx, g, led, pub); err != nil {
+		t.Fatalf("replace of a run that succeeded meanwhile = %v, want nil", err)
+	}
+	open := mk("open", "date=2")
+	if err := cancelForReplace(ctx, g, led, open); err != nil {
+		t.Fatalf("replace of a pending run: %v", err)
+	}
+	if r, _ := led.Run(ctx, open.ID); r.State != jobs.RunCancelled {
+		t.Fatalf("pending run after replace = %s, want cancelled", r.State)
 	}
 }
