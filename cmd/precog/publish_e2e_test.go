@@ -6,9 +6,14 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -292,4 +297,247 @@ func TestReplaceWaitsForPublish(t *testing.T) {
 	if r, _ := led.Run(ctx, open.ID); r.State != jobs.RunCancelled {
 		t.Fatalf("pending run after replace = %s, want cancelled", r.State)
 	}
+}
+
+// latencyProxy forwards TCP connections to target, delaying every chunk
+// by a fixed latency in each direction (order kept), as a slow network
+// between a process and its store would.
+type latencyProxy struct {
+	ln     net.Listener
+	target string
+	delay  time.Duration
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newLatencyProxy(t *testing.T, target string, delay time.Duration) *latencyProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &latencyProxy{ln: ln, target: target, delay: delay}
+	t.Cleanup(p.close)
+	go p.serve()
+	return p
+}
+
+func (p *latencyProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *latencyProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			up, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
+				return
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			go p.pump(up, c)
+			p.pump(c, up)
+		}()
+	}
+}
+
+// pump copies src to dst, each chunk delivered p.delay after it was read.
+func (p *latencyProxy) pump(dst, src net.Conn) {
+	type chunk struct {
+		at time.Time
+		b  []byte
+	}
+	ch := make(chan chunk, 1024)
+	go func() {
+		defer close(ch)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				ch <- chunk{time.Now(), append([]byte(nil), buf[:n]...)}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for c := range ch {
+		time.Sleep(time.Until(c.at.Add(p.delay)))
+		if _, err := dst.Write(c.b); err != nil {
+			break
+		}
+	}
+	dst.Close()
+	src.Close()
+}
+
+func (p *latencyProxy) close() {
+	p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+}
+
+// storeVersions is what each store names now: Redis current, the Postgres
+// view's version and the Parquet output's marker ("" when none).
+func (c *e2eCluster) storeVersions() (redis, pg, pq string) {
+	c.t.Helper()
+	ctx := context.Background()
+	redis, _ = c.rdb.Client(c.t).Get(ctx, c.ns+":current").Result()
+	conn, err := pgx.Connect(ctx, c.sinkDSN)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	_ = conn.QueryRow(ctx, `SELECT version FROM precog_versions WHERE table_name = $1 AND is_current`, c.table).Scan(&pg)
+	if m, err := parquet.ReadMarker(filepath.Join(c.dir, "out", "scores", "date="+e2eDate)); err == nil {
+		pq = m.Version
+	}
+	return redis, pg, pq
+}
+
+// TestClusterChaosControl: three workers reach the ledger and Redis
+// through 25ms-latency proxies while runs are submitted and, at random
+// moments, cancelled, rolled back and retried (forced or not), all at
+// once. After each round (every run ended): Parquet, which only a publish
+// moves, names the latest succeeded run; Redis and Postgres name the same
+// succeeded version, and the Parquet one unless a rollback succeeded since
+// the latest success; no store names a cancelled or failed run. A last
+// undisturbed run then brings all three to its version.
+func TestClusterChaosControl(t *testing.T) {
+	j := e2eQuick
+	pgsrv := testservers.Postgres(t)
+	rdb := testservers.Redis(t)
+	u, err := url.Parse(pgsrv.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledProxy := newLatencyProxy(t, u.Host, 25*time.Millisecond)
+	redisProxy := newLatencyProxy(t, rdb.Addr, 25*time.Millisecond)
+	pu := *u
+	pu.Host = ledProxy.addr()
+	dsn := pu.String()
+	c := newE2ECluster(t, j, dsn, pgsrv.DSN, rdb)
+	for i, kv := range c.env {
+		if strings.HasPrefix(kv, "TEST_REDIS_ADDR=") {
+			c.env[i] = "TEST_REDIS_ADDR=" + redisProxy.addr()
+		}
+	}
+	ctx := context.Background()
+	ws := []*workerProc{c.worker(), c.worker(), c.worker()}
+	rng := rand.New(rand.NewPCG(17, uint64(time.Now().UnixNano())))
+	jitter := func() { time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond) }
+	states := func() map[string]jobs.Run {
+		runs, err := c.led.Runs(ctx, "scores", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]jobs.Run{}
+		for _, r := range runs {
+			m[r.Version] = r
+		}
+		return m
+	}
+	latestSucceeded := func(m map[string]jobs.Run) string {
+		v := ""
+		for _, r := range m {
+			if r.State == jobs.RunSucceeded {
+				v = max(v, r.Version)
+			}
+		}
+		return v
+	}
+	var ended []string // runs that ended failed or cancelled: retry candidates
+	rolledBack := false
+	before := states()
+	for round := range 5 {
+		id := c.submit()
+		var retryID string
+		if len(ended) > 0 {
+			retryID = ended[rng.IntN(len(ended))]
+		}
+		force := rng.IntN(2) == 0
+		var wg sync.WaitGroup
+		var cancelRes, rollbackRes, retryRes result
+		wg.Add(3)
+		go func() { defer wg.Done(); jitter(); cancelRes = c.precog("cancel", id, "--db", dsn, "--drain", "20s") }()
+		go func() {
+			defer wg.Done()
+			jitter()
+			rollbackRes = c.precog("rollback", c.spec, "--param", "date="+e2eDate, "--db", dsn)
+		}()
+		go func() {
+			defer wg.Done()
+			if retryID == "" {
+				return
+			}
+			jitter()
+			args := []string{"retry", retryID, "--db", dsn}
+			if force {
+				args = append(args, "--force")
+			}
+			retryRes = c.precog(args...)
+		}()
+		wg.Wait()
+		c.waitFor("every run to end", 3*time.Minute, func() bool {
+			for _, r := range states() {
+				if !r.State.Terminal() {
+					return false
+				}
+			}
+			return true
+		})
+		after := states()
+		succeeded := false
+		for v, r := range after {
+			if r.State == jobs.RunSucceeded && before[v].State != jobs.RunSucceeded {
+				succeeded = true
+			}
+		}
+		switch {
+		case rollbackRes.code == 0:
+			rolledBack = true
+		case succeeded:
+			rolledBack = false
+		}
+		rv, pv, qv := c.storeVersions()
+		latest := latestSucceeded(after)
+		t.Logf("round %d: run %s %s (cancel exit %d), rollback exit %d, retry %s exit %d; stores redis %s postgres %s parquet %s; latest succeeded %s",
+			round, id, after[c.run(id).Version].State, cancelRes.code, rollbackRes.code, retryID, retryRes.code, rv, pv, qv, latest)
+		if qv != latest {
+			t.Errorf("round %d: parquet names %q, the latest succeeded run is %q", round, qv, latest)
+		}
+		if rv != pv {
+			t.Errorf("round %d: redis names %q, postgres %q", round, rv, pv)
+		}
+		if r, ok := after[rv]; rv != "" && (!ok || r.State != jobs.RunSucceeded) {
+			t.Errorf("round %d: redis and postgres name %q, a run that is %s", round, rv, r.State)
+		}
+		if !rolledBack && rv != qv {
+			t.Errorf("round %d: redis/postgres on %q, parquet on %q, with no rollback since the latest success", round, rv, qv)
+		}
+		for _, r := range after {
+			if (r.State == jobs.RunFailed || r.State == jobs.RunCancelled) && !slices.Contains(ended, r.ID) {
+				ended = append(ended, r.ID)
+			}
+		}
+		before = after
+	}
+	// An undisturbed run brings every store to its version.
+	id := c.submit()
+	if r := c.waitTerminal(id, 3*time.Minute); r.State != jobs.RunSucceeded {
+		t.Fatalf("final run %s: %s %s", id, r.State, r.Error)
+	}
+	final := c.run(id).Version
+	if latest := latestSucceeded(states()); latest != final {
+		t.Errorf("the final run %s is not the latest succeeded (%s)", final, latest)
+	}
+	c.storesOn(final)
+	stopWorkers(t, ws...)
 }
