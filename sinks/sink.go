@@ -183,16 +183,27 @@ func shardList(s []int) string {
 // CheckPublishOrder is the one rule every sink's Publish applies before its
 // cutover: version may become current only if no later version was
 // published to the target. latest is the newest version the target has
-// published ("" when none). Versions are sortable UTC times
-// (clusterctl.NewVersion), so "later" is string order. A retry of an old
-// failed run, a publisher that froze and resumed after a newer run
-// published, or a publish racing a rollback cannot move readers back;
-// moving back on purpose is Rollbacker.Rollback's job.
+// published ("" when none). Versions are a sortable UTC time to the second
+// and a random suffix (clusterctl.NewVersion): "later" compares the time
+// part (VersionStamp) in string order, so two runs created within the same
+// second publish in either order. A retry of an old failed run, a
+// publisher that froze and resumed after a newer run published, or a
+// publish racing a rollback cannot move readers back; moving back on
+// purpose is Rollbacker.Rollback's job.
 func CheckPublishOrder(sink, version, latest string) error {
-	if latest != "" && latest > version {
+	if latest != "" && VersionStamp(latest) > VersionStamp(version) {
 		return &SupersededError{Sink: sink, Version: version, Later: latest}
 	}
 	return nil
+}
+
+// VersionStamp is the part of a version that orders it: up to its first
+// "-" (the creation time), the whole version when it has none.
+func VersionStamp(v string) string {
+	if i := strings.IndexByte(v, '-'); i >= 0 {
+		return v[:i]
+	}
+	return v
 }
 
 // SupersededError: Publish refused because a later version was published

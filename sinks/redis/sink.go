@@ -294,11 +294,17 @@ func (s *Sink) Publish(ctx context.Context, run sinks.RunInfo) error {
 }
 
 // casCurrentScript sets {ns}:current to ARGV[1] unless it names a later
-// version (byte order, as sinks.CheckPublishOrder compares), in one step:
-// it returns "" when set, else the later version it found. One key, so it
-// works on Redis Cluster too.
+// version (the time parts in byte order, as sinks.CheckPublishOrder
+// compares), in one step: it returns "" when set, else the later version it
+// found. One key, so it works on Redis Cluster too.
 var casCurrentScript = goredis.NewScript(`
+local function stamp(v)
+  local i = string.find(v, '-', 1, true)
+  if i then return string.sub(v, 1, i - 1) end
+  return v
+end
 local function later(a, b)
+  a, b = stamp(a), stamp(b)
   for i = 1, math.min(#a, #b) do
     local x, y = a:byte(i), b:byte(i)
     if x ~= y then return x > y end

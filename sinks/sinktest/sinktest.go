@@ -62,6 +62,7 @@ func Exercise(t *testing.T, h Harness) {
 		{"AbortUnpublished", testAbortUnpublished},
 		{"PublishIdempotent", testPublishIdempotent},
 		{"PublishNeverMovesBack", testPublishNeverMovesBack},
+		{"PublishSameSecondEitherOrder", testPublishSameSecond},
 		{"EmptyRun", testEmptyRun},
 		{"Rollback", testRollback},
 		{"StageFindsLostShard", testStageFindsLostShard},
@@ -445,6 +446,17 @@ func testPublishNeverMovesBack(t *testing.T, h Harness, s sinks.Sink) {
 		t.Fatalf("%s: republish of v3 after a rollback: %v", s.Name(), err)
 	}
 	expect(t, h, s, later, "v2", Want(later, 0, 60))
+}
+
+// testPublishSameSecond: versions are ordered by their creation time to
+// the second (sinks.CheckPublishOrder); two runs created within one second
+// publish in either order, whatever their random suffixes.
+func testPublishSameSecond(t *testing.T, h Harness, s sinks.Sink) {
+	first := NewRun("20261126t025547-ffff", false, params())
+	runOf(t, s, first, 0, 20)
+	second := NewRun("20261126t025547-0000", false, params())
+	runOf(t, s, second, 0, 30)
+	expect(t, h, s, second, "20261126t025547-0000", Want(second, 0, 30))
 }
 
 func testEmptyRun(t *testing.T, h Harness, s sinks.Sink) {
