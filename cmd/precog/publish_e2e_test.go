@@ -158,6 +158,10 @@ func TestClusterControlRespectsPublish(t *testing.T) {
 	stopWorkers(t, w)
 	b := c.submit()
 	c.failLikeAWorker(b)
+	// Versions order to the second (sinks.CheckPublishOrder): c's must be
+	// a later second than b's.
+	bSecond := c.run(b).CreatedAt.Truncate(time.Second)
+	c.waitFor("the clock to pass b's second", 2*time.Second, func() bool { return time.Now().Truncate(time.Second).After(bSecond) })
 	w = c.worker()
 	cc := runToEnd()
 	versionOf := func(id string) string { return c.run(id).Version }
@@ -444,14 +448,16 @@ func TestClusterChaosControl(t *testing.T) {
 		}
 		return m
 	}
+	// The latest succeeded run is the last created (versions order by
+	// their second; within one, runs publish in the order they ran).
 	latestSucceeded := func(m map[string]jobs.Run) string {
-		v := ""
+		var last jobs.Run
 		for _, r := range m {
-			if r.State == jobs.RunSucceeded {
-				v = max(v, r.Version)
+			if r.State == jobs.RunSucceeded && r.CreatedAt.After(last.CreatedAt) {
+				last = r
 			}
 		}
-		return v
+		return last.Version
 	}
 	var ended []string // runs that ended failed or cancelled: retry candidates
 	rolledBack := false
