@@ -23,6 +23,8 @@ import (
 	"github.com/precog-ml/precog/internal/testservers"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/runner"
+	"github.com/precog-ml/precog/sinks"
 	"github.com/precog-ml/precog/sinks/parquet"
 )
 
@@ -212,6 +214,37 @@ func TestClusterControlRespectsPublish(t *testing.T) {
 		t.Fatalf("refused cancel changed the run: %s", got.State)
 	}
 	if err := c.led.FinishPublish(ctx, d, "pub", jobs.RunFailed, "test"); err != nil {
+		t.Fatal(err)
+	}
+	// A writer holding a store's lock (a publisher between stage and
+	// cutover) makes rollback refuse too, changing nothing.
+	c.setEnvOf()
+	spec, err := loadSpec(c.spec, []string{"date=" + e2eDate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snks, err := runner.OpenSinks(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var redisSink sinks.Sink
+	for _, s := range snks {
+		defer s.Close()
+		if s.Name() == "redis" {
+			redisSink = s
+		}
+	}
+	info := sinks.RunInfo{Job: spec.Name, Params: spec.Params}
+	lk, err := redisSink.Lock(ctx, info, sinks.Holder{Job: spec.Name, RunID: "another-writer", Host: "elsewhere", PID: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = c.precog("rollback", c.spec, "--param", "date="+e2eDate, "--db", c.dsn)
+	if r.code == 0 || !strings.Contains(r.stderr, "another-writer") {
+		t.Fatalf("rollback while another writer holds the redis lock: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	c.storesOn(versionOf(cc))
+	if err := lk.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// With nothing publishing, rollback goes through (to a's version).
