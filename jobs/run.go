@@ -81,6 +81,10 @@ type Run struct {
 	// SpecFile is where Spec was loaded from (relative paths in it resolve
 	// against its directory).
 	SpecFile string `json:"spec_file,omitempty"`
+	// Retries counts how often `precog retry` took the run back up after
+	// it failed. The failure aborted the run in every sink, so what a
+	// worker prepared for an earlier generation is stale.
+	Retries int `json:"retries,omitempty"`
 }
 
 // Shard is one unit of work and of resume: a slice of the source planned

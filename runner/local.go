@@ -244,7 +244,11 @@ func (lr *localRun) runAndPublish(ctx context.Context, run jobs.Run) error {
 		}
 		break
 	}
-	if err := publishAll(ctx, lr.snks, lr.info, lr.policy(), lr.log); err != nil {
+	if err := publishAll(ctx, lr.snks, lr.info, lr.policy(), lr.log, nil); err != nil {
+		if se := (*sinks.SupersededError)(nil); errors.As(err, &se) {
+			err = fmt.Errorf("run %s failed: %w", run.ID, err)
+			abortRun(ctx, lr.led, lr.snks, lr.info, err, lr.log)
+		}
 		return err
 	}
 	if err := lr.led.SetRunState(ctx, run.ID, jobs.RunSucceeded, ""); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"time"
 
 	"github.com/precog-ml/precog/internal/hll"
 	"github.com/precog-ml/precog/internal/retry"
@@ -106,9 +107,18 @@ func checkSketches(shards []jobs.Shard) error {
 }
 
 // publishAll is phase two: the atomic cutover of every sink, in order
-// (Redis last: it is what applications read).
-func publishAll(ctx context.Context, snks []sinks.Sink, info sinks.RunInfo, policy retry.Policy, log *slog.Logger) error {
+// (Redis last: it is what applications read). before, when set, runs
+// before each sink's Publish: the cluster publisher checks there that it
+// still holds the run's publish lease and the run is still publishing, so
+// that a publisher whose lease was taken over (or whose run ended) stops
+// before it moves one more sink.
+func publishAll(ctx context.Context, snks []sinks.Sink, info sinks.RunInfo, policy retry.Policy, log *slog.Logger, before func(context.Context) error) error {
 	for _, s := range snks {
+		if before != nil {
+			if err := before(ctx); err != nil {
+				return fmt.Errorf("sink %s: not published: %w", s.Name(), err)
+			}
+		}
 		if err := policy.Do(ctx, func(ctx context.Context) error { return s.Publish(ctx, info) }); err != nil {
 			return fmt.Errorf("sink %s: publish run %s (rerun the same command to retry the publish): %w", s.Name(), info.RunID, err)
 		}
@@ -149,13 +159,23 @@ func lockAll(ctx context.Context, snks []sinks.Sink, info sinks.RunInfo) (contex
 	return ctx, release, nil
 }
 
+// publishLeaser is the ledger's publish lease, checked before each sink.
+type publishLeaser interface {
+	HeartbeatPublish(ctx context.Context, runID, worker string, lease time.Duration) error
+}
+
 // publishDeps is what the cluster publish step needs.
 type publishDeps struct {
-	led  ledger.Ledger
-	snks []sinks.Sink
-	info sinks.RunInfo
-	spec *jobs.Spec
-	log  *slog.Logger
+	led ledger.Ledger
+	// lease, worker and leaseFor renew and check the publish lease before
+	// each sink's Publish (nil lease: no check).
+	lease    publishLeaser
+	worker   string
+	leaseFor time.Duration
+	snks     []sinks.Sink
+	info     sinks.RunInfo
+	spec     *jobs.Spec
+	log      *slog.Logger
 }
 
 // publishStep is a cluster run's publish, run by the one worker holding its
@@ -168,6 +188,9 @@ func publishStep(ctx context.Context, d publishDeps) (jobs.RunState, string) {
 	policy := policyOf(d.spec)
 	fail := func(err error) (jobs.RunState, string) {
 		msg := fmt.Sprintf("nothing was published: %v", err)
+		if se := (*sinks.SupersededError)(nil); errors.As(err, &se) {
+			msg = fmt.Sprintf("not published: %v", err)
+		}
 		for _, s := range d.snks {
 			if aerr := s.Abort(context.WithoutCancel(ctx), d.info); aerr != nil {
 				d.log.Warn("abort sink", "sink", s.Name(), "run", d.info.RunID, "err", aerr)
@@ -204,7 +227,21 @@ func publishStep(ctx context.Context, d publishDeps) (jobs.RunState, string) {
 		d.log.Warn("publish: stage failed; another attempt follows", "run", d.info.RunID, "err", err)
 		return "", ""
 	}
-	if err := publishAll(lctx, d.snks, d.info, policy, d.log); err != nil {
+	var before func(context.Context) error
+	if d.lease != nil {
+		before = func(ctx context.Context) error {
+			return d.lease.HeartbeatPublish(ctx, d.info.RunID, d.worker, d.leaseFor)
+		}
+	}
+	if err := publishAll(lctx, d.snks, d.info, policy, d.log, before); err != nil {
+		if se := (*sinks.SupersededError)(nil); errors.As(err, &se) {
+			// A later run of the target published meanwhile (this run is an
+			// old one retried, or its publisher froze): publishing it would
+			// move readers back. Its unpublished data goes; a sink that
+			// published it already keeps it (Abort refuses a published
+			// version), and the rest stay on the later version.
+			return fail(err)
+		}
 		d.log.Warn("publish failed; another attempt follows", "run", d.info.RunID, "err", err)
 		return "", ""
 	}

@@ -48,9 +48,17 @@ func newRunCache(max int, models *modelCache, log *slog.Logger) *runCache {
 	return &runCache{max: max, runs: map[string]*openRun{}, models: models, log: log}
 }
 
+// runKey names a run made ready on a device. It includes the run's
+// generation (jobs.Run.Retries): a failed run was aborted in every sink
+// (its run table dropped, its Redis version deleted), so a retried run
+// prepares its sinks again instead of writing to what the failure removed.
+func runKey(run jobs.Run, device string) string {
+	return fmt.Sprintf("%s|%d|%s", run.ID, run.Retries, device)
+}
+
 // open returns the run made ready for device; the caller releases it.
 func (c *runCache) open(ctx context.Context, run jobs.Run, device string) (*openRun, error) {
-	key := run.ID + "|" + device
+	key := runKey(run, device)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if o, ok := c.runs[key]; ok {

@@ -236,6 +236,7 @@ func (w *Worker) execute(ctx context.Context, id, device string, run jobs.Run, s
 		if err := w.led.Complete(bg, run.ID, sh.Index, id, counts, sample...); err != nil {
 			ev.Outcome = "lost" // another attempt committed first, or the run ended
 			w.log.Info("shard result not recorded", "run", run.ID, "shard", sh.Index, "worker", id, "err", err)
+			w.letGo(bg, run.ID, sh.Index, id, err)
 			break
 		}
 		ev.Outcome = "committed"
@@ -246,6 +247,7 @@ func (w *Worker) execute(ctx context.Context, id, device string, run jobs.Run, s
 	case errors.Is(err, ledger.ErrLeaseLost) || errors.Is(err, ledger.ErrRunFinished):
 		ev.Outcome = "lost"
 		w.log.Info("shard attempt stopped: lease lost or run finished", "run", run.ID, "shard", sh.Index, "worker", id, "err", err)
+		w.letGo(bg, run.ID, sh.Index, id, err)
 	case ctx.Err() != nil:
 		ev.Outcome = "released"
 		_ = w.led.Release(bg, run.ID, sh.Index, id)
@@ -254,6 +256,18 @@ func (w *Worker) execute(ctx context.Context, id, device string, run jobs.Run, s
 		w.failShard(bg, id, or, run, sh, err)
 	}
 	w.report(ev)
+}
+
+// letGo tells the ledger that this holder of a shard of a finished run
+// stopped: Release clears its lease mark on a cancelled run's shard, and
+// `precog cancel`, which waits for the last holder, returns at once.
+func (w *Worker) letGo(ctx context.Context, runID string, shard int, id string, cause error) {
+	if !errors.Is(cause, ledger.ErrRunFinished) {
+		return
+	}
+	if err := w.led.Release(ctx, runID, shard, id); err != nil && !errors.Is(err, ledger.ErrRunFinished) && !errors.Is(err, ledger.ErrLeaseLost) {
+		w.log.Warn("tell the ledger the attempt stopped", "run", runID, "shard", shard, "worker", id, "err", err)
+	}
 }
 
 // failShard records a failed attempt; a permanent error, or the last
@@ -321,7 +335,8 @@ func (w *Worker) tryPublish(ctx context.Context, id, runID string) {
 			}
 		}
 	}()
-	state, msg := publishStep(pctx, publishDeps{led: w.led, snks: or.snks, info: or.info, spec: or.job.Spec, log: w.log})
+	state, msg := publishStep(pctx, publishDeps{led: w.led, snks: or.snks, info: or.info, spec: or.job.Spec, log: w.log,
+		lease: w.led, worker: id, leaseFor: w.opts.PublishLease})
 	if state == "" {
 		return // shards went back to be recomputed; their last commit publishes again
 	}

@@ -71,7 +71,10 @@ type Sink interface {
 	// (indexes, staging). Nothing becomes visible to readers. Idempotent.
 	Stage(ctx context.Context, run RunInfo, committed []CommittedShard) error
 	// Publish is phase two: it makes the staged run visible to readers in
-	// one atomic step. Idempotent.
+	// one atomic step. Idempotent: a version published before is left as
+	// it is. It never moves readers back behind a later published version
+	// (CheckPublishOrder, decided atomically with the cutover): that is a
+	// *SupersededError and nothing changes.
 	Publish(ctx context.Context, run RunInfo) error
 	// Abort removes everything the unpublished run wrote. Idempotent.
 	Abort(ctx context.Context, run RunInfo) error
@@ -175,6 +178,45 @@ func shardList(s []int) string {
 		parts = append(parts, fmt.Sprint(v))
 	}
 	return "[" + strings.Join(parts, " ") + "]"
+}
+
+// CheckPublishOrder is the one rule every sink's Publish applies before its
+// cutover: version may become current only if no later version was
+// published to the target. latest is the newest version the target has
+// published ("" when none). Versions are a sortable UTC time to the second
+// and a random suffix (clusterctl.NewVersion): "later" compares the time
+// part (VersionStamp) in string order, so two runs created within the same
+// second publish in either order. A retry of an old failed run, a
+// publisher that froze and resumed after a newer run published, or a
+// publish racing a rollback cannot move readers back; moving back on
+// purpose is Rollbacker.Rollback's job.
+func CheckPublishOrder(sink, version, latest string) error {
+	if latest != "" && VersionStamp(latest) > VersionStamp(version) {
+		return &SupersededError{Sink: sink, Version: version, Later: latest}
+	}
+	return nil
+}
+
+// VersionStamp is the part of a version that orders it: up to its first
+// "-" (the creation time), the whole version when it has none.
+func VersionStamp(v string) string {
+	if i := strings.IndexByte(v, '-'); i >= 0 {
+		return v[:i]
+	}
+	return v
+}
+
+// SupersededError: Publish refused because a later version was published
+// to the target; nothing changed.
+type SupersededError struct {
+	Sink, Version, Later string
+}
+
+// Permanent tells retry policies that retrying cannot help.
+func (e *SupersededError) Permanent() bool { return true }
+
+func (e *SupersededError) Error() string {
+	return fmt.Sprintf("%s: version %s was not published: the later version %s is already published there (publishing would move readers back; use precog rollback to do that on purpose)", e.Sink, e.Version, e.Later)
 }
 
 // DuplicateKeyError: the same key was written twice in one run.

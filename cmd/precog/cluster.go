@@ -124,7 +124,6 @@ func (o *openedLedger) notFound(id string) error {
 
 // cancelOptions tune cancelCluster.
 type cancelOptions struct {
-	force bool
 	// drain bounds the wait for workers' leases on the run's shards.
 	drain time.Duration
 	out   io.Writer
@@ -146,11 +145,14 @@ func cancelCluster(ctx context.Context, led *openedLedger, id string, o cancelOp
 		again = true
 	case run.State.Terminal():
 		return invalid(fmt.Errorf("run %s is %s: %w", id, run.State, runner.ErrNotCancellable))
-	case run.State == jobs.RunPublishing && !o.force:
-		return invalid(fmt.Errorf("run %s is publishing (its results are being made visible in every sink): cancelling now could leave the sinks disagreeing; wait for it, or pass --force", id))
 	}
 	if !again {
+		// The ledger decides under the run's lock: a run in its publish
+		// step is refused, never cancelled between two sinks.
 		err := led.SetRunState(ctx, id, jobs.RunCancelled, "cancelled by precog cancel")
+		if errors.Is(err, ledger.ErrPublishing) {
+			return invalid(fmt.Errorf("run %s is publishing (its results are being made visible in every sink): cancelling now could leave the sinks on different versions; it finishes in moments (a worker takes over a publish whose worker died): %w", id, err))
+		}
 		if errors.Is(err, ledger.ErrRunFinished) {
 			run, _ = led.Run(ctx, id)
 			return invalid(fmt.Errorf("run %s finished meanwhile (%s): %w", id, run.State, runner.ErrNotCancellable))
@@ -167,9 +169,16 @@ func cancelCluster(ctx context.Context, led *openedLedger, id string, o cancelOp
 	return abortSinks(ctx, run, o)
 }
 
+// drainPoll is how often cancel looks for the holders of a cancelled
+// run's shards: each holder clears its lease mark as it stops (Release),
+// so cancel returns within a poll of the last one stopping.
+const drainPoll = 200 * time.Millisecond
+
 // drainLeases waits, at most o.drain, until no worker holds a live lease
-// on a shard of the cancelled run. Leases are on the database's clock: the
-// run's updated_at (the cancel, stamped by the database) anchors it.
+// on a shard of the cancelled run: the cancel ended its shards, and each
+// one's holder lease mark stays until that holder stops (or its lease
+// runs out, when it died). Leases are on the database's clock: the run's
+// updated_at (the cancel, stamped by the database) anchors it.
 func drainLeases(ctx context.Context, led *openedLedger, id string, o cancelOptions) error {
 	run, err := led.Run(ctx, id)
 	if err != nil {
@@ -186,7 +195,7 @@ func drainLeases(ctx context.Context, led *openedLedger, id string, o cancelOpti
 		dbNow := anchor.Add(time.Since(start))
 		held := 0
 		for _, s := range shards {
-			if s.State == jobs.ShardRunning && s.LeaseUntil.After(dbNow) {
+			if (s.State == jobs.ShardRunning || s.State == jobs.ShardFailed) && s.LeaseUntil.After(dbNow) {
 				held++
 			}
 		}
@@ -205,7 +214,7 @@ func drainLeases(ctx context.Context, led *openedLedger, id string, o cancelOpti
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(drainPoll):
 		}
 	}
 }

@@ -108,6 +108,9 @@ func clusterActions(led *openedLedger, drain time.Duration, log *slog.Logger) da
 			if err != nil {
 				return "", err
 			}
+			if err := refuseSuperseded(ctx, led, r); err != nil {
+				return "", err
+			}
 			var out bytes.Buffer
 			err = retryCluster(ctx, led, r, &out)
 			return strings.TrimSpace(out.String()), err

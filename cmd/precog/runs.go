@@ -276,14 +276,18 @@ Postgres ledger (--db or PRECOG_DATABASE_URL): workers holding its shards stop
 within seconds; cancel waits for their leases to end (at most --drain) before
 it cleans the sinks, with the spec the run recorded and this environment's
 ${ENV} values. Cancelling an already cancelled run cleans its sinks again. A
-run that is publishing is refused without --force.
+run that is publishing is refused: its publish finishes in moments (another
+worker takes over one whose worker died), and a cancel between two sinks
+would leave them on different versions. The run's open shards end with the
+cancel (status shows none running); cancel returns as soon as the last
+worker holding one has stopped.
 
 Embedded ledger: a run still executing in another process holds the state
 directory: stop that process first (Ctrl-C or SIGTERM drains it).`,
 		Example: "  precog runs\n  precog cancel scores-20261101t040000-ab12\n  precog cancel scores-20261101t040000-ab12 --db postgres://precog@db/precog",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if done, err := cancelIfBackfill(cmd, g, db, args[0], cancelOptions{force: force, drain: drain, out: cmd.OutOrStdout(), log: g.log}); done {
+			if done, err := cancelIfBackfill(cmd, g, db, args[0], cancelOptions{drain: drain, out: cmd.OutOrStdout(), log: g.log}); done {
 				return err
 			}
 			if dsn := databaseURL(db); dsn != "" {
@@ -292,7 +296,7 @@ directory: stop that process first (Ctrl-C or SIGTERM drains it).`,
 					return err
 				}
 				defer led.Close()
-				return cancelCluster(cmd.Context(), led, args[0], cancelOptions{force: force, drain: drain, out: cmd.OutOrStdout(), log: g.log})
+				return cancelCluster(cmd.Context(), led, args[0], cancelOptions{drain: drain, out: cmd.OutOrStdout(), log: g.log})
 			}
 			r, err := runner.CancelLocal(cmd.Context(), g.stateDir, args[0], g.log)
 			switch {
@@ -308,7 +312,8 @@ directory: stop that process first (Ctrl-C or SIGTERM drains it).`,
 		},
 	}
 	addDBFlag(cmd, &db)
-	cmd.Flags().BoolVar(&force, "force", false, "cancel a run that is publishing (its sinks may then disagree)")
+	cmd.Flags().BoolVar(&force, "force", false, "no effect: a run that is publishing is never cancelled")
+	_ = cmd.Flags().MarkDeprecated("force", "a run that is publishing is never cancelled (the sinks would disagree); wait for its publish to finish")
 	cmd.Flags().DurationVar(&drain, "drain", time.Minute, "Postgres ledger: wait at most this long for workers to let go of the run's shards")
 	return cmd
 }
@@ -329,6 +334,7 @@ func newRetryCmd(g *globals) *cobra.Command {
 		db         string
 		wait       bool
 		noProgress bool
+		force      bool
 		parallel   int
 	)
 	cmd := &cobra.Command{
@@ -368,6 +374,11 @@ shards are retried, the rest of the run executed and published.`,
 				return retryLocal(cmd, g, r, parallel, !noProgress)
 			}
 			defer led.Close()
+			if !force {
+				if err := refuseSuperseded(ctx, led, r); err != nil {
+					return err
+				}
+			}
 			if err := retryCluster(ctx, led, r, cmd.OutOrStdout()); err != nil || !wait {
 				return err
 			}
@@ -378,7 +389,38 @@ shards are retried, the rest of the run executed and published.`,
 	cmd.Flags().BoolVar(&wait, "wait", false, "Postgres ledger: follow the run until it finishes; exit as precog run does")
 	cmd.Flags().BoolVar(&noProgress, "no-progress", false, "no progress bar, even on a terminal")
 	cmd.Flags().IntVar(&parallel, "parallel", 2, "embedded ledger: shards processed at once")
+	cmd.Flags().BoolVar(&force, "force", false, "retry even when a newer run of the same job and params succeeded (its publish is still refused where that run's version is published)")
 	return cmd
+}
+
+// refuseSuperseded fails (exit 2) when a run of r's job and params created
+// after r has succeeded: retrying r would compute results older than what
+// readers see, and its publish would try to move them back.
+func refuseSuperseded(ctx context.Context, led ledger.Ledger, r jobs.Run) error {
+	runs, err := led.Runs(ctx, r.Job, 0)
+	if err != nil {
+		return err
+	}
+	for _, o := range runs { // newest first
+		if o.ID == r.ID || !o.CreatedAt.After(r.CreatedAt) {
+			break
+		}
+		if o.ParamsKey == r.ParamsKey && o.State == jobs.RunSucceeded {
+			return invalid(fmt.Errorf("run %s is superseded: the newer run %s of %s (same params) succeeded, and readers see its results; retrying %s would try to move them back. Submit a new run instead, or pass --force",
+				r.ID, o.ID, r.Job, r.ID))
+		}
+	}
+	return nil
+}
+
+// allCommitted reports whether every shard is committed.
+func allCommitted(shards []jobs.Shard) bool {
+	for _, s := range shards {
+		if s.State != jobs.ShardCommitted {
+			return false
+		}
+	}
+	return len(shards) > 0
 }
 
 // retryCluster puts a cluster run's failed shards back to pending.
@@ -406,6 +448,13 @@ func retryCluster(ctx context.Context, led *openedLedger, r jobs.Run, out io.Wri
 		return invalid(fmt.Errorf("run %s finished meanwhile: nothing to retry: %w", r.ID, err))
 	case err != nil:
 		return err
+	case n == 0 && r.State == jobs.RunFailed:
+		pool := runview.FromAt(r, nil, time.Now()).Pool
+		if shards, serr := led.Shards(ctx, r.ID); serr == nil && allCommitted(shards) {
+			fmt.Fprintf(out, "run %s failed at publish with every shard committed: it is back to running, and a worker of the %s pool publishes it again\n", r.ID, pool)
+		} else {
+			fmt.Fprintf(out, "run %s is back to running; the %s pool's workers pick up its remaining shards\n", r.ID, pool)
+		}
 	case n == 0:
 		fmt.Fprintf(out, "run %s (%s) has no failed shards: nothing to retry\n", r.ID, r.State)
 	default:

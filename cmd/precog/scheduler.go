@@ -134,9 +134,21 @@ func planRun(ctx context.Context, spec *jobs.Spec) (jobs.Run, []jobs.Shard, erro
 }
 
 // cancelForReplace ends an open run for concurrency: replace: cancelled in
-// the ledger, then its unpublished data removed from every sink.
+// the ledger, then its unpublished data removed from every sink. A run in
+// its publish step is not cancelled (the ledger refuses it under the run's
+// lock): the error says so, the tick is not recorded, and the next pass
+// fires it once the publish has finished.
 func cancelForReplace(ctx context.Context, g *globals, led ledger.Ledger, run jobs.Run) error {
-	if err := led.SetRunState(ctx, run.ID, jobs.RunCancelled, "replaced by a newer scheduled run (concurrency: replace)"); err != nil && !errors.Is(err, ledger.ErrRunFinished) {
+	err := led.SetRunState(ctx, run.ID, jobs.RunCancelled, "replaced by a newer scheduled run (concurrency: replace)")
+	switch {
+	case errors.Is(err, ledger.ErrPublishing):
+		return fmt.Errorf("concurrency replace waits: run %s is publishing, and cancelling it between two sinks would leave them on different versions; the tick fires once the publish finished: %w", run.ID, err)
+	case errors.Is(err, ledger.ErrRunFinished):
+		// Finished meanwhile: a published run's data is not aborted.
+		if cur, rerr := led.Run(ctx, run.ID); rerr == nil && cur.State == jobs.RunSucceeded {
+			return nil
+		}
+	case err != nil:
 		return err
 	}
 	return abortSinks(ctx, run, cancelOptions{out: io.Discard, log: g.log})

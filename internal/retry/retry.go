@@ -106,6 +106,7 @@ func isTransient(err error) bool {
 	if errors.As(err, &pg) {
 		switch pg.Code {
 		case "40001", "40P01", // serialization failure, deadlock
+			"55P03",                   // lock_not_available: a lock_timeout fired; the holder lets go
 			"57P01", "57P02", "57P03", // admin shutdown, crash shutdown, cannot connect now
 			"53300", "08000", "08003", "08006", "08001", "08004": // too many connections, connection exceptions
 			return true

@@ -30,6 +30,12 @@ var (
 	// ErrRunOpen: CreateRun of a run whose (job, params) already has a
 	// non-terminal run. The error is an *OpenRunError naming that run.
 	ErrRunOpen = errors.New("run already open")
+	// ErrPublishing: the run is in a worker's publish step (it holds the
+	// run's publish lease, live or lapsed), and cancelling it now could
+	// leave some sinks on its version and others on the previous one. The
+	// publish finishes (or a worker takes it over and finishes it) in
+	// seconds; cancel, rollback and a scheduler's replace wait for it.
+	ErrPublishing = errors.New("run is publishing")
 )
 
 // OpenRunError says which run is still open when CreateRun is refused, so
@@ -117,6 +123,16 @@ type Ledger interface {
 
 	// SetRunState moves a run to state with an optional error message.
 	// Moving a terminal run is ErrRunFinished.
+	//
+	// Cancelling is decided in the transaction that reads the run's state:
+	// a run in a cluster publish step (ClaimPublish holds its publish
+	// lease) is ErrPublishing and nothing changes; otherwise its open
+	// shards (pending, running) become failed with msg in the same
+	// transaction, so a cancelled run has no running shard. A running
+	// shard keeps its holder's lease mark (Shard.Worker, LeaseUntil) until
+	// that holder stops: its Release (or Fail) then clears the mark and
+	// still answers ErrRunFinished, so `precog cancel` sees the last
+	// holder stop instead of waiting for the lease to run out.
 	SetRunState(ctx context.Context, runID string, state jobs.RunState, msg string) error
 
 	Close() error

@@ -32,6 +32,17 @@ func (s *Sink) Publish(ctx context.Context, run sinks.RunInfo) error {
 	if m, err := ReadMarker(d.staging); err != nil || m.Version != run.Version {
 		return fmt.Errorf("parquet: publish run %s to %s: staging dir %s is not staged (Stage must succeed first): %v", run.RunID, d.target, d.staging, err)
 	}
+	// Never move readers back behind a later published run: the target
+	// (or, after a crash between two renames, the run moved aside) names
+	// the newest version published here. The caller holds the target's
+	// writer lock, so nothing publishes between this check and the swap.
+	for _, dir := range []string{d.target, d.old} {
+		if v, ours := publishedVersion(dir, run.Job); ours {
+			if err := sinks.CheckPublishOrder("parquet "+d.target, run.Version, v); err != nil {
+				return err
+			}
+		}
+	}
 	// Stage checked this; a file dropped into the target since must not be
 	// swapped out and deleted.
 	if err := checkOwned(d.target, run.Job); err != nil {

@@ -53,6 +53,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -149,6 +150,13 @@ func New(ctx context.Context, job string, spec jobs.PostgresSinkSpec) (*Sink, er
 		// The parse error may quote the DSN with its password; do not wrap it.
 		return nil, errors.New("sinks.postgres.dsn: not a valid connection string")
 	}
+	// A frozen or partitioned process (SIGSTOP, a cut network) must not
+	// hold what readers need: its session is ended once it sits idle in a
+	// transaction (the view's lock goes with it, and a publish lease
+	// takeover finishes the publish). A DSN may set its own.
+	if _, ok := cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
+		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(idleInTxTimeout.Milliseconds(), 10)
+	}
 	// Every in-flight shard holds a connection; leave room for several
 	// concurrent shards plus Publish unless the DSN says otherwise.
 	if !strings.Contains(spec.DSN, "pool_max_conns") {
@@ -240,6 +248,17 @@ func (s *Sink) wrap(op string, err error) error {
 	return fmt.Errorf("postgres sink %s.%s: %s: %w", s.schema, s.spec.Table, op, err)
 }
 
+// Session timeouts of the sink's connections (variables so tests can
+// shorten them).
+var (
+	// idleInTxTimeout ends a session idle inside a transaction: a frozen
+	// publisher releases the view within this bound, below the statement
+	// timeouts readers commonly run with (15-30s).
+	idleInTxTimeout = 10 * time.Second
+	// ddlLockTimeout bounds a DDL step's wait for a table or view lock.
+	ddlLockTimeout = 5 * time.Second
+)
+
 // lockKey is the advisory lock serialising DDL on this sink's table.
 func (s *Sink) lockKey() int64 {
 	h := fnv.New64a()
@@ -248,9 +267,17 @@ func (s *Sink) lockKey() int64 {
 }
 
 // ddl runs fn in a transaction holding the table's advisory lock.
+//
+// Once it holds the advisory lock, a lock on a table or view it waits for
+// longer than ddlLockTimeout fails the step (SQLSTATE 55P03, retried as
+// transient): while the view's cutover waits behind a long reader, every
+// new reader queues behind the cutover, so the wait must stay short.
 func (s *Sink) ddl(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", s.lockKey()); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", ddlLockTimeout.Milliseconds())); err != nil {
 			return err
 		}
 		return fn(tx)

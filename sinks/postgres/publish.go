@@ -27,6 +27,9 @@ func (s *Sink) Publish(ctx context.Context, run sinks.RunInfo) error {
 		if published, err := s.published(ctx, tx, run.Version); err != nil || published {
 			return err
 		}
+		if err := s.checkOrder(ctx, tx, run.Version); err != nil {
+			return err
+		}
 		if err := s.checkStaged(ctx, tx, run); err != nil {
 			return err
 		}
@@ -49,6 +52,20 @@ func (s *Sink) Publish(ctx context.Context, run sinks.RunInfo) error {
 	}
 	s.log.Info("published", "version", run.Version, "run_table", rt, "dropped_versions", dropped)
 	return nil
+}
+
+// checkOrder applies sinks.CheckPublishOrder against the newest version
+// this table published (under the ddl lock, so atomic with the cutover).
+func (s *Sink) checkOrder(ctx context.Context, tx pgx.Tx, version string) error {
+	var latest *string
+	if err := tx.QueryRow(ctx, "SELECT max(version COLLATE \"C\") FROM "+s.ident(tabVersions)+" WHERE table_name = $1",
+		s.spec.Table).Scan(&latest); err != nil {
+		return err
+	}
+	if latest == nil {
+		return nil
+	}
+	return sinks.CheckPublishOrder("postgres "+s.spec.Table, version, *latest)
 }
 
 // published reports whether version was published before.

@@ -5,7 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/precog-ml/precog/internal/retry"
 	"github.com/precog-ml/precog/internal/testservers"
 	"github.com/precog-ml/precog/sinks"
 	"github.com/precog-ml/precog/sinks/sinktest"
@@ -180,5 +185,119 @@ func TestLegacySchemaAdopted(t *testing.T) {
 	publish(t, s, run2)
 	if n := count(t, s, "SELECT count(*) FROM "+s.ident(tabObjects)+" WHERE job = $1", testJob); n != 3 {
 		t.Fatalf("registry holds %d objects, want the view and two run tables", n)
+	}
+}
+
+// TestFrozenSessionReleasesView: a sink session that sits idle inside a
+// transaction holding the view's lock (a publisher frozen by SIGSTOP or cut
+// off by a partition, mid-cutover) is ended by the server, so a reader
+// with a 15s statement_timeout gets its rows instead of being cancelled.
+func TestFrozenSessionReleasesView(t *testing.T) {
+	old := idleInTxTimeout
+	idleInTxTimeout = time.Second
+	t.Cleanup(func() { idleInTxTimeout = old })
+	ctx := context.Background()
+	pg := testservers.Postgres(t)
+	s := newSink(t, pg, ModeReplace, "frozen")
+	defer s.Close()
+	run := sinktest.NewRun("v1", false, map[string]string{"date": "2024-11-01"})
+	publishRows(t, s, run, 10)
+
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+s.ident("frozen")+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	// The "publisher" now freezes: it sends nothing more.
+	reader, err := pgx.Connect(ctx, pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close(ctx)
+	if _, err := reader.Exec(ctx, "SET statement_timeout = '15s'"); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := reader.QueryRow(ctx, "SELECT count(*) FROM "+s.ident("frozen")).Scan(&n); err != nil {
+		t.Fatalf("reader behind a frozen sink session: %v (the session kept the view's lock)", err)
+	}
+	if n != 10 {
+		t.Fatalf("reader saw %d rows, want 10", n)
+	}
+	_ = tx.Rollback(ctx)
+}
+
+// TestPublishLockWaitBounded: a cutover that waits for the view's lock
+// behind a long reader gives up after ddlLockTimeout (55P03, transient),
+// instead of queueing every new reader behind it until the reader ends.
+func TestPublishLockWaitBounded(t *testing.T) {
+	old := ddlLockTimeout
+	ddlLockTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { ddlLockTimeout = old })
+	ctx := context.Background()
+	pg := testservers.Postgres(t)
+	s := newSink(t, pg, ModeReplace, "busy")
+	defer s.Close()
+	run1 := sinktest.NewRun("v1", false, map[string]string{"date": "2024-11-01"})
+	publishRows(t, s, run1, 5)
+	run2 := sinktest.NewRun("v2", false, map[string]string{"date": "2024-11-01"})
+	stageRows(t, s, run2, 7)
+
+	reader, err := pgx.Connect(ctx, pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close(ctx)
+	rtx, err := reader.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rtx.Rollback(ctx)
+	var n int
+	if err := rtx.QueryRow(ctx, "SELECT count(*) FROM "+s.ident("busy")).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err = s.Publish(pctx, run2)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "55P03" {
+		t.Fatalf("Publish behind a reader holding the view = %v, want lock_not_available (55P03)", err)
+	}
+	if retry.Classify(err) != retry.Transient {
+		t.Fatalf("a lock timeout is not retried: %v", err)
+	}
+	_ = rtx.Rollback(ctx)
+	if err := s.Publish(ctx, run2); err != nil {
+		t.Fatalf("Publish once the reader is gone: %v", err)
+	}
+}
+
+// stageRows prepares run, writes n rows as one shard and stages it.
+func stageRows(t *testing.T, s *Sink, run sinks.RunInfo, n int) {
+	t.Helper()
+	ctx := context.Background()
+	if err := s.Prepare(ctx, run); err != nil {
+		t.Fatalf("Prepare(%s): %v", run.Version, err)
+	}
+	writeRows(t, s, run, 0, 0, n, true)
+	if err := s.Stage(ctx, run, commits.committed(s, run)); err != nil {
+		t.Fatalf("Stage(%s): %v", run.Version, err)
+	}
+}
+
+// publishRows stages n rows of run and publishes them.
+func publishRows(t *testing.T, s *Sink, run sinks.RunInfo, n int) {
+	t.Helper()
+	stageRows(t, s, run, n)
+	if err := s.Publish(context.Background(), run); err != nil {
+		t.Fatalf("Publish(%s): %v", run.Version, err)
 	}
 }

@@ -271,11 +271,12 @@ func (s *Sink) Publish(ctx context.Context, run sinks.RunInfo) error {
 	l := s.layout
 	now := time.Now().UTC()
 	if !l.InPlace {
+		done, err := s.cutover(ctx, run.Version)
+		if err != nil || done {
+			return err
+		}
 		if err := s.client.ZAddNX(ctx, l.Versions(), goredis.Z{Score: float64(now.UnixMilli()), Member: run.Version}).Err(); err != nil {
 			return s.cfg.sanitize("publish: list version "+run.Version, err)
-		}
-		if err := s.client.Set(ctx, l.Current(), run.Version, 0).Err(); err != nil {
-			return s.cfg.sanitize("publish: set "+l.Current(), err)
 		}
 	}
 	s.log.Info("redis run published", "version", run.Version, "run", run.RunID, "mode", s.cfg.publish)
@@ -290,6 +291,63 @@ func (s *Sink) Publish(ctx context.Context, run sinks.RunInfo) error {
 	}
 	s.startGC(run.Version)
 	return nil
+}
+
+// casCurrentScript sets {ns}:current to ARGV[1] unless it names a later
+// version (the time parts in byte order, as sinks.CheckPublishOrder
+// compares), in one step: it returns "" when set, else the later version it
+// found. One key, so it works on Redis Cluster too.
+var casCurrentScript = goredis.NewScript(`
+local function stamp(v)
+  local i = string.find(v, '-', 1, true)
+  if i then return string.sub(v, 1, i - 1) end
+  return v
+end
+local function later(a, b)
+  a, b = stamp(a), stamp(b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = a:byte(i), b:byte(i)
+    if x ~= y then return x > y end
+  end
+  return #a > #b
+end
+local cur = redis.call('GET', KEYS[1])
+if cur and later(cur, ARGV[1]) then
+  return cur
+end
+redis.call('SET', KEYS[1], ARGV[1])
+return ''`)
+
+// cutover moves {ns}:current to version under sinks.CheckPublishOrder. done
+// reports a version published before (listed in {ns}:versions): left as it
+// is, so a retried publish never undoes a later publish or a rollback.
+// current is set before the version is listed, so a publish cut off in
+// between is completed by its retry.
+func (s *Sink) cutover(ctx context.Context, version string) (done bool, err error) {
+	l := s.layout
+	listed, err := s.client.ZRange(ctx, l.Versions(), 0, -1).Result()
+	if err != nil {
+		return false, s.cfg.sanitize("publish: read "+l.Versions(), err)
+	}
+	latest := ""
+	for _, v := range listed {
+		if v == version {
+			s.log.Info("redis version published before; left as it is", "version", version)
+			return true, nil
+		}
+		latest = max(latest, v)
+	}
+	if err := sinks.CheckPublishOrder("redis "+s.cfg.namespace, version, latest); err != nil {
+		return false, err
+	}
+	later, err := casCurrentScript.Run(ctx, s.client, []string{l.Current()}, version).Text()
+	if err != nil {
+		return false, s.cfg.sanitize("publish: set "+l.Current(), err)
+	}
+	if later != "" {
+		return false, sinks.CheckPublishOrder("redis "+s.cfg.namespace, version, later)
+	}
+	return false, nil
 }
 
 // announce records {ns}:meta and sends the published notice; failures are

@@ -9,6 +9,7 @@ package sinktest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -60,6 +61,8 @@ func Exercise(t *testing.T, h Harness) {
 		{"AbortKeepsPublished", testAbortKeepsPublished},
 		{"AbortUnpublished", testAbortUnpublished},
 		{"PublishIdempotent", testPublishIdempotent},
+		{"PublishNeverMovesBack", testPublishNeverMovesBack},
+		{"PublishSameSecondEitherOrder", testPublishSameSecond},
 		{"EmptyRun", testEmptyRun},
 		{"Rollback", testRollback},
 		{"StageFindsLostShard", testStageFindsLostShard},
@@ -404,6 +407,56 @@ func testPublishIdempotent(t *testing.T, h Harness, s sinks.Sink) {
 	publish(t, s, run2)
 	publish(t, s, run2)
 	expect(t, h, s, run2, "v2", Want(run2, 0, 30))
+}
+
+// testPublishNeverMovesBack: a run staged before a later one published
+// (an old failed run retried, a publisher that froze and resumed) is
+// refused at Publish with a *sinks.SupersededError, and readers stay on
+// the later version; a version published before still republishes as a
+// no-op, even after a rollback moved readers behind a later one.
+func testPublishNeverMovesBack(t *testing.T, h Harness, s sinks.Sink) {
+	ctx := ctxT(t)
+	old := NewRun("v1", false, params())
+	prepare(t, s, old)
+	writeShard(t, s, old, 0, 0, 40)
+	if err := s.Stage(ctx, old, ledgerOf(s).committed(old)); err != nil {
+		t.Fatalf("Stage(v1): %v", err)
+	}
+	later := NewRun("v2", false, params())
+	runOf(t, s, later, 0, 60)
+	err := s.Publish(ctx, old)
+	var se *sinks.SupersededError
+	if !errors.As(err, &se) || se.Later != "v2" || se.Version != "v1" {
+		t.Fatalf("%s: Publish(v1) after v2 published = %v, want a SupersededError naming v2", s.Name(), err)
+	}
+	expect(t, h, s, later, "v2", Want(later, 0, 60))
+
+	rb, ok := s.(sinks.Rollbacker)
+	if !ok {
+		return
+	}
+	v3 := NewRun("v3", false, params())
+	runOf(t, s, v3, 0, 30)
+	if err := rb.Rollback(ctx, v3, "v2"); err != nil {
+		t.Fatalf("Rollback(v2): %v", err)
+	}
+	// A retried publish of v3 (published before) changes nothing: readers
+	// stay where the rollback put them.
+	if err := s.Publish(ctx, v3); err != nil {
+		t.Fatalf("%s: republish of v3 after a rollback: %v", s.Name(), err)
+	}
+	expect(t, h, s, later, "v2", Want(later, 0, 60))
+}
+
+// testPublishSameSecond: versions are ordered by their creation time to
+// the second (sinks.CheckPublishOrder); two runs created within one second
+// publish in either order, whatever their random suffixes.
+func testPublishSameSecond(t *testing.T, h Harness, s sinks.Sink) {
+	first := NewRun("20261126t025547-ffff", false, params())
+	runOf(t, s, first, 0, 20)
+	second := NewRun("20261126t025547-0000", false, params())
+	runOf(t, s, second, 0, 30)
+	expect(t, h, s, second, "20261126t025547-0000", Want(second, 0, 30))
 }
 
 func testEmptyRun(t *testing.T, h Harness, s sinks.Sink) {

@@ -356,11 +356,15 @@ func (l *Ledger) Shards(ctx context.Context, runID string) ([]jobs.Shard, error)
 			return err
 		}
 		return rb.Bucket(subAll).ForEach(func(k, v []byte) error {
-			var s jobs.Shard
+			var s rec
 			if err := json.Unmarshal(v, &s); err != nil {
 				return fmt.Errorf("run %s shard %d: decode: %w", runID, binary.BigEndian.Uint32(k), err)
 			}
-			out = append(out, s)
+			if s.State != jobs.ShardRunning && s.Lease2.After(s.LeaseUntil) {
+				// A shard a cancel ended shows its holders' later lease.
+				s.LeaseUntil = s.Lease2
+			}
+			out = append(out, s.Shard)
 			return nil
 		})
 	})
@@ -624,7 +628,43 @@ func (l *Ledger) endAttempt(runID string, shard int, worker string, next func(s 
 		}
 		return putShard(rb, s)
 	})
+	if errors.Is(err, ledger.ErrRunFinished) {
+		if lerr := l.letGo(runID, shard, worker); lerr != nil {
+			return pool, errors.Join(err, lerr)
+		}
+	}
 	return pool, err
+}
+
+// letGo clears worker's lease mark on a shard of a cancelled run (see
+// ledger.Ledger.SetRunState): the holder stopped.
+func (l *Ledger) letGo(runID string, i int, worker string) error {
+	return l.db.Update(func(tx *bbolt.Tx) error {
+		r, err := getRun(tx, runID)
+		if err != nil || r.State != jobs.RunCancelled {
+			return err
+		}
+		rb, err := runShards(tx, runID)
+		if err != nil {
+			return err
+		}
+		s, err := getShard(rb, runID, i)
+		if err != nil || s.State != jobs.ShardFailed {
+			return err
+		}
+		changed := false
+		if s.Worker == worker && !s.LeaseUntil.IsZero() {
+			s.LeaseUntil, changed = time.Time{}, true
+		}
+		if s.Worker2 == worker {
+			s.Worker2, s.Lease2, s.Claimed2At, changed = "", time.Time{}, time.Time{}, true
+		}
+		if !changed {
+			return nil
+		}
+		s.UpdatedAt = l.now()
+		return putShard(rb, s)
+	})
 }
 
 // Fail records an attempt's error; the shard goes back to pending when retry
@@ -862,6 +902,18 @@ func (l *Ledger) SetRunState(ctx context.Context, runID string, state jobs.RunSt
 		if r.State.Terminal() {
 			return fmt.Errorf("run %s is %s: %w", runID, r.State, ledger.ErrRunFinished)
 		}
+		if state == jobs.RunCancelled && r.State == jobs.RunPublishing {
+			if p, ok, err := getPublish(tx, runID); err != nil {
+				return err
+			} else if ok {
+				return fmt.Errorf("run %s: worker %s is publishing it: %w", runID, p.Worker, ledger.ErrPublishing)
+			}
+		}
+		if state == jobs.RunCancelled {
+			if err := endOpenShards(tx, runID, msg, l.now()); err != nil {
+				return err
+			}
+		}
 		r.State = state
 		r.Error = msg
 		r.UpdatedAt = l.now()
@@ -883,6 +935,33 @@ func (l *Ledger) SetRunState(ctx context.Context, runID string, state jobs.RunSt
 	}
 	if state == jobs.RunCancelled || state == jobs.RunFailed {
 		l.hub.Signal(pool)
+	}
+	return nil
+}
+
+// endOpenShards moves a cancelled run's pending and running shards to
+// failed with msg; a holder's lease mark stays until it lets go.
+func endOpenShards(tx *bbolt.Tx, runID, msg string, now time.Time) error {
+	rb, err := runShards(tx, runID)
+	if err != nil {
+		return err
+	}
+	var open []rec
+	for _, name := range [][]byte{subPending, subRunning} {
+		c := rb.Bucket(name).Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			s, err := getShard(rb, runID, int(binary.BigEndian.Uint32(k)))
+			if err != nil {
+				return err
+			}
+			open = append(open, s)
+		}
+	}
+	for _, s := range open {
+		s.State, s.Error, s.UpdatedAt = jobs.ShardFailed, msg, now
+		if err := putShard(rb, s); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -24,6 +24,8 @@ var clusterCases = []struct {
 	{"PublishTakeover", testPublishTakeover},
 	{"PriorityAndFairShare", testPriorityFairShare},
 	{"CancelWakes", testCancelWakes},
+	{"CancelEndsShards", testCancelEndsShards},
+	{"CancelRefusesPublishing", testCancelRefusesPublishing},
 	{"WakeNotices", testWakeNotices},
 	{"ConcurrentClaimNext", testConcurrentClaimNext},
 	{"PoolLoad", testPoolLoad},
@@ -510,4 +512,89 @@ func testPoolLoad(t *testing.T, l ledger.Cluster) {
 		t.Fatal(err)
 	}
 	load("run b publishing", ledger.PoolLoad{Pending: 2, Running: 1, Publishing: 1})
+}
+
+// testCancelEndsShards: a cancel moves the run's open shards to a terminal
+// state in its own transaction (no shard is pending or running after it),
+// a running shard keeps its holder's lease mark until that holder stops,
+// and the holder's Release clears the mark while still reporting the run
+// finished.
+func testCancelEndsShards(t *testing.T, l ledger.Cluster) {
+	ctx := context.Background()
+	r := createIn(t, l, "recs", "p", 0, 3)
+	_, s0 := claimNext(t, l, "p", "w1", longLease)
+	_, s1 := claimNext(t, l, "p", "w2", longLease)
+	if err := l.Complete(ctx, r.ID, s1.Index, "w2", jobs.Counts{RowsIn: 5, RowsOut: 5}); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	if err := l.SetRunState(ctx, r.ID, jobs.RunCancelled, "cancelled by user"); err != nil {
+		t.Fatalf("SetRunState(cancelled): %v", err)
+	}
+	shards, err := l.Shards(ctx, r.ID)
+	if err != nil {
+		t.Fatalf("Shards: %v", err)
+	}
+	for _, s := range shards {
+		switch {
+		case s.Index == s1.Index:
+			if s.State != jobs.ShardCommitted {
+				t.Fatalf("committed shard %d after cancel = %s, want committed", s.Index, s.State)
+			}
+		case s.State != jobs.ShardFailed:
+			t.Fatalf("shard %d of a cancelled run = %s, want failed (terminal)", s.Index, s.State)
+		}
+	}
+	held := mustShard(t, l, r.ID, s0.Index)
+	if held.Worker != "w1" || held.LeaseUntil.IsZero() {
+		t.Fatalf("the held shard after cancel = %+v, want w1's lease mark kept until w1 stops", held)
+	}
+	wantErr(t, "Heartbeat of a cancelled run's shard", l.Heartbeat(ctx, r.ID, s0.Index, "w1", longLease), ledger.ErrRunFinished)
+	wantErr(t, "Release by a cancelled run's holder", l.Release(ctx, r.ID, s0.Index, "w1"), ledger.ErrRunFinished)
+	if got := mustShard(t, l, r.ID, s0.Index); got.State != jobs.ShardFailed || !got.LeaseUntil.IsZero() {
+		t.Fatalf("the shard after its holder let go = %+v, want failed with no lease mark", got)
+	}
+	if got := mustRun(t, l, r.ID); got.State != jobs.RunCancelled {
+		t.Fatalf("run = %s, want cancelled", got.State)
+	}
+}
+
+// testCancelRefusesPublishing: a run whose publish step a worker holds
+// cannot be cancelled (ErrPublishing, decided under the same lock that
+// reads the state), even once the publisher's lease lapsed (another
+// worker takes the publish over and finishes it); the publisher then
+// finishes it. A run moved to publishing without a publish lease (the
+// embedded ledger's single process) stays cancellable.
+func testCancelRefusesPublishing(t *testing.T, l ledger.Cluster) {
+	ctx := context.Background()
+	r := createIn(t, l, "recs", "p", 0, 1)
+	_, s := claimNext(t, l, "p", "w1", longLease)
+	if err := l.Complete(ctx, r.ID, s.Index, "w1", jobs.Counts{RowsIn: 1, RowsOut: 1}); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	if _, err := l.ClaimPublish(ctx, r.ID, "pub", shortLease); err != nil {
+		t.Fatalf("ClaimPublish: %v", err)
+	}
+	wantErr(t, "cancel of a publishing run", l.SetRunState(ctx, r.ID, jobs.RunCancelled, "cancel"), ledger.ErrPublishing)
+	time.Sleep(3 * shortLease)
+	wantErr(t, "cancel of a run whose publisher's lease lapsed", l.SetRunState(ctx, r.ID, jobs.RunCancelled, "cancel"), ledger.ErrPublishing)
+	if got := mustRun(t, l, r.ID); got.State != jobs.RunPublishing {
+		t.Fatalf("run after refused cancels = %s, want publishing", got.State)
+	}
+	if _, err := l.ClaimPublish(ctx, r.ID, "pub2", longLease); err != nil {
+		t.Fatalf("ClaimPublish takeover: %v", err)
+	}
+	if err := l.FinishPublish(ctx, r.ID, "pub2", jobs.RunSucceeded, ""); err != nil {
+		t.Fatalf("FinishPublish: %v", err)
+	}
+	if got := mustRun(t, l, r.ID); got.State != jobs.RunSucceeded {
+		t.Fatalf("run = %s, want succeeded", got.State)
+	}
+
+	local := createIn(t, l, "other", "p", 0, 1)
+	if err := l.SetRunState(ctx, local.ID, jobs.RunPublishing, ""); err != nil {
+		t.Fatalf("SetRunState(publishing): %v", err)
+	}
+	if err := l.SetRunState(ctx, local.ID, jobs.RunCancelled, "abandoned"); err != nil {
+		t.Fatalf("cancel of a run publishing without a publish lease: %v", err)
+	}
 }

@@ -61,7 +61,7 @@ started AS (
 )
 SELECT ` + shardCols + `, false,
 	r.id, r.job, r.version, r.params, r.params_key, r.spec_hash, r.model_version,
-	r.pool, r.priority, r.state, r.error, r.shards, r.spec, r.spec_file, r.created_at, r.updated_at
+	r.pool, r.priority, r.state, r.error, r.shards, r.spec, r.spec_file, r.created_at, r.updated_at, r.retries
 FROM u s JOIN precog_runs r ON r.id = s.run_id`
 
 var (
@@ -99,7 +99,7 @@ u AS (
 SELECT s.run_id, s.idx, s.plan, s.est_rows, s.state, s.attempts, s.worker2, s.lease2_until,
 	s.rows_in, s.rows_out, s.rejected, s.key_sketch, s.error, s.updated_at, true,
 	r.id, r.job, r.version, r.params, r.params_key, r.spec_hash, r.model_version,
-	r.pool, r.priority, r.state, r.error, r.shards, r.spec, r.spec_file, r.created_at, r.updated_at
+	r.pool, r.priority, r.state, r.error, r.shards, r.spec, r.spec_file, r.created_at, r.updated_at, r.retries
 FROM u s JOIN precog_runs r ON r.id = s.run_id`
 
 // scanClaim reads a claim statement's row: the leased shard and its run
@@ -113,7 +113,7 @@ func scanClaim(row pgx.Row) (jobs.Run, jobs.Shard, error) {
 	err := row.Scan(&s.RunID, &s.Index, &plan, &s.EstRows, &sstate, &s.Attempts, &s.Worker, &lease,
 		&s.Counts.RowsIn, &s.Counts.RowsOut, &s.Counts.Rejected, &s.Counts.KeySketch, &s.Error, &s.UpdatedAt, &s.Speculative,
 		&r.ID, &r.Job, &r.Version, &r.Params, &r.ParamsKey, &r.SpecHash, &r.ModelVersion,
-		&r.Pool, &r.Priority, &rstate, &r.Error, &r.Shards, &r.Spec, &r.SpecFile, &r.CreatedAt, &r.UpdatedAt)
+		&r.Pool, &r.Priority, &rstate, &r.Error, &r.Shards, &r.Spec, &r.SpecFile, &r.CreatedAt, &r.UpdatedAt, &r.Retries)
 	if err != nil {
 		return r, s, err
 	}
@@ -322,7 +322,24 @@ func (l *Ledger) endAttempt(ctx context.Context, op, runID string, shard int, wo
 		return fmt.Errorf("ledger: %s run %s shard %d by %s: %w", op, runID, shard, worker, err)
 	}
 	if refused {
+		if err := l.letGo(ctx, runID, shard, worker); err != nil {
+			return fmt.Errorf("ledger: %s run %s shard %d by %s: %w", op, runID, shard, worker, err)
+		}
 		return l.refused(ctx, op, runID, shard, worker)
 	}
 	return nil
+}
+
+// letGo clears worker's lease mark on a shard of a cancelled run: the
+// holder stopped, which `precog cancel` waits for.
+func (l *Ledger) letGo(ctx context.Context, runID string, shard int, worker string) error {
+	_, err := l.pool.Exec(ctx, `UPDATE precog_run_shards s SET
+		lease_until = CASE WHEN s.worker = $3 THEN NULL ELSE s.lease_until END,
+		worker2 = CASE WHEN s.worker2 = $3 THEN NULL ELSE s.worker2 END,
+		lease2_until = CASE WHEN s.worker2 = $3 THEN NULL ELSE s.lease2_until END,
+		updated_at = now()
+		WHERE s.run_id = $1 AND s.idx = $2 AND s.state = 'failed' AND (s.worker = $3 OR s.worker2 = $3)
+			AND (s.lease_until IS NOT NULL OR s.lease2_until IS NOT NULL)
+			AND EXISTS (SELECT 1 FROM precog_runs r WHERE r.id = $1 AND r.state = 'cancelled')`, runID, shard, worker)
+	return err
 }

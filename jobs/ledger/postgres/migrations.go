@@ -178,6 +178,11 @@ CREATE TRIGGER precog_backfill_run_ended AFTER UPDATE OF state ON precog_runs
 	FOR EACH ROW WHEN (NEW.state IN ('succeeded', 'failed', 'cancelled') AND OLD.state IS DISTINCT FROM NEW.state)
 	EXECUTE FUNCTION precog_backfill_run_ended();
 `,
+	// 6: how often precog retry took a failed run back up (RetryRun): the
+	// generation workers key their prepared sinks by.
+	`
+ALTER TABLE precog_runs ADD COLUMN retries integer NOT NULL DEFAULT 0;
+`,
 }
 
 // migrateLockKey is the pg_advisory_xact_lock key that serialises schema

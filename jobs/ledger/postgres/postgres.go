@@ -136,7 +136,7 @@ const openStates = `('pending', 'running', 'publishing')`
 
 // runCols reads a run with its counts summed from committed shards.
 const runCols = `r.id, r.job, r.version, r.params, r.params_key, r.spec_hash, r.model_version,
-	r.pool, r.priority, r.state, r.error, r.shards, r.spec, r.spec_file, r.created_at, r.updated_at,
+	r.pool, r.priority, r.state, r.error, r.shards, r.spec, r.spec_file, r.created_at, r.updated_at, r.retries,
 	c.rows_in, c.rows_out, c.rejected`
 
 const runFrom = `precog_runs r CROSS JOIN LATERAL (
@@ -148,7 +148,7 @@ func scanRun(row pgx.Row) (jobs.Run, error) {
 	var r jobs.Run
 	var state string
 	err := row.Scan(&r.ID, &r.Job, &r.Version, &r.Params, &r.ParamsKey, &r.SpecHash, &r.ModelVersion,
-		&r.Pool, &r.Priority, &state, &r.Error, &r.Shards, &r.Spec, &r.SpecFile, &r.CreatedAt, &r.UpdatedAt,
+		&r.Pool, &r.Priority, &state, &r.Error, &r.Shards, &r.Spec, &r.SpecFile, &r.CreatedAt, &r.UpdatedAt, &r.Retries,
 		&r.Counts.RowsIn, &r.Counts.RowsOut, &r.Counts.Rejected)
 	r.State = jobs.RunState(state)
 	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
@@ -156,7 +156,10 @@ func scanRun(row pgx.Row) (jobs.Run, error) {
 }
 
 // shardCols reads a shard; worker and lease are the primary holder's.
-const shardCols = `s.run_id, s.idx, s.plan, s.est_rows, s.state, s.attempts, coalesce(s.worker, ''), s.lease_until,
+// A shard a cancel ended shows its holders' lease mark (the later of the
+// two leases) until they stop.
+const shardCols = `s.run_id, s.idx, s.plan, s.est_rows, s.state, s.attempts, coalesce(s.worker, ''),
+	CASE WHEN s.state = 'running' THEN s.lease_until ELSE greatest(s.lease_until, s.lease2_until) END,
 	s.rows_in, s.rows_out, s.rejected, s.key_sketch, s.error, s.updated_at`
 
 func scanShard(row pgx.Row) (jobs.Shard, error) {

@@ -165,6 +165,14 @@ func TestRetryRun(t *testing.T) {
 	if got.State != jobs.RunRunning || got.Error != "" || shards[0].State != jobs.ShardCommitted || shards[1].State != jobs.ShardPending {
 		t.Fatalf("after RetryRun: run %s %q, shards %s/%s", got.State, got.Error, shards[0].State, shards[1].State)
 	}
+	// The retried run is a new generation: workers key their prepared
+	// sinks by it (the failure aborted the run in every sink).
+	if got.Retries != 1 {
+		t.Fatalf("Retries after one RetryRun = %d, want 1", got.Retries)
+	}
+	if cr, _, err := l.ClaimNext(ctx, "default", "w2", time.Minute); err != nil || cr.Retries != 1 {
+		t.Fatalf("ClaimNext of the retried run = %+v, %v; want Retries 1", cr, err)
+	}
 	// Fail it again, open another run of the same params: retry names it.
 	if err := l.SetRunState(ctx, r.ID, jobs.RunFailed, "again"); err != nil {
 		t.Fatal(err)

@@ -32,7 +32,9 @@ func lockOpenRun(ctx context.Context, tx pgx.Tx, runID string) (pool string, sta
 
 // SetRunState moves a non-terminal run to state with msg as its error. A
 // cancelled or failed run wakes its pool so workers stop its shards (their
-// heartbeats now fail).
+// heartbeats now fail). Cancel is refused (ErrPublishing) while a worker
+// holds the run's publish step, and moves the run's open shards to failed,
+// all under the run's row lock.
 func (l *Ledger) SetRunState(ctx context.Context, runID string, state jobs.RunState, msg string) error {
 	switch state {
 	case jobs.RunPending, jobs.RunRunning, jobs.RunPublishing, jobs.RunSucceeded, jobs.RunFailed, jobs.RunCancelled:
@@ -40,9 +42,26 @@ func (l *Ledger) SetRunState(ctx context.Context, runID string, state jobs.RunSt
 		return fmt.Errorf("ledger: set run %s state: unknown state %q", runID, state)
 	}
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		pool, _, err := lockOpenRun(ctx, tx, runID)
+		pool, cur, err := lockOpenRun(ctx, tx, runID)
 		if err != nil {
 			return err
+		}
+		if state == jobs.RunCancelled && cur == jobs.RunPublishing {
+			var publisher *string
+			if err := tx.QueryRow(ctx, `SELECT publisher FROM precog_runs WHERE id = $1`, runID).Scan(&publisher); err != nil {
+				return err
+			}
+			if publisher != nil {
+				return fmt.Errorf("run %s: worker %s is publishing it: %w", runID, *publisher, ledger.ErrPublishing)
+			}
+		}
+		if state == jobs.RunCancelled {
+			// The open shards end with the run; a holder's lease mark stays
+			// until it stops (endAttempt clears it).
+			if _, err := tx.Exec(ctx, `UPDATE precog_run_shards SET state = 'failed', error = $2, updated_at = now()
+				WHERE run_id = $1 AND state IN ('pending', 'running')`, runID, msg); err != nil {
+				return err
+			}
 		}
 		if _, err := tx.Exec(ctx, `UPDATE precog_runs SET state = $2, error = $3, updated_at = now(),
 			publisher = CASE WHEN $2 IN ('publishing') THEN publisher END,
@@ -211,7 +230,8 @@ func (l *Ledger) PublishDue(ctx context.Context, pool string) ([]string, error) 
 }
 
 // RetryRun takes a failed run back up: the run goes back to running with
-// its error cleared, its failed shards to pending with attempts reset, and
+// its error cleared and its Retries counted up (workers re-prepare its
+// sinks: the failure aborted them), its failed shards to pending with attempts reset, and
 // its pool is woken; committed shards are kept (a sink that lost them when
 // the failed run was aborted reports them at stage time, and they are
 // recomputed). It returns the shards moved. A succeeded or cancelled run is
@@ -237,7 +257,7 @@ func (l *Ledger) RetryRun(ctx context.Context, runID string) (int, error) {
 			return nil // open already: just its failed shards
 		}
 		if _, err := tx.Exec(ctx, `UPDATE precog_runs SET state = 'running', error = '', publisher = NULL, publish_until = NULL,
-			updated_at = now() WHERE id = $1`, runID); err != nil {
+			retries = retries + 1, updated_at = now() WHERE id = $1`, runID); err != nil {
 			return err
 		}
 		tag, err := tx.Exec(ctx, `UPDATE precog_run_shards SET state = 'pending', attempts = 0, error = '', worker = NULL,
