@@ -103,6 +103,34 @@ CREATE TABLE precog_jobs_seen (
 	first_seen timestamptz NOT NULL
 );
 `,
+	// checks before a publish (ledger.Checks): each shard's output
+	// profile, each run's check report and who accepted or discarded it
+	// when held, and the published version's profile per (job, target).
+	`
+CREATE TABLE precog_shard_profiles (
+	run_id  text NOT NULL REFERENCES precog_runs (id) ON DELETE CASCADE,
+	idx     integer NOT NULL,
+	profile text NOT NULL,
+	PRIMARY KEY (run_id, idx)
+);
+CREATE TABLE precog_check_reports (
+	run_id      text PRIMARY KEY REFERENCES precog_runs (id) ON DELETE CASCADE,
+	report      jsonb NOT NULL,
+	resolved_by text,
+	reason      text,
+	resolved_at timestamptz
+);
+CREATE TABLE precog_baselines (
+	job          text NOT NULL,
+	target       text NOT NULL,
+	run_id       text NOT NULL,
+	version      text NOT NULL,
+	rows_out     bigint NOT NULL,
+	profile      text NOT NULL,
+	published_at timestamptz NOT NULL,
+	PRIMARY KEY (job, target)
+);
+`,
 }
 
 // migrateLockKey is the pg_advisory_xact_lock key that serialises schema
