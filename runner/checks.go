@@ -299,3 +299,60 @@ func DiscardHeld(ctx context.Context, o HeldOptions) (jobs.Run, error) {
 	}
 	return o.Ledger.Run(ctx, run.ID)
 }
+
+// Diff is the checks' report of a run: against version against (a run of
+// the same job that has profiles), or, when against is "", the report
+// stored at its publish step, else one computed now against its target's
+// published version. The run's spec must have a checks: block (profiles
+// are only computed then).
+func Diff(ctx context.Context, led ledger.Ledger, runID, against string) (profile.Report, error) {
+	var rep profile.Report
+	ck, ok := led.(ledger.Checks)
+	if !ok {
+		return rep, fmt.Errorf("the ledger %T has no checks", led)
+	}
+	run, err := led.Run(ctx, runID)
+	if err != nil {
+		return rep, err
+	}
+	spec, err := jobs.Parse(run.Spec, run.SpecFile, run.Params, os.LookupEnv)
+	if err != nil {
+		return rep, fmt.Errorf("run %s: its recorded spec: %w", run.ID, err)
+	}
+	if spec.Checks == nil {
+		return rep, fmt.Errorf("run %s: its spec has no checks: block, so no output profile was computed", run.ID)
+	}
+	if against == "" {
+		if b, err := ck.CheckReport(ctx, run.ID); err == nil {
+			return rep, json.Unmarshal(b, &rep)
+		}
+		out, err := evaluateChecks(ctx, led, spec, run)
+		if err != nil {
+			return rep, err
+		}
+		return out.report, nil
+	}
+	runs, err := led.Runs(ctx, run.Job, 0)
+	if err != nil {
+		return rep, err
+	}
+	var other *jobs.Run
+	for i := range runs {
+		if runs[i].Version == against || runs[i].ID == against {
+			other = &runs[i]
+			break
+		}
+	}
+	if other == nil {
+		return rep, fmt.Errorf("job %s has no run of version %s: %w", run.Job, against, ledger.ErrNotFound)
+	}
+	cur, rows, err := runProfile(ctx, led, ck, spec, run.ID)
+	if err != nil {
+		return rep, fmt.Errorf("run %s: %w", run.ID, err)
+	}
+	old, oldRows, err := runProfile(ctx, led, ck, spec, other.ID)
+	if err != nil {
+		return rep, fmt.Errorf("run %s: %w", other.ID, err)
+	}
+	return profile.Evaluate(spec.Checks, &profile.Baseline{RunID: other.ID, Version: other.Version, RowsOut: oldRows, Profile: old}, cur, rows), nil
+}
