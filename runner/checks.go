@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/precog-ml/precog/internal/profile"
 	"github.com/precog-ml/precog/jobs"
@@ -22,6 +23,17 @@ var ErrHeld = errors.New("held by its checks")
 
 // ErrChecksFailed means the run's checks failed and on_failure is fail.
 var ErrChecksFailed = errors.New("checks failed")
+
+// HeldRetention is how long gc keeps a held run's staged data for
+// `precog publish --accept`; after it, gc removes it like any unpublished
+// version (the run stays held in the ledger, and an accept then fails its
+// verification).
+const HeldRetention = 7 * 24 * time.Hour
+
+// heldKept reports whether r is held and within HeldRetention at now.
+func heldKept(r jobs.Run, now time.Time) bool {
+	return r.State == jobs.RunHeld && now.Sub(r.UpdatedAt) < HeldRetention
+}
 
 // CheckTarget names what a job's version replaces when published: its
 // rendered sink targets. Runs are checked against the last version

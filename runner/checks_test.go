@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -207,6 +208,27 @@ func TestChecksHoldAcceptCancel(t *testing.T) {
 	led = f.ledger(t)
 	defer led.Close()
 	runs, _ = led.Runs(ctx, "scores", 1)
+	// gc keeps a held run's staged data for its accept.
+	spec, err := jobs.Load(filepath.Join(f.dir, "job.yaml"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gcRep, err := GC(ctx, spec, led, GCOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := 0
+	for _, e := range gcRep.Entries {
+		if e.Version == runs[0].Version {
+			if e.Action != GCKept || !strings.Contains(e.Reason, "held") {
+				t.Errorf("gc of a held run's %s: %s (%s)", e.Sink, e.Action, e.Reason)
+			}
+			kept++
+		}
+	}
+	if kept == 0 {
+		t.Errorf("gc listed nothing of the held version: %+v", gcRep.Entries)
+	}
 	gone, err := DiscardHeld(ctx, HeldOptions{Ledger: led, RunID: runs[0].ID, By: "bob", Reason: "bad partition"})
 	if err != nil || gone.State != jobs.RunCancelled {
 		t.Fatalf("discard: %s %v", gone.State, err)
