@@ -147,10 +147,16 @@ func evaluateChecks(ctx context.Context, led ledger.Ledger, spec *jobs.Spec, run
 // the checks and, when one fails, returns an error wrapping ErrHeld
 // (on_failure: hold) or ErrChecksFailed (fail). A nil outcome means the
 // spec has no checks.
-func checkBeforePublish(ctx context.Context, led ledger.Ledger, spec *jobs.Spec, run jobs.Run) (*checkOutcome, error) {
+func checkBeforePublish(ctx context.Context, led ledger.Ledger, spec *jobs.Spec, run jobs.Run, log *slog.Logger) (*checkOutcome, error) {
+	start := time.Now()
 	out, err := evaluateChecks(ctx, led, spec, run)
-	if err != nil || out == nil || out.report.Passed {
+	if err != nil || out == nil {
 		return out, err
+	}
+	log.Info("checks evaluated", "run", run.ID, "passed", out.report.Passed, "against", out.report.Against,
+		"first_run", out.report.FirstRun, "checks", len(out.report.Checks), "took", time.Since(start).Round(time.Millisecond))
+	if out.report.Passed {
+		return out, nil
 	}
 	why := strings.Join(out.report.Failed(), "; ")
 	if spec.Checks.Hold() {

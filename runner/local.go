@@ -672,7 +672,7 @@ func outputs(spec *jobs.Spec, run jobs.Run) []string {
 // failed check holds the run (staged data kept) or fails it (on_failure:
 // fail, staged data removed); either way nothing is published.
 func (lr *localRun) checkBeforePublish(ctx context.Context, run jobs.Run) (*checkOutcome, error) {
-	out, err := checkBeforePublish(ctx, lr.led, lr.job.Spec, run)
+	out, err := checkBeforePublish(ctx, lr.led, lr.job.Spec, run, lr.log)
 	switch {
 	case errors.Is(err, ErrHeld):
 		runFinished(lr.info.Job, jobs.RunHeld)

@@ -204,7 +204,7 @@ func publishStep(ctx context.Context, d publishDeps) (jobs.RunState, string) {
 		d.log.Warn("publish: stage failed; another attempt follows", "run", d.info.RunID, "err", err)
 		return "", ""
 	}
-	checked, err := checkBeforePublish(lctx, d.led, d.spec, run)
+	checked, err := checkBeforePublish(lctx, d.led, d.spec, run, d.log)
 	switch {
 	case errors.Is(err, ErrHeld):
 		return jobs.RunHeld, err.Error() // staged data kept for accept
