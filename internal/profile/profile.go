@@ -139,13 +139,20 @@ func (b *Builder) Add(rec arrow.RecordBatch, keyCol int) {
 		return
 	}
 	keys := rec.Column(keyCol)
+	ints, _ := keys.(*array.Int64)
+	var buf [20]byte
 	for r := 0; r < n; r++ {
-		k := keyString(keys, r)
-		h := xxh3.HashString(k)
+		// Hash first, without allocating: most keys are not sampled.
+		var h uint64
+		if ints != nil {
+			h = xxh3.Hash(strconv.AppendInt(buf[:0], ints.Value(r), 10))
+		} else {
+			h = xxh3.HashString(keyString(keys, r))
+		}
 		if len(b.p.Sample) >= b.opts.SampleSize && h >= b.p.Sample[len(b.p.Sample)-1].Hash {
 			continue
 		}
-		s := Sampled{Hash: h, Key: k}
+		s := Sampled{Hash: h, Key: keyString(keys, r)}
 		for name := range b.sampled {
 			if c, ok := cols[name]; ok {
 				if s.Values == nil {

@@ -147,3 +147,37 @@ func failed(r Report, name string) bool {
 	}
 	return false
 }
+
+// TestIntKeysHashLikeStrings: an int64 key is sampled by the hash of its
+// decimal form, as the same key stored as a string, so that a job that
+// changes its key type compares the same keys.
+func TestIntKeysHashLikeStrings(t *testing.T) {
+	intSchema := arrow.NewSchema([]arrow.Field{{Name: "k", Type: arrow.PrimitiveTypes.Int64}}, nil)
+	strSchema := arrow.NewSchema([]arrow.Field{{Name: "k", Type: arrow.BinaryTypes.String}}, nil)
+	ib := array.NewRecordBuilder(memory.DefaultAllocator, intSchema)
+	sb := array.NewRecordBuilder(memory.DefaultAllocator, strSchema)
+	defer ib.Release()
+	defer sb.Release()
+	for i := int64(-50); i < 950; i++ {
+		ib.Field(0).(*array.Int64Builder).Append(i)
+		sb.Field(0).(*array.StringBuilder).Append(strconv.FormatInt(i, 10))
+	}
+	ir, sr := ib.NewRecordBatch(), sb.NewRecordBatch()
+	defer ir.Release()
+	defer sr.Release()
+	a, b := NewBuilder(Options{SampleSize: 100}), NewBuilder(Options{SampleSize: 100})
+	a.Add(ir, 0)
+	b.Add(sr, 0)
+	pa, pb := a.Profile(), b.Profile()
+	if len(pa.Sample) != 100 || len(pb.Sample) != 100 {
+		t.Fatalf("samples %d, %d", len(pa.Sample), len(pb.Sample))
+	}
+	for i := range pa.Sample {
+		if pa.Sample[i].Key != pb.Sample[i].Key || pa.Sample[i].Hash != pb.Sample[i].Hash {
+			t.Fatalf("sample %d: %+v vs %+v", i, pa.Sample[i], pb.Sample[i])
+		}
+	}
+	if e := Churn(pa, pb); e.Mean != 0 || e.N != 100 {
+		t.Fatalf("churn between the same keys: %+v", e)
+	}
+}
