@@ -68,7 +68,7 @@ func TestClusterChecksHoldShiftedModel(t *testing.T) {
 	n1, mv1 := view()
 
 	// The model file is replaced by another export (other weights).
-	if err := testgen.NewRanker(testgen.DefaultSeed+1).WriteONNX(filepath.Join(dir, "models", "ranker.onnx")); err != nil {
+	if err := testgen.NewRanker(testgen.DefaultSeed + 1).WriteONNX(filepath.Join(dir, "models", "ranker.onnx")); err != nil {
 		t.Fatal(err)
 	}
 	held := waitRun(t, led, submit(t, led, load()).ID, time.Minute)

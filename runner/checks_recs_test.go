@@ -73,7 +73,7 @@ checks:
 	}
 	led.Close()
 
-	if err := testgen.NewRecs(testgen.DefaultSeed+1).WriteONNX(filepath.Join(dir, "models", "recs.onnx")); err != nil {
+	if err := testgen.NewRecs(testgen.DefaultSeed + 1).WriteONNX(filepath.Join(dir, "models", "recs.onnx")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := run(); !errors.Is(err, ErrHeld) {
