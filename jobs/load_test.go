@@ -347,6 +347,12 @@ func TestContractExample(t *testing.T) {
 		{"template params", s.TemplateParams(), []string{"date"}},
 		{"param names", s.ParamNames(), []string{"date"}},
 		{"file", s.File, path},
+		{"checks rows", *s.Checks.Rows.MinRatio, 0.9},
+		{"checks churn", *s.Checks.KeyChurn.Max, 0.05},
+		{"checks score range", s.Checks.Outputs["score"].Range, []float64{0, 1}},
+		// topk_items is the output name; checks are keyed by stored field.
+		{"checks items overlap", *s.Checks.Outputs["items"].MinOverlapAtK, 0.5},
+		{"checks on_failure", s.Checks.OnFailure, "hold"},
 	}
 	for _, c := range checks {
 		if !reflect.DeepEqual(c.got, c.want) {

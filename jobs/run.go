@@ -6,7 +6,9 @@ import (
 )
 
 // RunState is the state of a run. Transitions:
-// pending → running → publishing → succeeded, or → failed / cancelled.
+// pending → running → publishing → succeeded, or → failed / cancelled;
+// publishing → held when a check before the publish failed, then held →
+// succeeded (accepted: published) or → cancelled (discarded).
 type RunState string
 
 // Run states.
@@ -17,11 +19,16 @@ const (
 	RunSucceeded  RunState = "succeeded"
 	RunFailed     RunState = "failed"
 	RunCancelled  RunState = "cancelled"
+	// RunHeld: the run's checks failed; nothing was published and its
+	// staged data is kept until `precog publish --accept` or `cancel`.
+	RunHeld RunState = "held"
 )
 
-// Terminal reports whether no further transition is possible.
+// Terminal reports whether the run's work is over: no claims, no resume,
+// not open for overlap policies. A held run is terminal in this sense; only
+// ledger.Checks.ResolveHold moves it on.
 func (s RunState) Terminal() bool {
-	return s == RunSucceeded || s == RunFailed || s == RunCancelled
+	return s == RunSucceeded || s == RunFailed || s == RunCancelled || s == RunHeld
 }
 
 // ShardState is the state of one shard: pending → running → committed, or

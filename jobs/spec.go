@@ -44,6 +44,10 @@ type Spec struct {
 	// a shard becomes a reject row; repeats across shards still fail, since
 	// they are only known at publish). Default fail.
 	DuplicateKeys string `yaml:"duplicate_keys"`
+	// Checks, when set, are evaluated between stage and publish against
+	// the currently published version (see ChecksSpec). Nil: none, and the
+	// spec's hash is what it was before the field existed.
+	Checks *ChecksSpec `yaml:"checks,omitempty"`
 
 	// File is the path the spec was loaded from ("" when parsed from bytes).
 	File string `yaml:"-"`

@@ -196,6 +196,7 @@ func (d *decoder) validate(s *Spec) {
 	d.validateSource(&s.Source)
 	d.validateModel(s)
 	d.validateSinks(s)
+	d.validateChecks(s)
 	if s.Retry.MaxAttempts < 1 {
 		d.fail("retry.max_attempts", "must be >= 1 (got %d)", s.Retry.MaxAttempts)
 	}

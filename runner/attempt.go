@@ -59,14 +59,15 @@ func runAttempt(ctx context.Context, a attempt) (jobs.Counts, []jobs.Reject, err
 			a.onRows(n)
 		}
 	}
+	prof := newProfileBuilder(a.job.Spec)
 	beforeCommit := func(ctx context.Context) error {
 		if err := a.led.Heartbeat(ctx, a.run.ID, a.shard.Index, a.worker, a.lease); err != nil {
 			return fmt.Errorf("shard %d: lease check before commit: %w", a.shard.Index, err)
 		}
-		return nil
+		return putProfile(ctx, a.led, a.run.ID, a.shard.Index, prof)
 	}
 	counts, err := a.job.ExecShard(sctx, ShardTask{Run: a.info, Shard: a.shard, Sinks: a.snks, Rejects: rejects,
-		ComputedAt: a.run.CreatedAt, OnRows: onRows, Stats: a.stats, BeforeCommit: beforeCommit})
+		ComputedAt: a.run.CreatedAt, OnRows: onRows, Stats: a.stats, BeforeCommit: beforeCommit, Profile: prof})
 	// An attempt the watchdog stopped (lease lost, run cancelled, stall)
 	// fails with whatever the cancellation broke (often a bare "context
 	// canceled"): report the cause, so that the caller tells a lost lease

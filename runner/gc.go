@@ -189,6 +189,8 @@ func gcSinkVersions(ctx context.Context, g *gcSink, target sinks.RunInfo, runs m
 			e.Action, e.Reason = GCKept, "retained"
 		case known && !r.State.Terminal():
 			e.Action, e.Reason = GCKept, fmt.Sprintf("open run %s (%s)", r.ID, r.State)
+		case known && heldKept(r, time.Now()):
+			e.Action, e.Reason = GCKept, fmt.Sprintf("run %s held by its checks until %s (publish --accept or cancel it)", r.ID, r.UpdatedAt.Add(HeldRetention).Format(time.RFC3339))
 		case dryRun:
 			e.Action = GCWouldRemove
 		case g.skip != "":

@@ -244,12 +244,19 @@ func (lr *localRun) runAndPublish(ctx context.Context, run jobs.Run) error {
 		}
 		break
 	}
+	checked, err := lr.checkBeforePublish(ctx, run)
+	if err != nil {
+		return err
+	}
 	if err := publishAll(ctx, lr.snks, lr.info, lr.policy(), lr.log, nil); err != nil {
 		if se := (*sinks.SupersededError)(nil); errors.As(err, &se) {
 			err = fmt.Errorf("run %s failed: %w", run.ID, err)
 			abortRun(ctx, lr.led, lr.snks, lr.info, err, lr.log)
 		}
 		return err
+	}
+	if err := recordPublished(ctx, lr.led, lr.job.Spec, run, checked); err != nil {
+		lr.log.Warn("checks: store the published version's profile", "run", run.ID, "err", err)
 	}
 	if err := lr.led.SetRunState(ctx, run.ID, jobs.RunSucceeded, ""); err != nil {
 		return err
@@ -663,4 +670,26 @@ func outputs(spec *jobs.Spec, run jobs.Run) []string {
 		}
 	}
 	return out
+}
+
+// checkBeforePublish runs the spec's checks between stage and publish. A
+// failed check holds the run (staged data kept) or fails it (on_failure:
+// fail, staged data removed); either way nothing is published.
+func (lr *localRun) checkBeforePublish(ctx context.Context, run jobs.Run) (*checkOutcome, error) {
+	out, err := checkBeforePublish(ctx, lr.led, lr.job.Spec, run, lr.log)
+	switch {
+	case errors.Is(err, ErrHeld):
+		runFinished(lr.info.Job, jobs.RunHeld)
+		if herr := lr.led.(ledger.Checks).Hold(ctx, run.ID, err.Error()); herr != nil {
+			return nil, fmt.Errorf("%w (and recording it: %w)", err, herr)
+		}
+		lr.res.Run, _ = lr.led.Run(ctx, run.ID)
+		return nil, err
+	case errors.Is(err, ErrChecksFailed):
+		abortRun(ctx, lr.led, lr.snks, lr.info, err, lr.log)
+		return nil, fmt.Errorf("%w; nothing was published", err)
+	case err != nil:
+		return nil, fmt.Errorf("%w (nothing was published; rerun the same command to retry)", err)
+	}
+	return out, nil
 }

@@ -227,6 +227,16 @@ func publishStep(ctx context.Context, d publishDeps) (jobs.RunState, string) {
 		d.log.Warn("publish: stage failed; another attempt follows", "run", d.info.RunID, "err", err)
 		return "", ""
 	}
+	checked, err := checkBeforePublish(lctx, d.led, d.spec, run, d.log)
+	switch {
+	case errors.Is(err, ErrHeld):
+		return jobs.RunHeld, err.Error() // staged data kept for accept
+	case errors.Is(err, ErrChecksFailed):
+		return fail(err)
+	case err != nil:
+		d.log.Warn("publish: checks could not be evaluated; another attempt follows", "run", d.info.RunID, "err", err)
+		return "", ""
+	}
 	var before func(context.Context) error
 	if d.lease != nil {
 		before = func(ctx context.Context) error {
@@ -244,6 +254,9 @@ func publishStep(ctx context.Context, d publishDeps) (jobs.RunState, string) {
 		}
 		d.log.Warn("publish failed; another attempt follows", "run", d.info.RunID, "err", err)
 		return "", ""
+	}
+	if err := recordPublished(lctx, d.led, d.spec, run, checked); err != nil {
+		d.log.Warn("checks: store the published version's profile", "run", d.info.RunID, "err", err)
 	}
 	return jobs.RunSucceeded, ""
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/precog-ml/precog/internal/profile"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/runner/model"
 	"github.com/precog-ml/precog/sinks"
@@ -45,6 +46,9 @@ type ShardTask struct {
 	// any sink commits: the last check that the attempt still holds its
 	// lease (a process frozen past its lease must not commit late).
 	BeforeCommit func(ctx context.Context) error
+	// Profile, when set, summarises every output batch for the checks
+	// before the publish (the spec's checks: block).
+	Profile *profile.Builder
 }
 
 type encoded struct {
@@ -183,6 +187,9 @@ func (j *Job) ExecShard(ctx context.Context, t ShardTask) (jobs.Counts, error) {
 				}
 				if out == nil {
 					continue
+				}
+				if t.Profile != nil {
+					t.Profile.Add(out, 0)
 				}
 				countsMu.Lock()
 				counts.RowsOut += out.NumRows()

@@ -94,7 +94,7 @@ var (
 		Help: "Shard attempts by result: committed, failed, released (interrupted).",
 	}, []string{"result"})
 	runsFinished = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "precog_runs_finished_total", Help: "Runs this process finished, by job and final state (succeeded, failed, cancelled).",
+		Name: "precog_runs_finished_total", Help: "Runs this process finished, by job and final state (succeeded, failed, cancelled, held).",
 	}, []string{"job_name", "state"})
 	claimSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "precog_worker_claim_seconds", Help: "Latency of one claim call to the ledger (a worker's ClaimNext).",

@@ -154,10 +154,18 @@ prints one object per change.`,
 				if err != nil {
 					return err
 				}
+				rep := runChecks(ctx, led.Ledger, r.ID)
 				if asJSON {
-					return json.NewEncoder(w).Encode(runview.StatusOf(v, sample))
+					st := runview.StatusOf(v, sample)
+					if rep != nil {
+						st.Checks = rep.Checks
+					}
+					return json.NewEncoder(w).Encode(st)
 				}
-				return runview.Detail{Run: v, Shards: shards, Rejects: sample}.Write(w)
+				if err := (runview.Detail{Run: v, Shards: shards, Rejects: sample}.Write(w)); err != nil || rep == nil {
+					return err
+				}
+				return writeReport(w, *rep)
 			}
 			return watchRun(ctx, led, r.ID, w, asJSON)
 		},
@@ -288,6 +296,9 @@ directory: stop that process first (Ctrl-C or SIGTERM drains it).`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if done, err := cancelIfBackfill(cmd, g, db, args[0], cancelOptions{drain: drain, out: cmd.OutOrStdout(), log: g.log}); done {
+				return err
+			}
+			if held, err := cancelHeld(cmd.Context(), g, db, args[0], cmd.OutOrStdout()); held {
 				return err
 			}
 			if dsn := databaseURL(db); dsn != "" {

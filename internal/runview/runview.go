@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/precog-ml/precog/internal/profile"
 	"github.com/precog-ml/precog/jobs"
 )
 
@@ -62,6 +63,9 @@ const DefaultRejectSample = 20
 type Status struct {
 	Run
 	RejectSample []jobs.Reject `json:"reject_sample"`
+	// Checks are the run's checks before its publish (absent when its
+	// spec has none or they did not run yet).
+	Checks []profile.Check `json:"checks,omitempty"`
 }
 
 // StatusOf is the status view of v with its reject sample (nil reads as

@@ -52,6 +52,7 @@ func Exercise(t *testing.T, newLedger func(t *testing.T) ledger.Ledger) {
 		{"SetRunState", testSetRunState},
 		{"NotFound", testNotFound},
 		{"ConcurrentClaims", testConcurrentClaims},
+		{"ChecksHold", testChecksHold},
 	}
 	for _, c := range clusterCases {
 		cases = append(cases, struct {

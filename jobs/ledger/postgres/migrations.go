@@ -175,13 +175,41 @@ BEGIN
 END $$;
 
 CREATE TRIGGER precog_backfill_run_ended AFTER UPDATE OF state ON precog_runs
-	FOR EACH ROW WHEN (NEW.state IN ('succeeded', 'failed', 'cancelled') AND OLD.state IS DISTINCT FROM NEW.state)
+	FOR EACH ROW WHEN (NEW.state IN ('succeeded', 'failed', 'cancelled', 'held') AND OLD.state IS DISTINCT FROM NEW.state)
 	EXECUTE FUNCTION precog_backfill_run_ended();
 `,
 	// 6: how often precog retry took a failed run back up (RetryRun): the
 	// generation workers key their prepared sinks by.
 	`
 ALTER TABLE precog_runs ADD COLUMN retries integer NOT NULL DEFAULT 0;
+`,
+	// 7: checks before a publish (ledger.Checks): each shard's output
+	// profile, each run's check report and who accepted or discarded it
+	// when held, and the published version's profile per (job, target).
+	`
+CREATE TABLE precog_shard_profiles (
+	run_id  text NOT NULL REFERENCES precog_runs (id) ON DELETE CASCADE,
+	idx     integer NOT NULL,
+	profile text NOT NULL,
+	PRIMARY KEY (run_id, idx)
+);
+CREATE TABLE precog_check_reports (
+	run_id      text PRIMARY KEY REFERENCES precog_runs (id) ON DELETE CASCADE,
+	report      jsonb NOT NULL,
+	resolved_by text,
+	reason      text,
+	resolved_at timestamptz
+);
+CREATE TABLE precog_baselines (
+	job          text NOT NULL,
+	target       text NOT NULL,
+	run_id       text NOT NULL,
+	version      text NOT NULL,
+	rows_out     bigint NOT NULL,
+	profile      text NOT NULL,
+	published_at timestamptz NOT NULL,
+	PRIMARY KEY (job, target)
+);
 `,
 }
 
