@@ -100,10 +100,10 @@ func newStatusCmd(g *globals) *cobra.Command {
 		Use:   "status RUN",
 		Short: "One run's state, progress, rate and ETA, shards, workers, errors",
 		Long: `One run: state, progress with rate and ETA, shards by state, the workers
-holding shards, a sample of rejected rows (shard, file and row, reason, key:
-the ledger keeps up to ` + fmt.Sprint(jobs.RejectSampleCap) + ` per shard; every reject is in rejects/RUN/ under
-the state dir of the machine that ran the shard), the failed shards' errors
-and the run's error. ` + ledgerHelp + `
+holding shards with their heartbeat ages (a lost holder's leases are
+expiring), a sample of rejected rows (shard, file and row, reason, key; precog
+rejects RUN lists every one the ledger stores), the failed shards' errors and
+the run's error. ` + ledgerHelp + `
 
 --json prints the run object of precog runs --json plus "reject_sample": an
 array of {shard, key, position, reason}, by shard then position.
@@ -138,7 +138,11 @@ prints one object per change.`,
 				if asJSON {
 					return json.NewEncoder(w).Encode(runview.StatusOf(v, sample))
 				}
-				return runview.Detail{Run: v, Shards: shards, Rejects: sample}.Write(w)
+				ws, err := listWorkers(ctx, led, "")
+				if err != nil {
+					g.log.Warn("list workers for their heartbeats", "err", err)
+				}
+				return runview.Detail{Run: v, Shards: shards, Rejects: sample, Workers: ws}.Write(w)
 			}
 			return watchRun(ctx, led, r.ID, w, asJSON)
 		},
