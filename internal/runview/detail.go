@@ -155,9 +155,9 @@ func (d Detail) writeFailed(w io.Writer) error {
 }
 
 // workers lists who holds running shards: "host-a-12/cpu (2)", with each
-// holder's heartbeat age when the ledger lists workers: "host-a-12/cpu (2,
-// heartbeat 3s ago)", "host-b-7/cpu (1, lost: no heartbeat for 41s, its
-// leases expiring)", or "not registered" for a holder the list lacks.
+// holder's heartbeat age when the ledger lists workers: "host-a-12/cpu (2)
+// [heartbeat 3s ago]", "host-b-7/cpu (1) [LOST: no heartbeat for 41s, its
+// leases expiring]", or "[not registered]" for a holder the list lacks.
 func workers(shards []jobs.Shard, list []ledger.WorkerInfo) string {
 	held := map[string]int{}
 	for _, s := range shards {
@@ -179,14 +179,14 @@ func workers(shards []jobs.Shard, list []ledger.WorkerInfo) string {
 		if list != nil {
 			switch w, ok := byID[ledger.WorkerOf(n)]; {
 			case !ok:
-				beat = ", not registered"
+				beat = " [not registered]"
 			case w.Lost:
-				beat = fmt.Sprintf(", lost: no heartbeat for %s, its leases expiring", Duration(w.HeartbeatAge))
+				beat = fmt.Sprintf(" [LOST: no heartbeat for %s, its leases expiring]", Duration(w.HeartbeatAge))
 			default:
-				beat = fmt.Sprintf(", heartbeat %s ago", Duration(max(w.HeartbeatAge, time.Millisecond)))
+				beat = fmt.Sprintf(" [heartbeat %s ago]", Duration(max(w.HeartbeatAge, time.Millisecond)))
 			}
 		}
-		names[i] = fmt.Sprintf("%s (%d%s)", n, held[n], beat)
+		names[i] = fmt.Sprintf("%s (%d)%s", n, held[n], beat)
 	}
 	return strings.Join(names, ", ")
 }

@@ -24,7 +24,7 @@ func TestDetailHolderHeartbeats(t *testing.T) {
 		{ID: "b-2", HeartbeatAge: 41 * time.Second, Lost: true},
 	}
 	got := workers(shards, list)
-	want := "a-1/cpu (2, heartbeat 3s ago), b-2/cuda:0 (1, lost: no heartbeat for 41s, its leases expiring), c-3/cpu (1, not registered)"
+	want := "a-1/cpu (2) [heartbeat 3s ago], b-2/cuda:0 (1) [LOST: no heartbeat for 41s, its leases expiring], c-3/cpu (1) [not registered]"
 	if got != want {
 		t.Fatalf("workers =\n%s\nwant\n%s", got, want)
 	}
