@@ -90,5 +90,10 @@ bench: ort servers build
 demo: ort servers build
 	@bash scripts/demo.sh
 
+## cluster-quickstart: the README's one-machine cluster walkthrough, run for real
+## (a throwaway Postgres, two workers, submit, status, workers, rejects, the dashboard).
+cluster-quickstart: ort servers build
+	@bash scripts/cluster-quickstart.sh
+
 clean:
 	rm -rf bin $(STATE_DIR) testdata/generated out

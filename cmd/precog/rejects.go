@@ -59,10 +59,6 @@ rows (0: all).`,
 				return err
 			}
 			defer led.Close()
-			rj, ok := led.Ledger.(ledger.Rejects)
-			if !ok {
-				return fmt.Errorf("%s does not store rejects", led.where)
-			}
 			r, err := led.Run(ctx, args[0])
 			if errors.Is(err, ledger.ErrNotFound) {
 				return led.notFound(args[0])
@@ -70,7 +66,7 @@ rows (0: all).`,
 				return err
 			}
 			w := newRejectWriter(cmd.OutOrStdout(), asJSON, asCSV)
-			n, stored, cap, err := streamRejects(ctx, rj, r.ID, limit, w.write)
+			n, stored, cap, err := streamRejects(ctx, led, r.ID, limit, w.write)
 			if err != nil {
 				return err
 			}

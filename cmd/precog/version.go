@@ -99,7 +99,7 @@ func newVersionCmd() *cobra.Command {
 func workerVersion() string {
 	bi, _ := debug.ReadBuildInfo()
 	v := buildVersion(bi, func() (string, error) { return "", nil })
-	if v.Commit != "" {
+	if v.Commit != "" && v.Commit != "unknown" {
 		return v.Version + " (" + v.Commit[:min(len(v.Commit), 12)] + ")"
 	}
 	return v.Version

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -80,14 +81,49 @@ lost, state}.`,
 	return cmd
 }
 
+// errNoWorkerList: the ledger keeps no list of workers or no rejects.
+var errNoWorkerList = errors.New("this ledger keeps no list of workers")
+
+// HeartbeatWorker, RemoveWorker, ListWorkers and Rejects pass the
+// extensions of the opened ledger through (both ledgers have them), so
+// that the dashboard and the commands find them on an openedLedger.
+func (o *openedLedger) HeartbeatWorker(ctx context.Context, w ledger.WorkerInfo) error {
+	if wl, ok := o.Ledger.(ledger.Workers); ok {
+		return wl.HeartbeatWorker(ctx, w)
+	}
+	return errNoWorkerList
+}
+
+// RemoveWorker implements ledger.Workers.
+func (o *openedLedger) RemoveWorker(ctx context.Context, id string) error {
+	if wl, ok := o.Ledger.(ledger.Workers); ok {
+		return wl.RemoveWorker(ctx, id)
+	}
+	return errNoWorkerList
+}
+
+// ListWorkers implements ledger.Workers.
+func (o *openedLedger) ListWorkers(ctx context.Context, pool string) ([]ledger.WorkerInfo, error) {
+	if wl, ok := o.Ledger.(ledger.Workers); ok {
+		return wl.ListWorkers(ctx, pool)
+	}
+	return nil, errNoWorkerList
+}
+
+// Rejects implements ledger.Rejects.
+func (o *openedLedger) Rejects(ctx context.Context, runID string, offset, limit int) (ledger.RejectPage, error) {
+	if rj, ok := o.Ledger.(ledger.Rejects); ok {
+		return rj.Rejects(ctx, runID, offset, limit)
+	}
+	return ledger.RejectPage{}, fmt.Errorf("%s does not store rejects", o.where)
+}
+
 // listWorkers reads the ledger's worker list (empty when the ledger has
 // none).
 func listWorkers(ctx context.Context, led ledger.Ledger, pool string) ([]ledger.WorkerInfo, error) {
 	wl, ok := led.(ledger.Workers)
-	if !ok {
-		if o, isOpened := led.(*openedLedger); isOpened {
-			wl, ok = o.Ledger.(ledger.Workers)
-		}
+	if o, isOpened := led.(*openedLedger); isOpened {
+		wl, ok = o.Ledger.(ledger.Workers)
 	}
 	if !ok {
 		return nil, nil
