@@ -15,7 +15,7 @@ TEST_TIMEOUT ?= 30m
 export PRECOG_ORT_LIB ?= $(ORT_LIB)
 export PRECOG_TESTDATA ?= $(CURDIR)/testdata/generated
 
-.PHONY: all build test test-stability lint demo bench ort servers testdata fuzz clean
+.PHONY: all build test test-stability lint demo bench ort servers testdata fuzz clean cluster-quickstart
 
 all: build
 
