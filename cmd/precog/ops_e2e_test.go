@@ -70,8 +70,26 @@ func TestClusterWorkersList(t *testing.T) {
 	if got := c.workersJSON("--pool", "gpu"); len(got) != 0 {
 		t.Errorf("workers --pool gpu = %+v, want none", got)
 	}
-	// w1 holds a shard of the run: kill -9 it there.
-	c.waitFor("w1 to hold a shard", time.Minute, func() bool { return c.heldBy(id, w1) > 0 })
+	// Freeze w1 while it holds a shard of the run (it keeps the lease
+	// until it expires), then kill -9 it there.
+	for {
+		c.waitFor("w1 to hold a shard", time.Minute, func() bool { return c.heldBy(id, w1) > 0 })
+		if err := w1.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		if c.heldBy(id, w1) > 0 {
+			break
+		}
+		if err := w1.cmd.Process.Signal(syscall.SIGCONT); err != nil { // it committed meanwhile
+			t.Fatal(err)
+		}
+	}
+	// status shows the holder with its heartbeat age (or lost, on a
+	// machine slow enough that its lease passed meanwhile).
+	if st := c.precog("status", "--db", c.dsn, id); !strings.Contains(st.stdout, w1.workerIDPrefix()) ||
+		!(strings.Contains(st.stdout, "[heartbeat ") || strings.Contains(st.stdout, "[LOST: no heartbeat for")) {
+		t.Errorf("status does not show the holder's heartbeat age:\n%s", st.stdout)
+	}
 	if err := w1.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
