@@ -33,8 +33,8 @@ each with its shard, key, position (file and row) and reason. Workers store a
 shard's rejects in the ledger with the shard's commit, so this lists them
 whichever machine ran each shard, after the machines are gone.
 
-The ledger stores up to ` + strconv.Itoa(ledger.DefaultRejectsPerRun) + ` rejected rows per run (the shards committed first fill
-it); past that rows are still counted (the run's rejected count and
+The ledger stores up to ` + strconv.Itoa(ledger.DefaultRejectsPerRun) + ` rejected rows per run (precog worker
+--max-stored-rejects; the shards committed first fill it); past that rows are still counted (the run's rejected count and
 max_rejected_fraction stay exact) but not stored, and this command says how
 many of the run's rejects it lists on stderr.
 
@@ -66,7 +66,7 @@ rows (0: all).`,
 				return err
 			}
 			w := newRejectWriter(cmd.OutOrStdout(), asJSON, asCSV)
-			n, stored, cap, err := streamRejects(ctx, led, r.ID, limit, w.write)
+			n, stored, _, err := streamRejects(ctx, led, r.ID, limit, w.write)
 			if err != nil {
 				return err
 			}
@@ -76,7 +76,8 @@ rows (0: all).`,
 			if int64(n) < r.Counts.Rejected {
 				why := "--limit"
 				if stored < r.Counts.Rejected && (limit == 0 || int64(limit) > stored) {
-					why = fmt.Sprintf("the ledger stores at most %d rejected rows per run; the rest were counted, not stored", cap)
+					why = "the ledger stores a bounded number of rejected rows per run (precog worker --max-stored-rejects, default " +
+						strconv.Itoa(ledger.DefaultRejectsPerRun) + "); the rest were counted, not stored"
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "listed %d of the run's %d rejected rows (%d stored): %s\n", n, r.Counts.Rejected, stored, why)
 			}
