@@ -181,4 +181,25 @@ func TestClusterRejectLimitEarly(t *testing.T) {
 		t.Errorf("the worker wrote reject files in its state directory: %v", files)
 	}
 	stopWorkers(t, w)
+
+	// A run allowed its rejects, on a worker storing at most 10 of a run:
+	// it succeeds, counts every reject, stores 10, and precog rejects says so.
+	lenient := writeSpec(t, c.dir, "lenient.yaml", "max_rejected_fraction: 1\n"+strings.NewReplacer("data/users/dt={{.date}}", "bad",
+		"rows_per_shard: 1000", "rows_per_shard: 200", "date={{.date}}", "lenient").Replace(rankerSpec))
+	r = c.precog("submit", "--db", c.dsn, lenient)
+	if r.code != 0 {
+		t.Fatalf("submit lenient: exit %d: %s", r.code, r.stderr)
+	}
+	id = strings.TrimSpace(r.stdout)
+	w2 := c.worker("--max-stored-rejects", "10")
+	if run = c.waitTerminal(id, 2*time.Minute); run.State != jobs.RunSucceeded {
+		t.Fatalf("lenient run: %s (%s)", run.State, run.Error)
+	}
+	jr = c.precog("rejects", "--db", c.dsn, id, "--json")
+	rows = nil
+	if err := json.Unmarshal([]byte(jr.stdout), &rows); err != nil || len(rows) != 10 || run.Counts.Rejected <= 10 ||
+		!strings.Contains(jr.stderr, "counted, not stored") {
+		t.Errorf("rejects of a run past the cap: %d rows (%v) of %d; stderr %q", len(rows), err, run.Counts.Rejected, jr.stderr)
+	}
+	stopWorkers(t, w2)
 }
