@@ -15,7 +15,7 @@ TEST_TIMEOUT ?= 30m
 export PRECOG_ORT_LIB ?= $(ORT_LIB)
 export PRECOG_TESTDATA ?= $(CURDIR)/testdata/generated
 
-.PHONY: all build test test-stability lint demo bench ort servers testdata fuzz clean
+.PHONY: all build test test-stability lint demo bench ort servers testdata fuzz clean cluster-quickstart
 
 all: build
 
@@ -89,6 +89,11 @@ bench: ort servers build
 ## demo: fetch, build, start local Redis+Postgres, generate data, run a job, show a lookup.
 demo: ort servers build
 	@bash scripts/demo.sh
+
+## cluster-quickstart: the README's one-machine cluster walkthrough, run for real
+## (a throwaway Postgres, two workers, submit, status, workers, rejects, the dashboard).
+cluster-quickstart: ort servers build
+	@bash scripts/cluster-quickstart.sh
 
 clean:
 	rm -rf bin $(STATE_DIR) testdata/generated out

@@ -119,3 +119,18 @@ func digits(s string) int {
 	}
 	return n
 }
+
+// SafeRejects is what a ledger stores of one shard's rejects: at most n
+// entries (none when n <= 0), each made safe by NewReject and stamped with
+// the shard, ordered by position; the first rows by position are kept.
+func SafeRejects(shard int, rs []Reject, n int) []Reject {
+	if n <= 0 || len(rs) == 0 {
+		return nil
+	}
+	out := make([]Reject, len(rs))
+	for i, r := range rs {
+		out[i] = NewReject(shard, r.Key, r.Position, r.Reason)
+	}
+	slices.SortStableFunc(out, func(a, b Reject) int { return ComparePositions(a.Position, b.Position) })
+	return out[:min(n, len(out))]
+}

@@ -9,6 +9,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -22,6 +23,10 @@ func badf(format string, args ...any) error { return &badRequest{msg: fmt.Sprint
 // batchGetRequest is the body of POST /v1/predictions/{ns}:batchGet.
 type batchGetRequest struct {
 	Keys []string
+	// KeyErrs holds, per key, why that key alone is refused (empty, too
+	// long, not a string or integer…); nil when the key is good. A bad
+	// key gets its own "error" result and the others are answered.
+	KeyErrs []error
 }
 
 // predictRequest is the body of POST /v1/predictions/{ns}:predict: a key and
@@ -223,11 +228,17 @@ func decodeBatchGet(body []byte, lim keyLimits) (batchGetRequest, error) {
 	for i, it := range items {
 		field := fmt.Sprintf("keys[%d]", i)
 		k, err := decodeKey(field, it)
-		if err != nil {
-			return batchGetRequest{}, err
+		if err == nil {
+			err = lim.checkKey(field, k)
+		} else {
+			k = truncate(string(bytes.TrimSpace(it)), 40) // echo what was sent
 		}
-		if err := lim.checkKey(field, k); err != nil {
-			return batchGetRequest{}, err
+		if err != nil {
+			if req.KeyErrs == nil {
+				req.KeyErrs = make([]error, len(items))
+			}
+			req.KeyErrs[i] = err
+			k = strings.ToValidUTF8(truncate(k, 40), "\uFFFD")
 		}
 		req.Keys[i] = k
 	}

@@ -28,10 +28,16 @@ type Prediction struct {
 	ComputedAt   string                     `json:"computed_at,omitempty"`
 	Source       string                     `json:"source,omitempty"`
 	// Status and Error are set in batchGet results only: "found", "miss"
-	// (no store holds the key) or "unavailable" (a store that may hold it
-	// failed: Error says which and why; retry later).
+	// (no store holds the key), "unavailable" (a store that may hold it
+	// failed: Error says which and why; retry later) or "error" (the key
+	// alone was refused, e.g. empty: Error says why).
 	Status string `json:"status,omitempty"`
 	Error  string `json:"error,omitempty"`
+	// AgeSeconds (found batchGet results) is the record's age from its
+	// computed_at; Stale, when the job has max_staleness, whether it is
+	// older than that.
+	AgeSeconds *float64 `json:"age_seconds,omitempty"`
+	Stale      *bool    `json:"stale,omitempty"`
 }
 
 // BatchGetResponse answers a batchGet: one result per requested key, in
@@ -336,6 +342,9 @@ const (
 	statusFound       = "found"
 	statusMiss        = "miss"
 	statusUnavailable = "unavailable"
+	// statusError: the key alone was refused (empty, too long, not a
+	// string or integer); "error" says why and the other keys are answered.
+	statusError = "error"
 )
 
 // batchGet answers each key on its own: a key is found, a miss (every
@@ -352,10 +361,11 @@ func (s *Server) batchGet(ctx context.Context, w *reqInfo, n *namespace, body []
 	}
 	ans := make([]answer, len(req.Keys))
 	var unavail *errUnavailable
-	if err := s.resolve(ctx, n, n.live.Load(), req.Keys, nil, ans); err != nil && !errors.As(err, &unavail) {
+	if err := s.resolveGood(ctx, n, req, ans); err != nil && !errors.As(err, &unavail) {
 		writeErr(ctx, w, err)
 		return
 	}
+	now := time.Now()
 	var unavailMsg []byte
 	if unavail != nil {
 		unavailMsg = appendJSONString(nil, unavail.Error())
@@ -384,8 +394,14 @@ func (s *Server) batchGet(ctx context.Context, w *reqInfo, n *namespace, body []
 		// The object appendPrediction closed gets the key's status.
 		b = append(b[:len(b)-1], `,"status":"`...)
 		switch {
+		case req.KeyErrs != nil && req.KeyErrs[i] != nil:
+			b = append(b, statusError+`","error":`...)
+			b = append(appendJSONString(b, req.KeyErrs[i].Error()), '}')
+			a.source = "error"
+			answered++
 		case found:
-			b = append(b, statusFound+`"}`...)
+			b = append(b, statusFound+`"`...)
+			b = append(appendAge(b, n.spec, p.caVal, now), '}')
 			answered++
 		case unavail != nil:
 			b = append(b, statusUnavailable+`","error":`...)
@@ -692,18 +708,10 @@ const StaleAgeHeader = "X-Precog-Stale-Age"
 // markStale sets StaleAgeHeader when the record's computed_at (raw JSON
 // value) is older than spec's max_staleness.
 func markStale(w http.ResponseWriter, spec *jobs.Spec, computedAt []byte, now time.Time) {
-	if spec == nil || spec.MaxStaleness.Duration <= 0 || len(computedAt) < 2 {
+	if spec == nil || spec.MaxStaleness.Duration <= 0 {
 		return
 	}
-	var s string
-	if err := json.Unmarshal(computedAt, &s); err != nil {
-		return
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return
-	}
-	if age := now.Sub(t); age > spec.MaxStaleness.Duration {
+	if age, ok := recordAge(computedAt, now); ok && age > spec.MaxStaleness.Duration {
 		w.Header().Set(StaleAgeHeader, strconv.FormatInt(int64(age.Seconds()), 10))
 	}
 }

@@ -29,10 +29,13 @@ type attempt struct {
 	// lease is renewed every lease/3 (and at once on kick).
 	lease time.Duration
 	// stall fails the attempt when no row was read for this long.
-	stall      time.Duration
-	rejectsDir string
-	stats      *StageStats
-	onRows     func(int64)
+	stall time.Duration
+	// rejectsDir receives reject files ("": none); keepRejects bounds the
+	// rejects kept in memory for the ledger's commit.
+	rejectsDir  string
+	keepRejects int
+	stats       *StageStats
+	onRows      func(int64)
 	// kick, when it receives, makes the heartbeat run at once (a cancel
 	// notice: learn within a moment that the run was cancelled).
 	kick <-chan struct{}
@@ -44,15 +47,15 @@ var errStalled = errors.New("no progress")
 // runAttempt executes one shard attempt while heartbeating its lease and
 // watching its progress. A lost lease (another worker took the shard over,
 // or the run was cancelled) or a stall cancels the attempt before it can
-// commit. It returns the attempt's counts and the sample of its rejects to
-// commit with them (Ledger.Complete).
+// commit. It returns the attempt's counts and its rejects (up to
+// keepRejects) to commit with them (Ledger.Complete).
 func runAttempt(ctx context.Context, a attempt) (jobs.Counts, []jobs.Reject, error) {
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var lastRows atomic.Int64
 	lastRows.Store(time.Now().UnixNano())
 	go a.keepAlive(sctx, cancel, &lastRows)
-	rejects := newRejectFile(a.rejectsDir, a.shard.Index)
+	rejects := newRejectFile(a.rejectsDir, a.shard.Index, a.keepRejects)
 	onRows := func(n int64) {
 		lastRows.Store(time.Now().UnixNano())
 		if a.onRows != nil {

@@ -500,7 +500,7 @@ func runShards(ctx context.Context, led ledger.Ledger, job *Job, snks []sinks.Si
 				}
 				began := time.Now()
 				counts, sample, err := runAttempt(ctx, attempt{led: led, job: job, snks: snks, info: info, run: run, shard: sh, worker: worker,
-					lease: opts.Lease, stall: opts.StallTimeout, rejectsDir: filepath.Join(opts.StateDir, "rejects", run.ID), stats: stats, onRows: onRows})
+					lease: opts.Lease, stall: opts.StallTimeout, rejectsDir: filepath.Join(opts.StateDir, "rejects", run.ID), keepRejects: ledger.DefaultRejectsPerRun, stats: stats, onRows: onRows})
 				switch {
 				case err == nil:
 					streak.reset()

@@ -10,24 +10,31 @@ import (
 	"github.com/precog-ml/precog/jobs"
 )
 
-// rejectFile collects one shard attempt's rejected rows as JSON lines
+// rejectFile collects one shard attempt's rejected rows: in memory, up to
+// keep of them, for the ledger to store with the commit (Ledger.Complete;
+// the ledger is where a run's rejects live, whatever machine ran the
+// shard), and, when path is set (`precog run`), as JSON lines
 // ({"key","position","reason"}) in a temporary file, renamed into place on
-// commit so a retried shard replaces its earlier rejects instead of adding to
-// them. The file is created on the first reject only. It also keeps the
-// first jobs.RejectSampleCap rejects (clipped by jobs.NewReject) in memory:
-// the sample the attempt commits to the ledger, which `status` shows
-// wherever the shard ran.
+// commit so a retried shard replaces its earlier rejects instead of adding
+// to them. The file is created on the first reject only.
 type rejectFile struct {
 	path   string
 	shard  int
+	keep   int
 	tmp    *os.File
 	w      *bufio.Writer
 	enc    *json.Encoder
 	sample []jobs.Reject
 }
 
-func newRejectFile(dir string, shard int) *rejectFile {
-	return &rejectFile{path: filepath.Join(dir, fmt.Sprintf("shard-%05d.jsonl", shard)), shard: shard}
+// newRejectFile collects shard's rejects, keeping up to keep in memory
+// (at least jobs.RejectSampleCap); dir "" writes no file.
+func newRejectFile(dir string, shard, keep int) *rejectFile {
+	f := &rejectFile{shard: shard, keep: max(keep, jobs.RejectSampleCap)}
+	if dir != "" {
+		f.path = filepath.Join(dir, fmt.Sprintf("shard-%05d.jsonl", shard))
+	}
+	return f
 }
 
 type rejectLine struct {
@@ -38,8 +45,11 @@ type rejectLine struct {
 
 // Reject implements RejectWriter.
 func (f *rejectFile) Reject(key, position, reason string) error {
-	if len(f.sample) < jobs.RejectSampleCap {
+	if len(f.sample) < f.keep {
 		f.sample = append(f.sample, jobs.NewReject(f.shard, key, position, reason))
+	}
+	if f.path == "" {
+		return nil
 	}
 	if f.tmp == nil {
 		if err := os.MkdirAll(filepath.Dir(f.path), 0o755); err != nil {
@@ -59,6 +69,9 @@ func (f *rejectFile) Reject(key, position, reason string) error {
 // commit publishes the attempt's rejects, replacing an earlier attempt's;
 // with no rejects it removes any earlier file.
 func (f *rejectFile) commit() error {
+	if f.path == "" {
+		return nil
+	}
 	if f.tmp == nil {
 		if err := os.Remove(f.path); err != nil && !os.IsNotExist(err) {
 			return err

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,8 +35,16 @@ type WorkerOptions struct {
 	DrainTimeout time.Duration
 	// StallTimeout fails an attempt that read no row for this long.
 	StallTimeout time.Duration
-	// StateDir holds the rejects this worker writes.
+	// StateDir is the worker's state directory (rejects live in the
+	// ledger, not here).
 	StateDir string
+	// Version is the worker binary's version, shown in the ledger's list
+	// of workers.
+	Version string
+	// RejectsPerRun bounds the rejects of one shard attempt kept for the
+	// ledger (which stores at most its own per-run cap). Default
+	// ledger.DefaultRejectsPerRun.
+	RejectsPerRun int
 	// OpenRuns bounds the runs kept open (sinks prepared) per device: a
 	// small LRU, so that memory stays bounded. Default 4.
 	OpenRuns int
@@ -102,6 +109,9 @@ func (o WorkerOptions) withDefaults() WorkerOptions {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.RejectsPerRun <= 0 {
+		o.RejectsPerRun = ledger.DefaultRejectsPerRun
+	}
 	return o
 }
 
@@ -112,6 +122,8 @@ type Worker struct {
 	opts WorkerOptions
 	log  *slog.Logger
 	runs *runCache
+	// pres is this worker's row in the ledger's list of workers.
+	pres *presence
 	// claimErr is the last claim attempt's error (nil: it succeeded or
 	// found nothing to claim), for Ready.
 	claimErr atomic.Pointer[error]
@@ -121,7 +133,7 @@ type Worker struct {
 func NewWorker(led ledger.Cluster, opts WorkerOptions) *Worker {
 	opts = opts.withDefaults()
 	models := newModelCache(opts.Models * len(opts.Devices))
-	return &Worker{led: led, opts: opts, log: opts.Logger, runs: newRunCache(opts.OpenRuns*len(opts.Devices), models, opts.Logger)}
+	return &Worker{led: led, opts: opts, log: opts.Logger, runs: newRunCache(opts.OpenRuns*len(opts.Devices), models, opts.Logger), pres: newPresence()}
 }
 
 // Run claims and executes shards until ctx ends (SIGTERM): then it stops
@@ -136,6 +148,16 @@ func (w *Worker) Run(ctx context.Context) error {
 		time.AfterFunc(w.opts.DrainTimeout, stopWork)
 	})
 	defer stopDrain()
+	beating, stopBeating := context.WithCancel(context.WithoutCancel(ctx))
+	beatDone := make(chan struct{})
+	go func() {
+		defer close(beatDone)
+		w.heartbeat(beating)
+	}()
+	defer func() {
+		stopBeating()
+		<-beatDone
+	}()
 	var wg sync.WaitGroup
 	for _, dev := range w.opts.Devices {
 		wg.Add(1)
@@ -210,6 +232,8 @@ func (w *Worker) claim(ctx context.Context, id string) (jobs.Run, jobs.Shard, er
 // shard of its run it tries the publish step.
 func (w *Worker) execute(ctx context.Context, id, device string, run jobs.Run, sh jobs.Shard, wake <-chan struct{}) {
 	began := time.Now()
+	w.pres.hold(device, run.ID, sh.Index)
+	defer w.pres.hold(device, "", 0)
 	or, err := w.runs.open(ctx, run, device)
 	defer w.runs.release(or)
 	if err != nil {
@@ -228,7 +252,7 @@ func (w *Worker) execute(ctx context.Context, id, device string, run jobs.Run, s
 	}
 	stats := &StageStats{}
 	counts, sample, err := runAttempt(ctx, attempt{led: w.led, job: or.job, snks: or.snks, info: or.info, run: run, shard: sh, worker: id,
-		lease: w.opts.Lease, stall: w.opts.StallTimeout, rejectsDir: filepath.Join(w.opts.StateDir, "rejects", run.ID), stats: stats, kick: wake})
+		lease: w.opts.Lease, stall: w.opts.StallTimeout, keepRejects: w.opts.RejectsPerRun, stats: stats, kick: wake})
 	ev := ShardEvent{Run: run.ID, Worker: id, Shard: sh.Index, Counts: counts, Duration: time.Since(began), Stats: stats}
 	bg := context.WithoutCancel(ctx)
 	switch {
@@ -242,6 +266,9 @@ func (w *Worker) execute(ctx context.Context, id, device string, run jobs.Run, s
 		ev.Outcome = "committed"
 		w.log.Debug("shard committed", "run", run.ID, "shard", sh.Index, "worker", id, "rows_in", counts.RowsIn)
 		w.report(ev)
+		if counts.Rejected > 0 && w.enforceRejectLimit(bg, or, run.ID) {
+			return
+		}
 		w.tryPublish(ctx, id, run.ID)
 		return
 	case errors.Is(err, ledger.ErrLeaseLost) || errors.Is(err, ledger.ErrRunFinished):

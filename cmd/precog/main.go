@@ -148,7 +148,7 @@ later), 130 interrupted (committed work kept; the same command resumes).`,
 	}
 	root.AddCommand(newVersionCmd(), newRunCmd(g), newValidateCmd(g), newInspectCmd(g), newBackfillCmd(g), newRollbackCmd(g), newServeCmd(g),
 		newRunsCmd(g), newStatusCmd(g), newCancelCmd(g), newSubmitCmd(g), newRetryCmd(g), newWorkerCmd(g), newGCCmd(g), newScheduleCmd(g),
-		newSchedulerCmd(g), newDashboardCmd(g), newPublishCmd(g), newDiffCmd(g))
+		newSchedulerCmd(g), newDashboardCmd(g), newPublishCmd(g), newDiffCmd(g), newWorkersCmd(g), newRejectsCmd(g))
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return invalid(err) })
 	for _, c := range root.Commands() {
 		if c.Args != nil {

@@ -111,10 +111,10 @@ func newStatusCmd(g *globals) *cobra.Command {
 		Use:   "status RUN",
 		Short: "One run's state, progress, rate and ETA, shards, workers, errors",
 		Long: `One run: state, progress with rate and ETA, shards by state, the workers
-holding shards, a sample of rejected rows (shard, file and row, reason, key:
-the ledger keeps up to ` + fmt.Sprint(jobs.RejectSampleCap) + ` per shard; every reject is in rejects/RUN/ under
-the state dir of the machine that ran the shard), the failed shards' errors
-and the run's error. ` + ledgerHelp + `
+holding shards with their heartbeat ages (a lost holder's leases are
+expiring), a sample of rejected rows (shard, file and row, reason, key; precog
+rejects RUN lists every one the ledger stores), the failed shards' errors and
+the run's error. ` + ledgerHelp + `
 
 --json prints the run object of precog runs --json plus "reject_sample": an
 array of {shard, key, position, reason}, by shard then position.
@@ -162,7 +162,11 @@ prints one object per change.`,
 					}
 					return json.NewEncoder(w).Encode(st)
 				}
-				if err := (runview.Detail{Run: v, Shards: shards, Rejects: sample}.Write(w)); err != nil || rep == nil {
+				ws, err := listWorkers(ctx, led, "")
+				if err != nil {
+					g.log.Warn("list workers for their heartbeats", "err", err)
+				}
+				if err := (runview.Detail{Run: v, Shards: shards, Rejects: sample, Workers: ws}.Write(w)); err != nil || rep == nil {
 					return err
 				}
 				return writeReport(w, *rep)

@@ -233,7 +233,7 @@ func wantRejectSample(t *testing.T, dir string, args ...string) {
 	}
 	r = precog(t, dir, append([]string{"status", id}, args...)...)
 	if r.code != 0 || !regexp.MustCompile(`6 rejected\nrejects +shard 0, \S*part-0\.parquet row 3: column user_id: null key \(key ""\)`).MatchString(r.stdout) ||
-		!strings.Contains(r.stdout, "… 1 more: all are in rejects/"+id+"/") {
+		!strings.Contains(r.stdout, "… 1 more: precog rejects "+id+" lists every stored one") {
 		t.Errorf("status %v lacks the reject sample under the rows line: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
 	}
 }

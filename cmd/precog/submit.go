@@ -95,6 +95,7 @@ keeps going on the workers).`,
 				return fmt.Errorf("submit %s: %w", spec.Name, err)
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), run.ID)
+			warnNoWorkers(ctx, led, run.Pool, cmd.ErrOrStderr(), g.log)
 			g.log.Info("run submitted", "run", run.ID, "pool", run.Pool, "priority", run.Priority,
 				"shards", len(shards), "rows", planRows(c.plans))
 			if !wait {

@@ -93,3 +93,14 @@ func newVersionCmd() *cobra.Command {
 		},
 	}
 }
+
+// workerVersion is the version a worker reports in the ledger's worker
+// list: the release version and, when known, the commit.
+func workerVersion() string {
+	bi, _ := debug.ReadBuildInfo()
+	v := buildVersion(bi, func() (string, error) { return "", nil })
+	if v.Commit != "" && v.Commit != "unknown" {
+		return v.Version + " (" + v.Commit[:min(len(v.Commit), 12)] + ")"
+	}
+	return v.Version
+}

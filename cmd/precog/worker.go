@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
 	pgledger "github.com/precog-ml/precog/jobs/ledger/postgres"
 	"github.com/precog-ml/precog/runner"
 	"github.com/precog-ml/precog/runner/model"
@@ -59,12 +60,16 @@ body says why. precog_pool_ledger_up follows the same rule.`,
 					opts.Devices = append(opts.Devices, d)
 				}
 			}
-			led, err := openCluster(cmd.Context(), databaseURL(db), pgledger.Options{PollOnly: pollOnly, Logger: g.log})
+			if opts.RejectsPerRun <= 0 {
+				return invalid(errors.New("--max-stored-rejects must be > 0"))
+			}
+			led, err := openCluster(cmd.Context(), databaseURL(db), pgledger.Options{PollOnly: pollOnly, Logger: g.log, RejectsPerRun: opts.RejectsPerRun})
 			if err != nil {
 				return err
 			}
 			defer led.Close()
 			opts.Logger, opts.StateDir = g.log, g.stateDir
+			opts.Version = workerVersion()
 			var running atomic.Bool
 			w := runner.NewWorker(led, opts)
 			// Ready means able to work: not draining, and able to claim
@@ -97,6 +102,7 @@ body says why. precog_pool_ledger_up follows the same rule.`,
 	f.DurationVar(&opts.StallTimeout, "stall-timeout", runner.DefaultStallTimeout, "fail an attempt that read no row for this long (its heartbeats notwithstanding)")
 	f.DurationVar(&opts.Lease, "lease", 30*time.Second, "shard lease; renewed every third of it")
 	f.IntVar(&opts.OpenRuns, "open-runs", 4, "runs kept open (sinks connected and prepared) per device")
+	f.IntVar(&opts.RejectsPerRun, "max-stored-rejects", ledger.DefaultRejectsPerRun, "rejected rows of one run stored in the ledger (precog rejects); past it they are counted, not stored")
 	f.IntVar(&opts.Models, "models", 2, "loaded models kept per device beyond those open runs use, shared by runs of the same model file, spec and device (LRU)")
 	return cmd
 }

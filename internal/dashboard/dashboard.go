@@ -142,6 +142,8 @@ func (s *Server) routes() {
 	s.mux.Handle("GET /{$}", s.auth.page(s.runsPage))
 	s.mux.Handle("GET /runs/{id}", s.auth.page(s.runPage))
 	s.mux.Handle("GET /jobs", s.auth.page(s.jobsPage))
+	s.mux.Handle("GET /workers", s.auth.page(s.workersPage))
+	s.mux.Handle("GET /runs/{id}/rejects", s.auth.page(s.rejectsPage))
 	s.mux.Handle("GET /api/runs", s.auth.api(s.apiRuns))
 	s.mux.Handle("GET /api/runs/{id}", s.auth.api(s.apiRun))
 	s.mux.Handle("POST /runs/{id}/cancel", s.auth.action(s.cancel))

@@ -118,7 +118,7 @@ func TestPages(t *testing.T) {
 			// without rejects.
 			_, body, _ = get(t, ts, "/runs/"+s.Succeeded, token)
 			for _, want := range []string{"Rejected rows", "2 rows rejected", "<td>#1</td><td>data/part-1.parquet row 7</td><td class=\"err\">non-finite output score (NaN)</td><td><code>&lt;img src=x&gt;</code></td>",
-				"data/part-1.parquet row 9", "rejects/" + s.Succeeded + "/"} {
+				"data/part-1.parquet row 9", `href="/runs/` + s.Succeeded + `/rejects"`} {
 				if !strings.Contains(body, want) {
 					t.Errorf("succeeded run page lacks %q", want)
 				}

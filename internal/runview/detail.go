@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
 )
 
 // DefaultMaxFailed is how many failed shards' errors a detail view lists.
@@ -34,6 +35,10 @@ type Detail struct {
 	// DefaultMaxRejects).
 	Rejects    []jobs.Reject
 	MaxRejects int
+	// Workers is the ledger's list of workers (ledger.Workers), when it
+	// has one: each holder is shown with its heartbeat age, and a lost
+	// holder's leases as expiring.
+	Workers []ledger.WorkerInfo
 }
 
 // Write writes the detail view as aligned "label  value" lines.
@@ -59,7 +64,7 @@ func (d Detail) Write(w io.Writer) error {
 	all := r.Shards.Pending + r.Shards.Running + r.Shards.Committed + r.Shards.Failed
 	fmt.Fprintf(tw, "shards\t%d committed, %d running, %d pending, %d failed (of %d)\n",
 		r.Shards.Committed, r.Shards.Running, r.Shards.Pending, r.Shards.Failed, all)
-	if ws := workers(d.Shards); ws != "" {
+	if ws := workers(d.Shards, d.Workers); ws != "" {
 		fmt.Fprintf(tw, "workers\t%s\n", ws)
 	}
 	fmt.Fprintf(tw, "rows\t%d in, %d out, %d rejected\n", r.RowsDone, r.RowsOut, r.Rejected)
@@ -85,9 +90,9 @@ func (d Detail) writeRejects(w io.Writer) {
 	if r.Rejected == 0 && len(d.Rejects) == 0 {
 		return
 	}
-	files := fmt.Sprintf("rejects/%s/ in the state dir of the worker that ran each shard", r.ID)
+	files := fmt.Sprintf("precog rejects %s lists every stored one", r.ID)
 	if len(d.Rejects) == 0 {
-		fmt.Fprintf(w, "rejects\tno sample in the ledger: see %s\n", files)
+		fmt.Fprintf(w, "rejects\tno sample in the ledger: %s\n", files)
 		return
 	}
 	limit := d.MaxRejects
@@ -105,7 +110,7 @@ func (d Detail) writeRejects(w io.Writer) {
 		label = ""
 	}
 	if more := max(r.Rejected, int64(len(d.Rejects))) - int64(shown); more > 0 {
-		fmt.Fprintf(w, "\t… %d more: all are in %s\n", more, files)
+		fmt.Fprintf(w, "\t… %d more: %s\n", more, files)
 	}
 }
 
@@ -149,13 +154,20 @@ func (d Detail) writeFailed(w io.Writer) error {
 	return nil
 }
 
-// workers lists who holds running shards: "host-a-12 (2), host-b-7 (1)".
-func workers(shards []jobs.Shard) string {
+// workers lists who holds running shards: "host-a-12/cpu (2)", with each
+// holder's heartbeat age when the ledger lists workers: "host-a-12/cpu (2)
+// [heartbeat 3s ago]", "host-b-7/cpu (1) [LOST: no heartbeat for 41s, its
+// leases expiring]", or "[not registered]" for a holder the list lacks.
+func workers(shards []jobs.Shard, list []ledger.WorkerInfo) string {
 	held := map[string]int{}
 	for _, s := range shards {
 		if s.State == jobs.ShardRunning && s.Worker != "" {
 			held[s.Worker]++
 		}
+	}
+	byID := map[string]ledger.WorkerInfo{}
+	for _, w := range list {
+		byID[w.ID] = w
 	}
 	names := make([]string, 0, len(held))
 	for n := range held {
@@ -163,7 +175,18 @@ func workers(shards []jobs.Shard) string {
 	}
 	slices.Sort(names)
 	for i, n := range names {
-		names[i] = fmt.Sprintf("%s (%d)", n, held[n])
+		beat := ""
+		if list != nil {
+			switch w, ok := byID[ledger.WorkerOf(n)]; {
+			case !ok:
+				beat = " [not registered]"
+			case w.Lost:
+				beat = fmt.Sprintf(" [LOST: no heartbeat for %s, its leases expiring]", Duration(w.HeartbeatAge))
+			default:
+				beat = fmt.Sprintf(" [heartbeat %s ago]", Duration(max(w.HeartbeatAge, time.Millisecond)))
+			}
+		}
+		names[i] = fmt.Sprintf("%s (%d)%s", n, held[n], beat)
 	}
 	return strings.Join(names, ", ")
 }

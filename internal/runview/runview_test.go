@@ -131,7 +131,7 @@ func TestStatusRejectSample(t *testing.T) {
 	out := buf.String()
 	t.Logf("detail:\n%s", out)
 	for _, want := range []string{"7 rejected\nrejects", "shard 0, data/part-0.parquet row 10: non-finite output score (NaN) (key u0)",
-		"shard 1, data/part-1.parquet row 14: non-finite output score (NaN) (key u4)", "… 2 more: all are in rejects/recs-1/"} {
+		"shard 1, data/part-1.parquet row 14: non-finite output score (NaN) (key u4)", "… 2 more: precog rejects recs-1 lists every stored one"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("detail lacks %q:\n%s", want, out)
 		}

@@ -63,6 +63,37 @@ type Prediction struct {
 	ComputedAt   string                     `json:"computed_at"`
 	// Source is "redis", "postgres" or "live".
 	Source string `json:"source"`
+	// Stale reports a record older than its job's max_staleness: from
+	// the X-Precog-Stale-Age header for Get and Predict, from the result's
+	// "stale" for BatchGet. StaleAge is that header's age (Get, Predict).
+	Stale    bool          `json:"stale"`
+	StaleAge time.Duration `json:"-"`
+	// AgeSeconds is a found BatchGet result's age from computed_at, as the
+	// server measured it (0 elsewhere: see Age).
+	AgeSeconds float64 `json:"age_seconds"`
+}
+
+// StaleAgeHeader is the response header in which the server gives the age
+// in seconds of a record older than its job's max_staleness.
+const StaleAgeHeader = "X-Precog-Stale-Age"
+
+// Age is how old the prediction is at now, from its computed_at; 0 when it
+// has none that parses.
+func (p *Prediction) Age(now time.Time) time.Duration {
+	t, err := time.Parse(time.RFC3339Nano, p.ComputedAt)
+	if err != nil {
+		return 0
+	}
+	return now.Sub(t)
+}
+
+// fromHeader reads what a single-key response says in headers.
+func (p *Prediction) fromHeader(h http.Header) {
+	if v := h.Get(StaleAgeHeader); v != "" {
+		if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+			p.Stale, p.StaleAge = true, time.Duration(secs)*time.Second
+		}
+	}
 }
 
 // Value decodes field name into v.
@@ -79,9 +110,10 @@ func (p *Prediction) Value(name string, v any) error {
 type Result struct {
 	Prediction
 	Found bool `json:"found"`
-	// Status is "found", "miss" (no store holds the key) or "unavailable"
+	// Status is "found", "miss" (no store holds the key), "unavailable"
 	// (a store that may hold it failed; Error says why, and a later
-	// retry may find it).
+	// retry may find it) or "error" (the key alone was refused, e.g.
+	// empty; Error says why).
 	Status string `json:"status"`
 	Error  string `json:"error"`
 }
@@ -91,6 +123,7 @@ const (
 	StatusFound       = "found"
 	StatusMiss        = "miss"
 	StatusUnavailable = "unavailable"
+	StatusError       = "error"
 )
 
 // Unavailable reports whether the server could not tell whether the key
@@ -358,6 +391,9 @@ func (c *Client) once(ctx context.Context, method, path string, in []byte, out a
 	}
 	if err := json.Unmarshal(b, out); err != nil {
 		return fmt.Errorf("precog lookup: %s %s: decode response: %w", method, path, err)
+	}
+	if hr, ok := out.(interface{ fromHeader(http.Header) }); ok {
+		hr.fromHeader(resp.Header)
 	}
 	return nil
 }

@@ -41,6 +41,8 @@ var (
 	bucketTicks   = []byte("ticks")   // job \x00 scheduled time (8 bytes BE ns) → Tick JSON
 	bucketLeaders = []byte("leaders") // lease name → leaderLease JSON
 	bucketSeen    = []byte("seen")    // job → first-seen time (8 bytes BE ns)
+	bucketWorkers = []byte("workers") // worker id → workerRec JSON
+	bucketRejects = []byte("rejects") // run id → nested bucket: 'r'+shard → []jobs.Reject JSON, 'c'+shard → count
 )
 
 // Nested buckets of one run under bucketShards.
@@ -63,6 +65,9 @@ type Ledger struct {
 	// PollInterval is how often Wake fires without a notice (expired
 	// leases). Default 1s; set it before the first Wake.
 	PollInterval time.Duration
+	// RejectsPerRun bounds the rejected rows stored per run (Rejects).
+	// Default ledger.DefaultRejectsPerRun; set it before the first Complete.
+	RejectsPerRun int
 }
 
 var _ ledger.Cluster = (*Ledger)(nil)
@@ -97,7 +102,7 @@ func Open(path string) (*Ledger, error) {
 		return nil, fmt.Errorf("ledger: open %s: %w", path, err)
 	}
 	if err := db.Update(func(tx *bbolt.Tx) error {
-		for _, b := range [][]byte{bucketRuns, bucketCreated, bucketOpen, bucketShards, bucketPublish, bucketTicks, bucketLeaders, bucketSeen} {
+		for _, b := range [][]byte{bucketRuns, bucketCreated, bucketOpen, bucketShards, bucketPublish, bucketTicks, bucketLeaders, bucketSeen, bucketWorkers, bucketRejects} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -577,6 +582,9 @@ func (l *Ledger) Complete(ctx context.Context, runID string, shard int, worker s
 		s.State = jobs.ShardCommitted
 		s.Counts = counts
 		s.Rejects = jobs.CapSample(shard, sample)
+		if err := l.storeRejects(tx, runID, shard, sample); err != nil {
+			return err
+		}
 		s.Worker, s.LeaseUntil = worker, time.Time{}
 		s.Worker2, s.Lease2, s.Claimed2At = "", time.Time{}, time.Time{}
 		s.Error = ""

@@ -23,6 +23,16 @@ const shortLease = 50 * time.Millisecond
 // longLease never expires within a test.
 const longLease = time.Minute
 
+// namedCase is one conformance case of Ledger extensions (workers,
+// rejects), registered by the file that defines it.
+type namedCase struct {
+	name string
+	fn   func(t *testing.T, l ledger.Ledger)
+}
+
+// extraCases are appended to Exercise's cases.
+var extraCases []namedCase
+
 // Exercise runs the suite, the cluster cases included (every ledger is a
 // ledger.Cluster). newLedger returns an empty ledger private to the calling
 // (sub)test; the suite closes it. Its Wake should poll rarely (a minute or
@@ -53,6 +63,12 @@ func Exercise(t *testing.T, newLedger func(t *testing.T) ledger.Ledger) {
 		{"NotFound", testNotFound},
 		{"ConcurrentClaims", testConcurrentClaims},
 		{"ChecksHold", testChecksHold},
+	}
+	for _, c := range extraCases {
+		cases = append(cases, struct {
+			name string
+			fn   func(t *testing.T, l ledger.Ledger)
+		}{c.name, c.fn})
 	}
 	for _, c := range clusterCases {
 		cases = append(cases, struct {

@@ -194,9 +194,12 @@ func (l *Ledger) Heartbeat(ctx context.Context, runID string, shard int, worker 
 	return nil
 }
 
-// Complete commits the shard with its counts and reject sample in one
-// statement fenced by the lease; the first of two speculative holders to
-// complete wins and voids the other's lease.
+// Complete commits the shard with its counts and reject sample, fenced by
+// the lease; the first of two speculative holders to complete wins and
+// voids the other's lease. The attempt's rejects replace the shard's
+// earlier ones in precog_rejects in the same transaction, up to the
+// per-run cap (Options.RejectsPerRun): a commit without rejects is one
+// statement.
 func (l *Ledger) Complete(ctx context.Context, runID string, shard int, worker string, c jobs.Counts, sample ...jobs.Reject) error {
 	var rejects []byte // NULL when the attempt rejected nothing
 	if capped := jobs.CapSample(shard, sample); len(capped) > 0 {
@@ -205,16 +208,68 @@ func (l *Ledger) Complete(ctx context.Context, runID string, shard int, worker s
 			return fmt.Errorf("ledger: complete run %s shard %d by %s: reject sample: %w", runID, shard, worker, err)
 		}
 	}
-	tag, err := l.pool.Exec(ctx, `UPDATE precog_run_shards s SET state = 'committed',
+	const commit = `UPDATE precog_run_shards s SET state = 'committed',
 		rows_in = $4, rows_out = $5, rejected = $6, key_sketch = $7, reject_sample = $8::jsonb, error = '',
 		run_ms = extract(epoch FROM now() - CASE WHEN s.worker = $3 THEN s.claimed_at ELSE s.claimed2_at END) * 1000,
 		worker = $3, lease_until = NULL, worker2 = NULL, lease2_until = NULL, claimed2_at = NULL, updated_at = now()
-		WHERE `+holds, runID, shard, worker, c.RowsIn, c.RowsOut, c.Rejected, c.KeySketch, rejects)
+		WHERE ` + holds
+	args := []any{runID, shard, worker, c.RowsIn, c.RowsOut, c.Rejected, c.KeySketch, rejects}
+	committed := false
+	var err error
+	if len(sample) == 0 {
+		var n int
+		err = l.pool.QueryRow(ctx, `WITH u AS (`+commit+` RETURNING 1),
+			d AS (DELETE FROM precog_rejects WHERE run_id = $1 AND shard = $2 AND EXISTS (SELECT 1 FROM u))
+			SELECT count(*) FROM u`, args...).Scan(&n)
+		committed = n > 0
+	} else {
+		err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, commit, args...)
+			if err != nil || tag.RowsAffected() == 0 {
+				return err
+			}
+			committed = true
+			return l.storeRejects(ctx, tx, runID, shard, sample)
+		})
+	}
 	if err != nil {
 		return fmt.Errorf("ledger: complete run %s shard %d by %s: %w", runID, shard, worker, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if !committed {
 		return l.refused(ctx, "complete", runID, shard, worker)
+	}
+	return nil
+}
+
+// rejectsLock is the first key of the two-key advisory lock that
+// serialises the reject stores of one run's commits (the second is the
+// run id's hash), so that the per-run cap holds under concurrent commits.
+const rejectsLock = 0x72656a
+
+// storeRejects replaces shard's stored rejects by rs (made safe by
+// jobs.NewReject, ordered by position), keeping the run within its cap.
+func (l *Ledger) storeRejects(ctx context.Context, tx pgx.Tx, runID string, shard int, rs []jobs.Reject) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(rejectsLock), runID); err != nil {
+		return fmt.Errorf("lock rejects: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM precog_rejects WHERE run_id = $1 AND shard = $2`, runID, shard); err != nil {
+		return fmt.Errorf("replace rejects: %w", err)
+	}
+	var stored int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM precog_rejects WHERE run_id = $1`, runID).Scan(&stored); err != nil {
+		return fmt.Errorf("count rejects: %w", err)
+	}
+	keep := jobs.SafeRejects(shard, rs, l.opts.RejectsPerRun-stored)
+	if len(keep) == 0 {
+		return nil
+	}
+	_, err := tx.CopyFrom(ctx, pgx.Identifier{"precog_rejects"}, []string{"run_id", "shard", "n", "key", "position", "reason"},
+		pgx.CopyFromSlice(len(keep), func(i int) ([]any, error) {
+			r := keep[i]
+			return []any{runID, shard, i, r.Key, r.Position, r.Reason}, nil
+		}))
+	if err != nil {
+		return fmt.Errorf("store rejects: %w", err)
 	}
 	return nil
 }

@@ -211,6 +211,31 @@ CREATE TABLE precog_baselines (
 	PRIMARY KEY (job, target)
 );
 `,
+	// 8: the workers (registered by their heartbeats, removed on a clean
+	// stop) and every stored rejected row of a run (bounded per run),
+	// written by Complete with the shard's commit.
+	`
+CREATE TABLE precog_workers (
+	id           text PRIMARY KEY,
+	pool         text NOT NULL,
+	devices      text[] NOT NULL DEFAULT '{}',
+	version      text NOT NULL DEFAULT '',
+	model_cache  text NOT NULL DEFAULT '',
+	lease_us     bigint NOT NULL,
+	current      jsonb,
+	started_at   timestamptz NOT NULL DEFAULT now(),
+	heartbeat_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE precog_rejects (
+	run_id   text NOT NULL REFERENCES precog_runs (id) ON DELETE CASCADE,
+	shard    integer NOT NULL,
+	n        integer NOT NULL,
+	key      text NOT NULL,
+	position text NOT NULL,
+	reason   text NOT NULL,
+	PRIMARY KEY (run_id, shard, n)
+);
+`,
 }
 
 // migrateLockKey is the pg_advisory_xact_lock key that serialises schema

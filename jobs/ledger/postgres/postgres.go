@@ -56,6 +56,9 @@ type Options struct {
 	MaxConns int32
 	// Logger receives listener reconnects. Default slog.Default().
 	Logger *slog.Logger
+	// RejectsPerRun bounds the rejected rows stored per run (Rejects).
+	// Default ledger.DefaultRejectsPerRun.
+	RejectsPerRun int
 }
 
 func (o Options) withDefaults() Options {
@@ -70,6 +73,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.RejectsPerRun <= 0 {
+		o.RejectsPerRun = ledger.DefaultRejectsPerRun
 	}
 	return o
 }

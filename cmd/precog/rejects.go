@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
+)
+
+// rejectsPage is how many rows `precog rejects` reads from the ledger at a
+// time, so that a run's 100k stored rejects stream instead of loading at once.
+const rejectsPage = 5000
+
+func newRejectsCmd(g *globals) *cobra.Command {
+	var (
+		asJSON, asCSV bool
+		limit         int
+		db            string
+	)
+	cmd := &cobra.Command{
+		Use:   "rejects RUN [--json|--csv] [--limit N]",
+		Short: "Every rejected row of a run, from wherever its shards ran",
+		Long: `Every rejected row of a run as the ledger stores it: by shard then position,
+each with its shard, key, position (file and row) and reason. Workers store a
+shard's rejects in the ledger with the shard's commit, so this lists them
+whichever machine ran each shard, after the machines are gone.
+
+The ledger stores up to ` + strconv.Itoa(ledger.DefaultRejectsPerRun) + ` rejected rows per run (precog worker
+--max-stored-rejects; the shards committed first fill it); past that rows are still counted (the run's rejected count and
+max_rejected_fraction stay exact) but not stored, and this command says how
+many of the run's rejects it lists on stderr.
+
+` + ledgerHelp + `
+
+Default output: tab-separated lines "shard  position  reason  key". --csv
+prints a header (shard,key,position,reason) and one record per row; --json
+prints one array of {shard, key, position, reason}. --limit N stops after N
+rows (0: all).`,
+		Example: "  precog rejects scores-20261101t040000-ab12 --db postgres://precog@db/precog\n  precog rejects scores-20261101t040000-ab12 --csv > rejects.csv",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if asJSON && asCSV {
+				return invalid(errors.New("--json and --csv: choose one"))
+			}
+			if limit < 0 {
+				return invalid(errors.New("--limit must be >= 0"))
+			}
+			ctx := cmd.Context()
+			led, err := openLedger(ctx, g, db)
+			if err != nil {
+				return err
+			}
+			defer led.Close()
+			r, err := led.Run(ctx, args[0])
+			if errors.Is(err, ledger.ErrNotFound) {
+				return led.notFound(args[0])
+			} else if err != nil {
+				return err
+			}
+			w := newRejectWriter(cmd.OutOrStdout(), asJSON, asCSV)
+			n, stored, _, err := streamRejects(ctx, led, r.ID, limit, w.write)
+			if err != nil {
+				return err
+			}
+			if err := w.close(); err != nil {
+				return err
+			}
+			if int64(n) < r.Counts.Rejected {
+				why := "--limit"
+				if stored < r.Counts.Rejected && (limit == 0 || int64(limit) > stored) {
+					why = "the ledger stores a bounded number of rejected rows per run (precog worker --max-stored-rejects, default " +
+						strconv.Itoa(ledger.DefaultRejectsPerRun) + "); the rest were counted, not stored"
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "listed %d of the run's %d rejected rows (%d stored): %s\n", n, r.Counts.Rejected, stored, why)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON array")
+	cmd.Flags().BoolVar(&asCSV, "csv", false, "print CSV with a header")
+	cmd.Flags().IntVar(&limit, "limit", 0, "at most N rows (0: all)")
+	addDBFlag(cmd, &db)
+	return cmd
+}
+
+// streamRejects reads a run's stored rejects page by page into emit, at
+// most limit (0: all); it returns how many it emitted, how many the ledger
+// stores and its cap.
+func streamRejects(ctx context.Context, rj ledger.Rejects, runID string, limit int, emit func(jobs.Reject) error) (n int, stored int64, cap int, err error) {
+	for {
+		size := rejectsPage
+		if limit > 0 {
+			size = min(size, limit-n)
+		}
+		if size == 0 {
+			return n, stored, cap, nil
+		}
+		p, err := rj.Rejects(ctx, runID, n, size)
+		if err != nil {
+			return n, stored, cap, fmt.Errorf("rejects of run %s: %w", runID, err)
+		}
+		stored, cap = p.Stored, p.Cap
+		for _, r := range p.Rows {
+			if err := emit(r); err != nil {
+				return n, stored, cap, err
+			}
+			n++
+		}
+		if len(p.Rows) < size {
+			return n, stored, cap, nil
+		}
+	}
+}
+
+// rejectWriter prints rejects as text lines, CSV or one JSON array.
+type rejectWriter struct {
+	out     io.Writer
+	json    bool
+	csv     *csv.Writer
+	started bool
+}
+
+func newRejectWriter(out io.Writer, asJSON, asCSV bool) *rejectWriter {
+	w := &rejectWriter{out: out, json: asJSON}
+	if asCSV {
+		w.csv = csv.NewWriter(out)
+	}
+	return w
+}
+
+func (w *rejectWriter) write(r jobs.Reject) error {
+	switch {
+	case w.json:
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		sep := ",\n"
+		if !w.started {
+			sep = "[\n"
+		}
+		w.started = true
+		_, err = fmt.Fprintf(w.out, "%s%s", sep, b)
+		return err
+	case w.csv != nil:
+		if !w.started {
+			w.started = true
+			if err := w.csv.Write([]string{"shard", "key", "position", "reason"}); err != nil {
+				return err
+			}
+		}
+		return w.csv.Write([]string{strconv.Itoa(r.Shard), r.Key, r.Position, r.Reason})
+	}
+	_, err := fmt.Fprintf(w.out, "%d\t%s\t%s\t%s\n", r.Shard, r.Position, r.Reason, r.Key)
+	return err
+}
+
+func (w *rejectWriter) close() error {
+	switch {
+	case w.json:
+		end := "\n]\n"
+		if !w.started {
+			end = "[]\n"
+		}
+		_, err := io.WriteString(w.out, end)
+		return err
+	case w.csv != nil:
+		if !w.started {
+			if err := w.csv.Write([]string{"shard", "key", "position", "reason"}); err != nil {
+				return err
+			}
+		}
+		w.csv.Flush()
+		return w.csv.Error()
+	}
+	return nil
+}

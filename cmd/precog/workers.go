@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/precog-ml/precog/internal/runview"
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
+)
+
+// workerJSON is one worker as `precog workers --json` prints it.
+type workerJSON struct {
+	ledger.WorkerInfo
+	LeaseS        float64 `json:"lease_s"`
+	HeartbeatAgeS float64 `json:"heartbeat_age_s"`
+	// State is "up", or "lost" (no heartbeat for one lease: its shards'
+	// leases are expiring and other workers take them over).
+	State string `json:"state"`
+}
+
+func newWorkersCmd(g *globals) *cobra.Command {
+	var (
+		pool   string
+		asJSON bool
+		db     string
+	)
+	cmd := &cobra.Command{
+		Use:   "workers [--pool P] [--json]",
+		Short: "The workers of the ledger: pool, devices, version, last heartbeat, current shards; lost ones marked",
+		Long: `The workers registered in the ledger, by pool then id: their devices, binary
+version, loaded models, start time, last heartbeat and the shards they hold.
+
+Workers register with their first heartbeat, heartbeat every third of their
+lease and leave the list when they stop cleanly (SIGTERM). A worker that has
+not heartbeated for one lease (killed, frozen, cut off) is shown as lost, and
+its shards as expiring: any other worker of the pool takes them over once their
+leases end. Lost workers are forgotten after a day.
+
+` + ledgerHelp + `
+
+--json prints an array of {id, pool, devices, version, model_cache, current:
+[{run, shard, device}], started_at, heartbeat_at, heartbeat_age_s, lease_s,
+lost, state}.`,
+		Example: "  precog workers --db postgres://precog@db/precog\n  precog workers --pool gpu --json",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if pool != "" {
+				if err := jobs.ValidatePool(pool); err != nil {
+					return invalid(fmt.Errorf("--pool: %w", err))
+				}
+			}
+			led, err := openLedger(ctx, g, db)
+			if err != nil {
+				return err
+			}
+			defer led.Close()
+			ws, err := listWorkers(ctx, led, pool)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeWorkersJSON(cmd.OutOrStdout(), ws)
+			}
+			return writeWorkers(cmd.OutOrStdout(), ws)
+		},
+	}
+	cmd.Flags().StringVar(&pool, "pool", "", "only this pool's workers")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for machines")
+	addDBFlag(cmd, &db)
+	return cmd
+}
+
+// errNoWorkerList: the ledger keeps no list of workers or no rejects.
+var errNoWorkerList = errors.New("this ledger keeps no list of workers")
+
+// HeartbeatWorker, RemoveWorker, ListWorkers and Rejects pass the
+// extensions of the opened ledger through (both ledgers have them), so
+// that the dashboard and the commands find them on an openedLedger.
+func (o *openedLedger) HeartbeatWorker(ctx context.Context, w ledger.WorkerInfo) error {
+	if wl, ok := o.Ledger.(ledger.Workers); ok {
+		return wl.HeartbeatWorker(ctx, w)
+	}
+	return errNoWorkerList
+}
+
+// RemoveWorker implements ledger.Workers.
+func (o *openedLedger) RemoveWorker(ctx context.Context, id string) error {
+	if wl, ok := o.Ledger.(ledger.Workers); ok {
+		return wl.RemoveWorker(ctx, id)
+	}
+	return errNoWorkerList
+}
+
+// ListWorkers implements ledger.Workers.
+func (o *openedLedger) ListWorkers(ctx context.Context, pool string) ([]ledger.WorkerInfo, error) {
+	if wl, ok := o.Ledger.(ledger.Workers); ok {
+		return wl.ListWorkers(ctx, pool)
+	}
+	return nil, errNoWorkerList
+}
+
+// Rejects implements ledger.Rejects.
+func (o *openedLedger) Rejects(ctx context.Context, runID string, offset, limit int) (ledger.RejectPage, error) {
+	if rj, ok := o.Ledger.(ledger.Rejects); ok {
+		return rj.Rejects(ctx, runID, offset, limit)
+	}
+	return ledger.RejectPage{}, fmt.Errorf("%s does not store rejects", o.where)
+}
+
+// listWorkers reads the ledger's worker list (empty when the ledger has
+// none).
+func listWorkers(ctx context.Context, led ledger.Ledger, pool string) ([]ledger.WorkerInfo, error) {
+	wl, ok := led.(ledger.Workers)
+	if o, isOpened := led.(*openedLedger); isOpened {
+		wl, ok = o.Ledger.(ledger.Workers)
+	}
+	if !ok {
+		return nil, nil
+	}
+	ws, err := wl.ListWorkers(ctx, pool)
+	if err != nil {
+		return nil, fmt.Errorf("list workers: %w", err)
+	}
+	return ws, nil
+}
+
+func workerState(w ledger.WorkerInfo) string {
+	if w.Lost {
+		return "lost"
+	}
+	return "up"
+}
+
+func writeWorkersJSON(out io.Writer, ws []ledger.WorkerInfo) error {
+	arr := make([]workerJSON, 0, len(ws))
+	for _, w := range ws {
+		if w.Current == nil {
+			w.Current = []ledger.ShardRef{}
+		}
+		arr = append(arr, workerJSON{WorkerInfo: w, LeaseS: w.Lease.Seconds(), HeartbeatAgeS: w.HeartbeatAge.Seconds(), State: workerState(w)})
+	}
+	return json.NewEncoder(out).Encode(arr)
+}
+
+func writeWorkers(out io.Writer, ws []ledger.WorkerInfo) error {
+	if len(ws) == 0 {
+		_, err := fmt.Fprintln(out, "no workers registered (start one: precog worker --pool POOL)")
+		return err
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "WORKER\tPOOL\tSTATE\tDEVICES\tVERSION\tHEARTBEAT\tUP\tSHARDS\tMODELS")
+	for _, w := range ws {
+		state, beat := workerState(w), runview.Duration(max(w.HeartbeatAge, time.Millisecond))+" ago"
+		var held []string
+		for _, c := range w.Current {
+			h := fmt.Sprintf("%s#%d", c.Run, c.Shard)
+			if w.Lost {
+				h += " (expiring)"
+			}
+			held = append(held, h)
+		}
+		if w.Lost {
+			state = fmt.Sprintf("LOST (no heartbeat for %s, lease %s)", runview.Duration(w.HeartbeatAge), runview.Duration(w.Lease))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", w.ID, w.Pool, state, strings.Join(w.Devices, ","), dash(w.Version), beat,
+			runview.Duration(w.HeartbeatAt.Sub(w.StartedAt)+w.HeartbeatAge),
+			dash(strings.Join(held, ", ")), dash(w.ModelCache))
+	}
+	return tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// warnNoWorkers warns on stderr when no worker of pool heartbeated within
+// its lease: a run submitted there waits with no one to run it.
+func warnNoWorkers(ctx context.Context, led ledger.Ledger, pool string, stderr io.Writer, log *slog.Logger) {
+	ws, err := listWorkers(ctx, led, pool)
+	if err != nil {
+		log.Debug("list workers", "err", err)
+		return
+	}
+	lost := 0
+	for _, w := range ws {
+		if !w.Lost {
+			return
+		}
+		lost++
+	}
+	fmt.Fprintf(stderr, "warning: no worker of pool %q has heartbeated within its lease (%d lost): the run waits until one starts (precog worker --pool %s; precog workers lists them)\n", pool, lost, pool)
+}

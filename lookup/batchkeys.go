@@ -1,0 +1,69 @@
+package lookup
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/precog-ml/precog/jobs"
+)
+
+// resolveGood resolves the batch's good keys into ans; keys refused on
+// their own (req.KeyErrs) are left unanswered, for their "error" result.
+func (s *Server) resolveGood(ctx context.Context, n *namespace, req batchGetRequest, ans []answer) error {
+	if req.KeyErrs == nil {
+		return s.resolve(ctx, n, n.live.Load(), req.Keys, nil, ans)
+	}
+	var keys []string
+	var at []int
+	for i, err := range req.KeyErrs {
+		if err == nil {
+			keys = append(keys, req.Keys[i])
+			at = append(at, i)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	sub := make([]answer, len(keys))
+	err := s.resolve(ctx, n, n.live.Load(), keys, nil, sub)
+	for j, i := range at {
+		ans[i] = sub[j]
+	}
+	return err
+}
+
+// recordAge is how old a record is by its computed_at (raw JSON value);
+// false when it has none that parses.
+func recordAge(computedAt []byte, now time.Time) (time.Duration, bool) {
+	if len(computedAt) < 2 {
+		return 0, false
+	}
+	var s string
+	if err := json.Unmarshal(computedAt, &s); err != nil {
+		return 0, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return 0, false
+	}
+	return now.Sub(t), true
+}
+
+// appendAge adds a found batch result's "age_seconds" (from computed_at)
+// and, when the job has max_staleness, "stale": what X-Precog-Stale-Age
+// tells single-key readers.
+func appendAge(dst []byte, spec *jobs.Spec, computedAt []byte, now time.Time) []byte {
+	age, ok := recordAge(computedAt, now)
+	if !ok {
+		return dst
+	}
+	dst = append(dst, `,"age_seconds":`...)
+	dst = strconv.AppendFloat(dst, max(age, 0).Seconds(), 'f', 3, 64)
+	if spec != nil && spec.MaxStaleness.Duration > 0 {
+		dst = append(dst, `,"stale":`...)
+		dst = strconv.AppendBool(dst, age > spec.MaxStaleness.Duration)
+	}
+	return dst
+}
