@@ -24,17 +24,37 @@ import (
 //
 //	go test ./sinks/redis -run '^$' -bench 'Sink|Raw' -benchtime 5x
 
-const (
-	benchRows  = 200_000 // rows per iteration (one shard)
-	benchBatch = 1024    // rows per Arrow batch handed to Write
-)
+const benchBatch = 1024 // rows per Arrow batch handed to Write
 
-var benchPayloads = []struct {
+// benchPayload is one record shape of the benchmarks.
+type benchPayload struct {
 	name   string
-	nItems int // list elements per row in items and item_scores
-}{
-	{"score", 0},   // ~120-byte records: round-trip bound
-	{"recs50", 50}, // top-50 items and scores, ~1 KB records
+	rows   int // rows per iteration (one shard)
+	nItems int // list elements per row in items and item_scores (testRun)
+	dim    int // when > 0: a vecRun record of a dim-float32 embedding instead
+}
+
+var benchPayloads = []benchPayload{
+	{name: "score", rows: 200_000},              // ~120-byte records: round-trip bound
+	{name: "recs50", rows: 200_000, nItems: 50}, // top-50 items and scores, ~1 KB records
+	{name: "vec100", rows: 100_000, dim: 100},   // 100-float embedding, ~1.2 KB as JSON
+	{name: "vec384", rows: 40_000, dim: 384},    // 384-float embedding, ~4.5 KB as JSON
+}
+
+// run is the payload's run schema.
+func (p benchPayload) run(version string) sinks.RunInfo {
+	if p.dim > 0 {
+		return vecRun(version)
+	}
+	return testRun(version)
+}
+
+// batch builds rows [from, to) of the payload.
+func (p benchPayload) batch(run sinks.RunInfo, from, to int) arrow.RecordBatch {
+	if p.dim > 0 {
+		return vecBatch(run, from, to, p.dim)
+	}
+	return testBatch(run, from, to, p.nItems)
 }
 
 func benchSpec(rs *testservers.RedisServer) jobs.RedisSinkSpec {
@@ -43,7 +63,7 @@ func benchSpec(rs *testservers.RedisServer) jobs.RedisSinkSpec {
 
 // benchSinkSetup gives a sink on a fresh Redis DB and the benchmark's
 // batches (released at cleanup).
-func benchSinkSetup(b *testing.B, nItems int) (*testservers.RedisServer, *Sink, sinks.RunInfo, []arrow.RecordBatch) {
+func benchSinkSetup(b *testing.B, p benchPayload) (*testservers.RedisServer, *Sink, sinks.RunInfo, []arrow.RecordBatch) {
 	b.Helper()
 	rs := testservers.Redis(b)
 	s, err := New(benchSpec(rs))
@@ -51,10 +71,10 @@ func benchSinkSetup(b *testing.B, nItems int) (*testservers.RedisServer, *Sink, 
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { s.Close() })
-	run := testRun("bench")
-	batches := make([]arrow.RecordBatch, 0, benchRows/benchBatch+1)
-	for lo := 0; lo < benchRows; lo += benchBatch {
-		batches = append(batches, testBatch(run, lo, min(lo+benchBatch, benchRows), nItems))
+	run := p.run("bench")
+	batches := make([]arrow.RecordBatch, 0, p.rows/benchBatch+1)
+	for lo := 0; lo < p.rows; lo += benchBatch {
+		batches = append(batches, p.batch(run, lo, min(lo+benchBatch, p.rows)))
 	}
 	b.Cleanup(func() {
 		for _, r := range batches {
@@ -83,13 +103,13 @@ func writeBenchShard(ctx context.Context, b *testing.B, s *Sink, run sinks.RunIn
 func BenchmarkSink(b *testing.B) {
 	for _, p := range benchPayloads {
 		b.Run(p.name, func(b *testing.B) {
-			_, s, run, batches := benchSinkSetup(b, p.nItems)
+			_, s, run, batches := benchSinkSetup(b, p)
 			ctx := context.Background()
 			b.ResetTimer()
 			for b.Loop() {
 				writeBenchShard(ctx, b, s, run, batches)
 			}
-			b.ReportMetric(float64(b.N)*benchRows/b.Elapsed().Seconds(), "rows/s")
+			b.ReportMetric(float64(b.N)*float64(p.rows)/b.Elapsed().Seconds(), "rows/s")
 		})
 	}
 }
@@ -103,7 +123,7 @@ func BenchmarkRawPipelinedSet(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			keys, vals := encodeAll(b, testRun("bench"), rs.Prefix, p.nItems)
+			keys, vals := encodeAll(b, p.run("bench"), rs.Prefix, p)
 			client := goredis.NewClient(&goredis.Options{Addr: rs.Addr, DB: rs.DB, PoolSize: cfg.depth * 4})
 			defer client.Close()
 			ctx := context.Background()
@@ -111,7 +131,7 @@ func BenchmarkRawPipelinedSet(b *testing.B) {
 			for b.Loop() {
 				rawPipelinedSet(ctx, b, client, keys, vals, cfg.batch, cfg.depth, cfg.ttl)
 			}
-			b.ReportMetric(float64(b.N)*benchRows/b.Elapsed().Seconds(), "rows/s")
+			b.ReportMetric(float64(b.N)*float64(p.rows)/b.Elapsed().Seconds(), "rows/s")
 		})
 	}
 }
@@ -142,16 +162,16 @@ func rawPipelinedSet(ctx context.Context, b *testing.B, c *goredis.Client, keys 
 
 // encodeAll produces the exact keys and values the sink writes for the
 // benchmark rows.
-func encodeAll(b *testing.B, run sinks.RunInfo, ns string, nItems int) ([]string, [][]byte) {
+func encodeAll(b *testing.B, run sinks.RunInfo, ns string, p benchPayload) ([]string, [][]byte) {
 	enc, err := newRecordEncoder(run.Schema, run.Key)
 	if err != nil {
 		b.Fatal(err)
 	}
-	keys := make([]string, 0, benchRows)
-	vals := make([][]byte, 0, benchRows)
+	keys := make([]string, 0, p.rows)
+	vals := make([][]byte, 0, p.rows)
 	bytes := 0
-	for lo := 0; lo < benchRows; lo += benchBatch {
-		rec := testBatch(run, lo, min(lo+benchBatch, benchRows), nItems)
+	for lo := 0; lo < p.rows; lo += benchBatch {
+		rec := p.batch(run, lo, min(lo+benchBatch, p.rows))
 		bb, err := enc.bind(rec)
 		if err != nil {
 			b.Fatal(err)
@@ -177,9 +197,9 @@ func encodeAll(b *testing.B, run sinks.RunInfo, ns string, nItems int) ([]string
 func BenchmarkSinkVsRaw(b *testing.B) {
 	for _, p := range benchPayloads {
 		b.Run(p.name, func(b *testing.B) {
-			rs, s, run, batches := benchSinkSetup(b, p.nItems)
+			rs, s, run, batches := benchSinkSetup(b, p)
 			ctx := context.Background()
-			keys, vals := encodeAll(b, run, rs.Prefix, p.nItems)
+			keys, vals := encodeAll(b, run, rs.Prefix, p)
 			client := goredis.NewClient(&goredis.Options{Addr: rs.Addr, DB: rs.DB, PoolSize: s.cfg.depth * 4})
 			defer client.Close()
 			var sinkT, rawT, sinkCPU, rawCPU time.Duration
@@ -196,14 +216,14 @@ func BenchmarkSinkVsRaw(b *testing.B) {
 				sinkCPU += c1 - c0
 				rawCPU += processCPU() - c1
 			}
-			sinkRate := float64(b.N) * benchRows / sinkT.Seconds()
-			rawRate := float64(b.N) * benchRows / rawT.Seconds()
+			sinkRate := float64(b.N) * float64(p.rows) / sinkT.Seconds()
+			rawRate := float64(b.N) * float64(p.rows) / rawT.Seconds()
 			b.ReportMetric(sinkRate, "sink_rows/s")
 			b.ReportMetric(rawRate, "raw_rows/s")
 			b.ReportMetric(sinkRate/rawRate, "ratio")
 			// Client CPU per row (user+sys of this process): what the sink
 			// adds over the raw loop, independent of how loaded the host is.
-			rows := float64(b.N) * benchRows
+			rows := float64(b.N) * float64(p.rows)
 			b.ReportMetric(float64(sinkCPU.Nanoseconds())/rows, "sink_cpu_ns/row")
 			b.ReportMetric(float64(rawCPU.Nanoseconds())/rows, "raw_cpu_ns/row")
 		})
