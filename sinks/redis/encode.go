@@ -20,6 +20,11 @@ type recordEncoder struct {
 	cols   []int    // schema indexes of the encoded (non-key) columns
 	names  []string // their field names
 	prefix [][]byte // `{"name":` for the first field, `,"name":` after
+	// msgpack selects EncodingMsgpack (see setEncoding): then mpHeader is
+	// the map header and mpNames the field names as msgpack str.
+	msgpack  bool
+	mpHeader []byte
+	mpNames  [][]byte
 }
 
 // newRecordEncoder checks that every column of schema can be encoded and
@@ -108,9 +113,13 @@ func (e *recordEncoder) bind(rec arrow.RecordBatch) (*boundBatch, error) {
 	return b, nil
 }
 
-// appendRecord appends row's JSON object to dst. A non-finite float is an
-// error naming the field (JSON has no NaN); the caller adds the key.
+// appendRecord appends row's record to dst: a JSON object, or a msgpack
+// map with the msgpack encoding. A non-finite float is an error naming the
+// field (JSON has no NaN); the caller adds the key.
 func (b *boundBatch) appendRecord(dst []byte, row int) ([]byte, error) {
+	if b.enc.msgpack {
+		return b.appendMsgpackRecord(dst, row)
+	}
 	if len(b.cols) == 0 {
 		return append(dst, '{', '}'), nil
 	}
@@ -202,10 +211,12 @@ func newKeyWriter(a arrow.Array) (keyWriter, error) {
 }
 
 // valueWriter appends one value (appendValue) or a comma-separated run of
-// values (appendRange, for list elements) of a column.
+// values (appendRange, for list elements) of a column as JSON, or one value
+// as msgpack (appendMsgpack, see msgpack.go).
 type valueWriter interface {
 	appendValue(dst []byte, row int) ([]byte, error)
 	appendRange(dst []byte, start, end int) ([]byte, error)
+	appendMsgpack(dst []byte, row int) ([]byte, error)
 }
 
 func newValueWriter(a arrow.Array) (valueWriter, error) {
@@ -431,14 +442,19 @@ func (w *timestampWriter) appendValue(dst []byte, i int) ([]byte, error) {
 	if w.a.IsNull(i) {
 		return append(dst, "null"...), nil
 	}
-	v := w.a.Value(i)
+	w.format(w.a.Value(i))
+	return append(dst, w.lastB...), nil
+}
+
+// format leaves v's quoted JSON text in lastB (cached: computed_at is the
+// same for a whole batch).
+func (w *timestampWriter) format(v arrow.Timestamp) {
 	if w.lastB == nil || v != w.last {
 		b := append(w.lastB[:0], '"')
 		b = w.toTime(v).UTC().AppendFormat(b, time.RFC3339Nano)
 		w.lastB = append(b, '"')
 		w.last = v
 	}
-	return append(dst, w.lastB...), nil
 }
 
 func (w *timestampWriter) appendRange(dst []byte, start, end int) ([]byte, error) {
