@@ -3,6 +3,8 @@ package redis
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -237,4 +239,72 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkEncodingMemory writes the wide payloads in each encoding and
+// reports the value bytes and Redis used_memory per record (the delta of
+// INFO memory over the records written, key and TTL overhead included).
+//
+//	go test ./sinks/redis -run '^$' -bench EncodingMemory -benchtime 1x
+func BenchmarkEncodingMemory(b *testing.B) {
+	for _, p := range benchPayloads[2:] {
+		for _, enc := range []string{EncodingJSON, EncodingMsgpack} {
+			b.Run(p.name+"/"+enc, func(b *testing.B) {
+				rs := testservers.NewRedis(b) // private: used_memory is per server
+				spec := benchSpec(rs)
+				spec.Encoding = enc
+				s, err := New(spec)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				ctx := context.Background()
+				c := rs.Client(b)
+				run := p.run("mem")
+				var batches []arrow.RecordBatch
+				for lo := 0; lo < p.rows; lo += benchBatch {
+					batches = append(batches, p.batch(run, lo, min(lo+benchBatch, p.rows)))
+				}
+				defer func() {
+					for _, r := range batches {
+						r.Release()
+					}
+				}()
+				var perRec, valBytes float64
+				for b.Loop() {
+					c.FlushDB(ctx)
+					before := usedMemory(b, c)
+					writeBenchShard(ctx, b, s, run, batches)
+					perRec = float64(usedMemory(b, c)-before) / float64(p.rows)
+					v, err := c.Get(ctx, RecordKey(rs.Prefix, run.Version, "item-7")).Bytes()
+					if err != nil {
+						b.Fatal(err)
+					}
+					valBytes = float64(len(v))
+				}
+				b.ReportMetric(valBytes, "value_bytes/record")
+				b.ReportMetric(perRec, "used_memory_bytes/record")
+				b.ReportMetric(float64(b.N)*float64(p.rows)/b.Elapsed().Seconds(), "rows/s")
+			})
+		}
+	}
+}
+
+// usedMemory is the server's INFO memory used_memory.
+func usedMemory(b *testing.B, c *goredis.Client) int64 {
+	info, err := c.Info(context.Background(), "memory").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return n
+		}
+	}
+	b.Fatal("no used_memory in INFO memory")
+	return 0
 }
