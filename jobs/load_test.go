@@ -161,6 +161,10 @@ func TestParseBadSpecs(t *testing.T) {
 			return baseSpec + "  redis: { addr: x, namespace: recs, publish: eventually }\n"
 		},
 			nil, `sinks.redis.publish: must be atomic or in_place (got "eventually")`, 15},
+		{"redis encoding", func(t *testing.T) string {
+			return baseSpec + "  redis: { addr: x, namespace: recs, encoding: protobuf }\n"
+		},
+			nil, `sinks.redis.encoding: must be json or msgpack (got "protobuf")`, 15},
 		{"redis bad ttl", func(t *testing.T) string { return baseSpec + "  redis: { addr: x, namespace: recs, ttl: 2d }\n" },
 			nil, `sinks.redis.ttl: invalid duration "2d": write a number with a unit`, 15},
 		{"redis negative ttl", func(t *testing.T) string { return baseSpec + "  redis: { addr: x, namespace: recs, ttl: -1h }\n" },

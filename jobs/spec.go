@@ -132,6 +132,11 @@ type RedisSinkSpec struct {
 	// PipelineDepth is the pipelines in flight per shard. Default 4.
 	PipelineDepth int      `yaml:"pipeline_depth"`
 	Timeout       Duration `yaml:"timeout"`
+	// Encoding of the records: json (default) or msgpack, the same object
+	// with float32 lists as binary little-endian arrays (about a third of
+	// JSON's bytes for embeddings). Readers (the lookup API, its client)
+	// decode either; each version's encoding is recorded with it.
+	Encoding string `yaml:"encoding"`
 }
 
 // PostgresSinkSpec: replace (a table per run behind a view) or upsert.

@@ -32,6 +32,7 @@ const (
 	DefaultDevice              = "cpu"
 	DefaultSessions            = 1
 	DefaultRedisPublish        = "atomic"
+	DefaultRedisEncoding       = "json"
 	DefaultRetain              = 2
 	DefaultPipelineBatch       = 512
 	DefaultPipelineDepth       = 4
@@ -116,6 +117,9 @@ func (d *decoder) applyDefaults(s *Spec) {
 	if r := s.Sinks.Redis; r != nil {
 		if r.Publish == "" {
 			r.Publish = DefaultRedisPublish
+		}
+		if r.Encoding == "" {
+			r.Encoding = DefaultRedisEncoding
 		}
 		if absent("sinks.redis.retain") {
 			r.Retain = DefaultRetain
@@ -375,6 +379,11 @@ func (d *decoder) validateSinks(s *Spec) {
 		case "atomic", "in_place":
 		default:
 			d.fail("sinks.redis.publish", "must be atomic or in_place (got %q)", r.Publish)
+		}
+		switch r.Encoding {
+		case "json", "msgpack":
+		default:
+			d.fail("sinks.redis.encoding", "must be json or msgpack (got %q)", r.Encoding)
 		}
 		if ttl := r.TTL.Duration; ttl < 0 {
 			d.fail("sinks.redis.ttl", "must be >= 0, 0 = no expiry (got %v)", ttl)

@@ -278,14 +278,32 @@ func (s *redisStore) confirmMiss(ctx context.Context, version string) (moved boo
 func (s *redisStore) get(ctx context.Context, keys []string, writeback bool) (recs [][]byte, live []bool, err error) {
 	recs, live, version, err := s.read(ctx, keys, writeback)
 	if err != nil || s.inPlace || version == "" || !anyMissing(recs) {
-		return recs, live, err
+		return asJSONRecords(recs), live, err
 	}
 	moved, err := s.confirmMiss(ctx, version)
 	if err != nil || !moved {
-		return recs, live, err
+		return asJSONRecords(recs), live, err
 	}
 	recs, live, _, err = s.read(ctx, keys, writeback)
-	return recs, live, err
+	return asJSONRecords(recs), live, err
+}
+
+// asJSONRecords turns every msgpack record (sinks.redis.encoding: msgpack)
+// into the JSON object the JSON encoding stores for the same row, in place,
+// so that the rest of the server deals with one form and a msgpack
+// record's response equals a JSON one's. Records are self-describing, so a
+// reader needs no per-version encoding (a rollback changes nothing here). A
+// record that does not decode is left as it is: the caller's check treats
+// it as corrupt, like malformed JSON.
+func asJSONRecords(recs [][]byte) [][]byte {
+	for i, r := range recs {
+		if sinkredis.IsMsgpackRecord(r) {
+			if js, err := sinkredis.AppendRecordJSON(make([]byte, 0, 3*len(r)), r); err == nil {
+				recs[i] = js
+			}
+		}
+	}
+	return recs
 }
 
 // anyMissing reports a key that no record answered.

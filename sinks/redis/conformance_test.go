@@ -39,6 +39,26 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestConformanceMsgpack runs the suite with encoding: msgpack; its
+// reader decodes records as the lookup API does.
+func TestConformanceMsgpack(t *testing.T) {
+	sinktest.Exercise(t, sinktest.Harness{
+		New: func(t *testing.T) sinks.Sink {
+			rs := testservers.Redis(t)
+			s, err := New(jobs.RedisSinkSpec{
+				Addr: rs.Addr, DB: rs.DB, Namespace: rs.Prefix, Encoding: EncodingMsgpack,
+				TTL: jobs.Duration{Duration: time.Hour}, PipelineBatch: 16, PipelineDepth: 3,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+		Read:      readSnapshot,
+		LoseShard: loseShardMarker,
+	})
+}
+
 // TestConformanceCluster runs the suite against a three-master Redis
 // Cluster (one for all cases, a namespace each): markers, key records and
 // server state checks span nodes there.
@@ -119,7 +139,16 @@ func readSnapshot(ctx context.Context, ss sinks.Sink, run sinks.RunInfo) (sinkte
 			if !ok {
 				return snap, fmt.Errorf("%s vanished while reading version %s", keys[lo+i], version)
 			}
-			dec := json.NewDecoder(strings.NewReader(raw))
+			// Decoded as readers do (AppendRecordJSON), after checking
+			// that the record is in the sink's encoding.
+			if IsMsgpackRecord([]byte(raw)) != (s.cfg.encoding == EncodingMsgpack) {
+				return snap, fmt.Errorf("%s: record %q is not in the sink's encoding %s", keys[lo+i], raw[:min(len(raw), 16)], s.cfg.encoding)
+			}
+			js, err := AppendRecordJSON(nil, []byte(raw))
+			if err != nil {
+				return snap, fmt.Errorf("%s: %w", keys[lo+i], err)
+			}
+			dec := json.NewDecoder(strings.NewReader(string(js)))
 			dec.UseNumber()
 			var obj map[string]any
 			if err := dec.Decode(&obj); err != nil {

@@ -20,6 +20,11 @@ type recordEncoder struct {
 	cols   []int    // schema indexes of the encoded (non-key) columns
 	names  []string // their field names
 	prefix [][]byte // `{"name":` for the first field, `,"name":` after
+	// msgpack selects EncodingMsgpack (see setEncoding): then mpHeader is
+	// the map header and mpNames the field names as msgpack str.
+	msgpack  bool
+	mpHeader []byte
+	mpNames  [][]byte
 }
 
 // newRecordEncoder checks that every column of schema can be encoded and
@@ -108,9 +113,13 @@ func (e *recordEncoder) bind(rec arrow.RecordBatch) (*boundBatch, error) {
 	return b, nil
 }
 
-// appendRecord appends row's JSON object to dst. A non-finite float is an
-// error naming the field (JSON has no NaN); the caller adds the key.
+// appendRecord appends row's record to dst: a JSON object, or a msgpack
+// map with the msgpack encoding. A non-finite float is an error naming the
+// field (JSON has no NaN); the caller adds the key.
 func (b *boundBatch) appendRecord(dst []byte, row int) ([]byte, error) {
+	if b.enc.msgpack {
+		return b.appendMsgpackRecord(dst, row)
+	}
 	if len(b.cols) == 0 {
 		return append(dst, '{', '}'), nil
 	}
@@ -202,10 +211,12 @@ func newKeyWriter(a arrow.Array) (keyWriter, error) {
 }
 
 // valueWriter appends one value (appendValue) or a comma-separated run of
-// values (appendRange, for list elements) of a column.
+// values (appendRange, for list elements) of a column as JSON, or one value
+// as msgpack (appendMsgpack, see msgpack.go).
 type valueWriter interface {
 	appendValue(dst []byte, row int) ([]byte, error)
 	appendRange(dst []byte, start, end int) ([]byte, error)
+	appendMsgpack(dst []byte, row int) ([]byte, error)
 }
 
 func newValueWriter(a arrow.Array) (valueWriter, error) {
@@ -229,7 +240,7 @@ func newValueWriter(a arrow.Array) (valueWriter, error) {
 	case *array.Uint64:
 		return uintWriter[uint64]{a, a.Uint64Values()}, nil
 	case *array.Float32:
-		return floatWriter[float32]{a, a.Float32Values(), 32}, nil
+		return float32Writer{a, a.Float32Values()}, nil
 	case *array.Float64:
 		return floatWriter[float64]{a, a.Float64Values(), 64}, nil
 	case *array.String:
@@ -362,6 +373,44 @@ func (w floatWriter[T]) appendRange(dst []byte, start, end int) ([]byte, error) 
 	return dst, nil
 }
 
+// float32Writer is floatWriter[float32] through appendFloat32, the same
+// text at a fraction of strconv's cost: float32 lists (embeddings) are most
+// of the bytes of wide records.
+type float32Writer struct {
+	a    nullable
+	vals []float32
+}
+
+// finite32 reports whether f is neither NaN nor ±Inf (exponent bits not
+// all ones).
+func finite32(f float32) bool { return math.Float32bits(f)&0x7f800000 != 0x7f800000 }
+
+func (w float32Writer) appendValue(dst []byte, i int) ([]byte, error) {
+	if w.a.IsNull(i) {
+		return append(dst, "null"...), nil
+	}
+	if f := w.vals[i]; finite32(f) {
+		return appendFloat32(dst, f), nil
+	}
+	return dst, errNonFinite(w.vals[i])
+}
+
+func (w float32Writer) appendRange(dst []byte, start, end int) ([]byte, error) {
+	if w.a.NullN() != 0 {
+		return appendRange(w, dst, start, end)
+	}
+	for i, f := range w.vals[start:end] {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		if !finite32(f) {
+			return dst, errNonFinite(f)
+		}
+		dst = appendFloat32(dst, f)
+	}
+	return dst, nil
+}
+
 type stringWriter struct {
 	a interface {
 		nullable
@@ -393,14 +442,19 @@ func (w *timestampWriter) appendValue(dst []byte, i int) ([]byte, error) {
 	if w.a.IsNull(i) {
 		return append(dst, "null"...), nil
 	}
-	v := w.a.Value(i)
+	w.format(w.a.Value(i))
+	return append(dst, w.lastB...), nil
+}
+
+// format leaves v's quoted JSON text in lastB (cached: computed_at is the
+// same for a whole batch).
+func (w *timestampWriter) format(v arrow.Timestamp) {
 	if w.lastB == nil || v != w.last {
 		b := append(w.lastB[:0], '"')
 		b = w.toTime(v).UTC().AppendFormat(b, time.RFC3339Nano)
 		w.lastB = append(b, '"')
 		w.last = v
 	}
-	return append(dst, w.lastB...), nil
 }
 
 func (w *timestampWriter) appendRange(dst []byte, start, end int) ([]byte, error) {

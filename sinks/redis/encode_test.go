@@ -29,7 +29,9 @@ func nanBatch(run sinks.RunInfo) arrow.RecordBatch {
 	return array.NewRecordBatch(run.Schema, cols, 3)
 }
 
-func TestEncodeTypes(t *testing.T) {
+// typesBatch is a batch of every encodable type (with a null, odd
+// strings, extreme floats) and the float32s of its f32 column.
+func typesBatch() (*arrow.Schema, arrow.RecordBatch, []float32) {
 	mem := memory.DefaultAllocator
 	schema := arrow.NewSchema([]arrow.Field{
 		{Name: "k", Type: arrow.BinaryTypes.String},
@@ -70,7 +72,11 @@ func TestEncodeTypes(t *testing.T) {
 		rb.Field(9).(*array.TimestampBuilder).Append(arrow.Timestamp(time.Date(2024, 1, 2, 3, 4, 5, 6+i, time.UTC).UnixNano()))
 		rb.Field(10).(*array.Date32Builder).Append(arrow.Date32FromTime(time.Date(2024, 2, 29, 0, 0, 0, 0, time.UTC)))
 	}
-	rec := rb.NewRecordBatch()
+	return schema, rb.NewRecordBatch(), f32s
+}
+
+func TestEncodeTypes(t *testing.T) {
+	schema, rec, f32s := typesBatch()
 	defer rec.Release()
 	enc, err := newRecordEncoder(schema, "k")
 	if err != nil {

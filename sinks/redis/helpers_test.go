@@ -202,3 +202,48 @@ func checkVersion(t *testing.T, c *goredis.Client, ns string, run sinks.RunInfo,
 		checkRecord(t, run, i, nItems, raw)
 	}
 }
+
+// vecRun is a RunInfo over an embedding schema: string key, a list<float32>
+// vector (what the runner makes of an [N, dim] output), model_version and
+// computed_at: the wide records of issue 24.
+func vecRun(version string) sinks.RunInfo {
+	fields := []arrow.Field{
+		{Name: "item_id", Type: arrow.BinaryTypes.String},
+		{Name: "vec", Type: arrow.ListOf(arrow.PrimitiveTypes.Float32)},
+		{Name: sinks.ColModelVersion, Type: arrow.BinaryTypes.String},
+		{Name: sinks.ColComputedAt, Type: &arrow.TimestampType{Unit: arrow.Microsecond, TimeZone: "UTC"}},
+	}
+	return sinks.RunInfo{
+		Job: "test", RunID: "run-" + version, Version: version,
+		Schema: arrow.NewSchema(fields, nil), Key: "item_id",
+	}
+}
+
+// vecValue is element j of row i's vector: a deterministic, roughly
+// normal-looking float32 whose shortest text needs 7 to 9 digits, like a
+// model's embedding (e.g. -0.07983688).
+func vecValue(i, j int) float32 {
+	x := uint32(i*2654435761) ^ uint32(j*40503+1)
+	x ^= x >> 15
+	x *= 2246822519
+	x ^= x >> 13
+	return (float32(x%2000001) - 1e6) / 7.7e5
+}
+
+// vecBatch builds rows [from, to) of a vecRun with dim-element vectors.
+func vecBatch(run sinks.RunInfo, from, to, dim int) arrow.RecordBatch {
+	b := array.NewRecordBuilder(memory.DefaultAllocator, run.Schema)
+	defer b.Release()
+	for i := from; i < to; i++ {
+		b.Field(0).(*array.StringBuilder).Append("item-" + strconv.Itoa(i))
+		vec := b.Field(1).(*array.ListBuilder)
+		vec.Append(true)
+		vb := vec.ValueBuilder().(*array.Float32Builder)
+		for j := 0; j < dim; j++ {
+			vb.Append(vecValue(i, j))
+		}
+		b.Field(2).(*array.StringBuilder).Append("model-" + run.Version)
+		b.Field(3).(*array.TimestampBuilder).Append(arrow.Timestamp(testComputedAt.UnixMicro()))
+	}
+	return b.NewRecordBatch()
+}

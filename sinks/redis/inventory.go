@@ -85,8 +85,12 @@ func (s *Sink) markers(ctx context.Context, key string) (map[string]string, erro
 	if _, ok := fields["format"]; ok {
 		return fields, nil
 	}
-	// in_place Prepare writes no "format": a hash of shard markers only.
+	// in_place Prepare writes no "format": a hash of shard markers only
+	// (and the encoding each marker's writer records).
 	for f, raw := range fields {
+		if f == EncodingField {
+			continue
+		}
 		var m Marker
 		if _, err := strconv.Atoi(f); err != nil || json.Unmarshal([]byte(raw), &m) != nil || m.Nodes == nil {
 			return nil, nil

@@ -14,11 +14,12 @@ import (
 //	{ns}:current              published version (atomic mode)
 //	{ns}:versions             sorted set of retained published versions
 //	{ns}:gc                   set of versions whose keys are being deleted
-//	{ns}:meta                 hash: version, published_at, mode
+//	{ns}:meta                 hash: version, published_at, mode, encoding (of version)
 //	{ns}:lock                 writer lock: holder JSON and token
 //	{ns}:published            pub/sub channel announcing a new current version
 //	{ns}:{version}:{key}      a record (atomic); {ns}:{key} with in_place
-//	{ns}:shards:{version}     hash: one commit marker per shard (field = index)
+//	{ns}:shards:{version}     hash: one commit marker per shard (field = index),
+//	                          "format" and "encoding" (json | msgpack) of the version
 //	{ns}:keys:{version}       every record key the version's writers sent
 //	{ns}:live:{version}:{key} the lookup API's cache of live inferences
 //
@@ -71,6 +72,15 @@ func (l Layout) Record(version, key string) string { return l.RecordPrefix(versi
 // Shards is the hash of a version's shard commit markers: field
 // strconv.Itoa(index) holds the marker JSON (see Marker).
 func (l Layout) Shards(version string) string { return l.Namespace + ":shards:" + version }
+
+// EncodingField is the field of Shards(version) that records the version's
+// record encoding (EncodingJSON or EncodingMsgpack; absent: json, written
+// by a precog without encodings), and of Meta() the encoding of the version
+// published or rolled back to last. The hash lives and dies with the
+// version's records, so a rollback finds the encoding of the version it
+// switches to. Readers need not consult it: records are self-describing
+// (see IsMsgpackRecord); it is there for tools and operators.
+const EncodingField = "encoding"
 
 // ShardField is the field of shard index in Shards(version).
 func ShardField(index int) string { return strconv.Itoa(index) }

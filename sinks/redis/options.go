@@ -46,6 +46,7 @@ type config struct {
 	batch     int
 	depth     int
 	timeout   time.Duration
+	encoding  string // EncodingJSON or EncodingMsgpack
 }
 
 // newConfig applies defaults and validates the spec. Errors name the
@@ -69,6 +70,7 @@ func newConfig(spec jobs.RedisSinkSpec) (config, error) {
 		batch:     spec.PipelineBatch,
 		depth:     spec.PipelineDepth,
 		timeout:   spec.Timeout.Duration,
+		encoding:  spec.Encoding,
 	}
 	if err := ValidNamespace(c.namespace); err != nil {
 		return c, fmt.Errorf("sinks.redis.namespace: %w", err)
@@ -106,6 +108,13 @@ func newConfig(spec jobs.RedisSinkSpec) (config, error) {
 	}
 	if c.timeout == 0 {
 		c.timeout = DefaultTimeout
+	}
+	switch c.encoding {
+	case "":
+		c.encoding = EncodingJSON
+	case EncodingJSON, EncodingMsgpack:
+	default:
+		return c, fmt.Errorf("sinks.redis.encoding: %q is not json or msgpack", c.encoding)
 	}
 	if c.timeout < 0 {
 		return c, fmt.Errorf("sinks.redis.timeout: %s is negative", c.timeout)

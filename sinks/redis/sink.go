@@ -191,7 +191,7 @@ func (s *Sink) Prepare(ctx context.Context, run sinks.RunInfo) error {
 	}
 	key := s.layout.Shards(run.Version)
 	pipe := s.client.Pipeline()
-	pipe.HSet(ctx, key, "format", 1)
+	pipe.HSet(ctx, key, "format", 1, EncodingField, s.cfg.encoding)
 	if s.cfg.ttl > 0 {
 		pipe.PExpire(ctx, key, s.cfg.ttl)
 	}
@@ -217,6 +217,9 @@ func (s *Sink) Shard(ctx context.Context, run sinks.RunInfo, index int) (sinks.S
 		return nil, err
 	}
 	enc, err := newRecordEncoder(run.Schema, run.Key)
+	if err == nil {
+		err = enc.setEncoding(s.cfg.encoding)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("redis sink: shard %d: %w", index, err)
 	}
@@ -362,9 +365,31 @@ func (s *Sink) announce(ctx context.Context, version string, at time.Time) {
 }
 
 func (s *Sink) writeMeta(ctx context.Context, version string, at time.Time) error {
-	err := s.client.HSet(ctx, metaKey(s.cfg.namespace), "version", version,
-		"published_at", at.Format(time.RFC3339Nano), "mode", s.cfg.publish).Err()
+	enc, err := s.VersionEncoding(ctx, version)
+	if err != nil {
+		return err
+	}
+	err = s.client.HSet(ctx, metaKey(s.cfg.namespace), "version", version,
+		"published_at", at.Format(time.RFC3339Nano), "mode", s.cfg.publish, EncodingField, enc).Err()
 	return s.cfg.sanitize("publish: write "+metaKey(s.cfg.namespace), err)
+}
+
+// VersionEncoding is the record encoding of version as recorded in its
+// Shards hash (EncodingJSON when not recorded: written before encodings
+// existed). With publish: in_place there are no versions: the sink's own
+// encoding.
+func (s *Sink) VersionEncoding(ctx context.Context, version string) (string, error) {
+	if s.layout.InPlace {
+		return s.cfg.encoding, nil
+	}
+	enc, err := s.client.HGet(ctx, s.layout.Shards(version), EncodingField).Result()
+	if errors.Is(err, goredis.Nil) {
+		return EncodingJSON, nil
+	}
+	if err != nil {
+		return "", s.cfg.sanitize("read the encoding of version "+version, err)
+	}
+	return enc, nil
 }
 
 func (s *Sink) notify(ctx context.Context, version string) error {

@@ -355,7 +355,9 @@ func (w *shardWriter) writeMarker(ctx context.Context) error {
 	}
 	err = w.s.retryDo(ctx, func(ctx context.Context) error {
 		pipe := w.s.client.Pipeline()
-		pipe.HSet(ctx, w.shardsKey, ShardField(w.index), m)
+		// The encoding goes with every marker too (Prepare records it
+		// first): whichever wrote the version, its hash says how.
+		pipe.HSet(ctx, w.shardsKey, ShardField(w.index), m, EncodingField, w.s.cfg.encoding)
 		if w.s.cfg.ttl > 0 {
 			pipe.PExpire(ctx, w.shardsKey, w.s.cfg.ttl)
 		}

@@ -1,0 +1,69 @@
+package redis
+
+import (
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+)
+
+// TestAppendFloat32MatchesStrconv checks appendFloat32 against strconv on
+// the values where shortest-digit algorithms go wrong (powers of two,
+// subnormals, the extremes, integers, round decimals) and on millions of
+// random bit patterns over the whole float32 range.
+func TestAppendFloat32MatchesStrconv(t *testing.T) {
+	check := func(f float32) {
+		if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
+			return
+		}
+		want := strconv.AppendFloat(nil, float64(f), 'g', -1, 32)
+		got := appendFloat32(nil, f)
+		if string(got) != string(want) {
+			t.Fatalf("appendFloat32(%#08x) = %s, strconv %s", math.Float32bits(f), got, want)
+		}
+	}
+	for _, f := range []float32{0, float32(math.Copysign(0, -1)), 1, -1, 0.1, 0.2, 0.3, 1e-4, 9.9999e-5, 1e-5,
+		123456, 999999, 1e6, 1234567, 1e7, 1e10, 3.4028235e38, -3.4028235e38, 1.1754944e-38, 1e-45, 1.4e-45,
+		math.MaxFloat32, math.SmallestNonzeroFloat32, 16777216, 16777217, 0.33333334, -0.07983688, -1.1333908} {
+		check(f)
+	}
+	for e := -149; e <= 127; e++ { // every power of two and its neighbours
+		p := float32(math.Ldexp(1, e))
+		check(p)
+		check(math.Nextafter32(p, 0))
+		check(math.Nextafter32(p, math.MaxFloat32))
+	}
+	for i := range 1 << 16 { // small integers, subnormals, decimals
+		check(float32(i))
+		check(math.Float32frombits(uint32(i)))
+		check(float32(i) / 1000)
+		check(float32(i) * 1e-9)
+	}
+	n := 3_000_000
+	if testing.Short() {
+		n = 300_000
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range n {
+		check(math.Float32frombits(r.Uint32()))
+		check(float32(r.NormFloat64())) // embedding-like values
+	}
+}
+
+func BenchmarkAppendFloat32(b *testing.B) {
+	vals := make([]float32, 1024)
+	for i := range vals {
+		vals[i] = vecValue(i, 7)
+	}
+	buf := make([]byte, 0, 64)
+	b.Run("appendFloat32", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			buf = appendFloat32(buf[:0], vals[i%len(vals)])
+		}
+	})
+	b.Run("strconv", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			buf = strconv.AppendFloat(buf[:0], float64(vals[i%len(vals)]), 'g', -1, 32)
+		}
+	})
+}
