@@ -154,6 +154,11 @@ func runBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags) e
 		return waitBackfill(ctx, led, b.ID, os.Stderr, !f.noProgress, g)
 	}
 	g.runningJob()
+	// Other processes see the backfill through a snapshot while this one
+	// holds the embedded ledger (snapshot.go).
+	snaps := startSnapshots(ctx, led, g.stateDir, g.log)
+	defer snaps.Stop()
+	led = kickingLedger{Ledger: led, s: snaps}
 	bar := newProgressBar(os.Stderr, !f.noProgress, g.log)
 	agg := newRangeProgress(f.paramName, values, time.Now())
 	start := time.Now()
