@@ -196,4 +196,3 @@ func TestBackfillLocalParallelVisible(t *testing.T) {
 		}
 	}
 }
-
