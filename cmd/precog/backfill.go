@@ -15,7 +15,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/precog-ml/precog/internal/runview"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/ledger/bolt"
@@ -154,6 +153,11 @@ func runBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags) e
 		return waitBackfill(ctx, led, b.ID, os.Stderr, !f.noProgress, g)
 	}
 	g.runningJob()
+	// Other processes see the backfill through a snapshot while this one
+	// holds the embedded ledger (snapshot.go).
+	snaps := startSnapshots(ctx, led, g.stateDir, g.log)
+	defer snaps.Stop()
+	led = kickingLedger{Ledger: led, s: snaps}
 	bar := newProgressBar(os.Stderr, !f.noProgress, g.log)
 	agg := newRangeProgress(f.paramName, values, time.Now())
 	start := time.Now()
@@ -239,13 +243,9 @@ func dryRunBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags
 	if probeSpec == nil {
 		return invalid(fmt.Errorf("%s: every partition is missing: nothing to estimate", path))
 	}
-	rate, sample, err := backfill.Probe(ctx, probeSpec, plans[probeSpec.Params[f.paramName]], 3*time.Second)
-	if err != nil {
+	if err := printEstimate(ctx, w, probeSpec, plans[probeSpec.Params[f.paramName]], rows, f.parallel); err != nil {
 		return err
 	}
-	one := time.Duration(float64(rows) / rate * float64(time.Second))
-	fmt.Fprintf(w, "probe: %d rows at batch size %d, %.0f rows/s (read, encode, infer)\n", sample, probeSpec.Model.BatchSize, rate)
-	fmt.Fprintf(w, "estimate: %s on this machine, %s on %d workers (--parallel %d)\n", runview.Duration(one), runview.Duration(one/time.Duration(f.parallel)), f.parallel, f.parallel)
 	if missing > 0 {
 		g.log.Warn("partitions missing: a backfill of this range is refused until they exist", "missing", missing)
 	}

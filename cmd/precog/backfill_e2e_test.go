@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -71,5 +72,27 @@ func TestBackfillLedgerRecord(t *testing.T) {
 	if dry.code != 0 || !strings.Contains(dry.stdout, "2026-10-31  MISSING") || !strings.Contains(dry.stdout, "1 missing") ||
 		!strings.Contains(dry.stdout, "estimate: ") || !strings.Contains(dry.stdout, "on 2 workers") {
 		t.Errorf("--dry-run: exit %d\n%s%s", dry.code, dry.stdout, dry.stderr)
+	}
+}
+
+// TestValidateEstimate: validate --estimate prints, for one run, the probe
+// and estimate lines backfill --dry-run prints for the same partition.
+func TestValidateEstimate(t *testing.T) {
+	dir := workdir(t)
+	spec := writeSpec(t, dir, "job.yaml", rankerSpec)
+	d := usersData.Dates[0]
+	v := precog(t, dir, "validate", spec, "--param", "date="+d, "--estimate")
+	dry := precog(t, dir, "backfill", spec, "--from", d, "--to", d, "--dry-run")
+	if v.code != 0 || dry.code != 0 {
+		t.Fatalf("validate --estimate: exit %d\n%s%s\nbackfill --dry-run: exit %d\n%s%s", v.code, v.stdout, v.stderr, dry.code, dry.stdout, dry.stderr)
+	}
+	probe := regexp.MustCompile(`(?m)^probe: (\d+ rows at batch size \d+), \d+ rows/s`)
+	est := regexp.MustCompile(`(?m)^estimate: \S+ on this machine$`)
+	pv, pd := probe.FindStringSubmatch(v.stdout), probe.FindStringSubmatch(dry.stdout)
+	if pv == nil || pd == nil || pv[1] != pd[1] || !est.MatchString(v.stdout) || !est.MatchString(dry.stdout) {
+		t.Errorf("validate --estimate and backfill --dry-run differ:\n%s\n---\n%s", v.stdout, dry.stdout)
+	}
+	if plain := precog(t, dir, "validate", spec, "--param", "date="+d); strings.Contains(plain.stdout, "estimate:") {
+		t.Errorf("validate without --estimate probes: %s", plain.stdout)
 	}
 }

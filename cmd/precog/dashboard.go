@@ -62,12 +62,15 @@ token. Without tokens the dashboard refuses to start unless
 					return err
 				}
 				defer led.Close()
-				opts.Source = dashboard.Shared{L: led, Name: led.where}
+				// The ledger itself (not the wrapper), so that pages see
+				// its backfills too.
+				opts.Source = dashboard.Shared{L: led.Ledger, Name: led.where}
 				opts.Actions = clusterActions(led, drain, g.log)
 			} else {
 				opts.Source = dashboard.BoltDir{StateDir: g.stateDir}
 				opts.Actions = localActions(g)
 			}
+			opts.BackfillActions = backfillActions(g, db, drain)
 			srv, err := dashboard.New(opts)
 			if err != nil {
 				return invalid(err)

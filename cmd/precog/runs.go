@@ -61,7 +61,9 @@ RUN --json.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			led, err := openLedger(ctx, g, db)
-			if err != nil {
+			if snap, ok := snapshotFallback(g, db, err, cmd.ErrOrStderr()); ok {
+				return printSnapshotRuns(cmd, snap, job, bfID, limit, asJSON)
+			} else if err != nil {
 				return err
 			}
 			defer led.Close()
@@ -128,7 +130,9 @@ prints one object per change.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			led, err := openLedger(ctx, g, db)
-			if err != nil {
+			if snap, ok := snapshotFallback(g, db, err, cmd.ErrOrStderr()); ok {
+				return printSnapshotStatus(snap, args[0], cmd.OutOrStdout(), asJSON)
+			} else if err != nil {
 				return err
 			}
 			defer led.Close()

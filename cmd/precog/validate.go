@@ -18,6 +18,7 @@ func newValidateCmd(g *globals) *cobra.Command {
 	var (
 		params    []string
 		maxShards int
+		estimate  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "validate JOB.yaml [--param k=v]...",
@@ -30,7 +31,9 @@ func newValidateCmd(g *globals) *cobra.Command {
   - the source: files readable, key and input columns present with numeric types;
   - the sinks: reachable with the configured credentials.
 
-Then print the shard plan (from file metadata only: no data is read).`,
+Then print the shard plan (from file metadata only: no data is read).
+--estimate then probes the model on a short real sample at the spec's batch
+size and prints the estimated wall time of the run, as backfill --dry-run does.`,
 		Example: `  precog validate jobs/user-recs.yaml
   precog validate jobs/scores.yaml --param date=2026-11-01`,
 		Args: cobra.ExactArgs(1),
@@ -71,10 +74,14 @@ Then print the shard plan (from file metadata only: no data is read).`,
 			if len(plans) == 0 {
 				fmt.Fprintln(w, "note: the dataset has zero rows; a run would publish an empty result")
 			}
+			if estimate && len(plans) > 0 {
+				return printEstimate(cmd.Context(), w, spec, plans, total, 1)
+			}
 			return nil
 		},
 	}
 	cmd.Flags().StringArrayVar(&params, "param", nil, "run parameter k=v filling {{.k}} in the spec (repeatable)")
+	cmd.Flags().BoolVar(&estimate, "estimate", false, "probe the model on a real sample of rows and estimate the run's wall time, as backfill --dry-run does for each partition")
 	cmd.Flags().IntVar(&maxShards, "max-shards", 50, "print at most this many shards of the plan (0: all)")
 	return cmd
 }

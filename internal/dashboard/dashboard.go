@@ -79,6 +79,8 @@ type Actions struct {
 type Options struct {
 	Source  Source
 	Actions Actions
+	// BackfillActions are a backfill page's buttons (backfillpage.go).
+	BackfillActions BackfillActions
 	// Tokens are the accepted bearer tokens (PRECOG_API_TOKENS,
 	// --tokens-file). Empty is refused unless InsecureNoAuth.
 	Tokens         []string
@@ -148,6 +150,7 @@ func (s *Server) routes() {
 	s.mux.Handle("GET /api/runs/{id}", s.auth.api(s.apiRun))
 	s.mux.Handle("POST /runs/{id}/cancel", s.auth.action(s.cancel))
 	s.mux.Handle("POST /runs/{id}/retry", s.auth.action(s.retry))
+	s.backfillRoutes()
 }
 
 // ServeHTTP implements http.Handler with security headers on every answer.

@@ -111,6 +111,10 @@ func (s *Server) runsPage(w http.ResponseWriter, r *http.Request, v viewer) {
 		if err != nil {
 			return err
 		}
+		rows, groups, err := groupBackfills(r.Context(), led, rows, s.opts.Now())
+		if err != nil {
+			return err
+		}
 		if q.Get("part") == "rows" {
 			s.render(w, http.StatusOK, "runrows", rows)
 			return nil
@@ -128,7 +132,7 @@ func (s *Server) runsPage(w http.ResponseWriter, r *http.Request, v viewer) {
 		slices.Sort(jobNames)
 		part := "/?part=rows&job=" + urlq(job) + "&state=" + urlq(state)
 		s.render(w, http.StatusOK, "runs", s.page(v, "Runs", map[string]any{
-			"Rows": rows, "Job": job, "State": state, "Jobs": jobNames, "States": runStates, "Part": part,
+			"Rows": rows, "Groups": groups, "Job": job, "State": state, "Jobs": jobNames, "States": runStates, "Part": part,
 		}))
 		return nil
 	})

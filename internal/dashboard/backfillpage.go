@@ -1,0 +1,139 @@
+package dashboard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/runner/backfill"
+)
+
+// BackfillActions are the Cancel and Retry buttons of a backfill page,
+// wired by the command to the code of `precog cancel ID` and `precog retry
+// ID`. A nil func hides its button. Each returns a message for people.
+type BackfillActions struct {
+	Cancel func(ctx context.Context, backfillID string) (string, error)
+	Retry  func(ctx context.Context, backfillID string) (string, error)
+}
+
+// maxGroups bounds the backfills the runs page groups runs under.
+const maxGroups = 20
+
+// backfillLedger is a ledger with backfills (both of precog's are).
+type backfillLedger interface {
+	ledger.Ledger
+	ledger.Backfills
+}
+
+// backfillGroup is a backfill on the runs page with its runs under it.
+type backfillGroup struct {
+	View backfill.View
+	Rows []runRow
+}
+
+// groupBackfills moves the rows of runs that belong to one of the newest
+// backfills out of rows into one group per backfill (newest first), so
+// that the runs page shows a backfill's runs under it.
+func groupBackfills(ctx context.Context, led ledger.Ledger, rows []runRow, now time.Time) ([]runRow, []backfillGroup, error) {
+	bl, ok := led.(backfillLedger)
+	if !ok {
+		return rows, nil, nil
+	}
+	bfs, err := bl.Backfills(ctx, "", maxGroups)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list backfills: %w", err)
+	}
+	of := map[string]int{}
+	var groups []backfillGroup
+	for _, b := range bfs {
+		v, _, err := backfill.Status(ctx, bl, b.ID, now)
+		if err != nil {
+			return nil, nil, err
+		}
+		groups = append(groups, backfillGroup{View: v})
+		for _, d := range b.Dates {
+			for _, id := range d.Runs {
+				if _, seen := of[id]; !seen {
+					of[id] = len(groups) - 1
+				}
+			}
+		}
+	}
+	var flat []runRow
+	for _, r := range rows {
+		if g, ok := of[r.ID]; ok {
+			groups[g].Rows = append(groups[g].Rows, r)
+			continue
+		}
+		flat = append(flat, r)
+	}
+	groups = slices.DeleteFunc(groups, func(g backfillGroup) bool { return len(g.Rows) == 0 })
+	return flat, groups, nil
+}
+
+func (s *Server) backfillRoutes() {
+	s.mux.Handle("GET /backfills/{id}", s.auth.page(s.backfillPage))
+	s.mux.Handle("POST /backfills/{id}/cancel", s.auth.action(func(w http.ResponseWriter, r *http.Request, v viewer) {
+		s.backfillAction(w, r, v, "Cancel", s.opts.BackfillActions.Cancel)
+	}))
+	s.mux.Handle("POST /backfills/{id}/retry", s.auth.action(func(w http.ResponseWriter, r *http.Request, v viewer) {
+		s.backfillAction(w, r, v, "Retry", s.opts.BackfillActions.Retry)
+	}))
+}
+
+// backfillPage is a backfill in the spirit of Airflow's grid view: one
+// cell per value, coloured by its current run's state and linked to it,
+// the per-value table of `precog status ID`, and Cancel and Retry.
+func (s *Server) backfillPage(w http.ResponseWriter, r *http.Request, v viewer) {
+	id := r.PathValue("id")
+	s.withLedger(w, r, v, func(led ledger.Ledger) error {
+		bl, ok := led.(backfillLedger)
+		if !ok {
+			return fmt.Errorf("backfill %s: %w", id, ledger.ErrNotFound)
+		}
+		view, _, err := backfill.Status(r.Context(), bl, id, s.opts.Now())
+		if err != nil {
+			return fmt.Errorf("backfill %s: %w", id, err)
+		}
+		if r.URL.Query().Get("part") == "live" {
+			s.render(w, http.StatusOK, "backfilllive", view)
+			return nil
+		}
+		retryable := slices.ContainsFunc(view.Dates, func(d backfill.Date) bool {
+			return d.State == string(jobs.RunFailed) || d.State == string(jobs.RunCancelled)
+		})
+		s.render(w, http.StatusOK, "backfill", s.page(v, "Backfill "+id, map[string]any{
+			"B": view, "Note": r.URL.Query().Get("note"), "Part": "/backfills/" + urlq(id) + "?part=live",
+			"CanCancel": s.opts.BackfillActions.Cancel != nil && !jobs.RunState(view.State).Terminal(),
+			"CanRetry":  s.opts.BackfillActions.Retry != nil && retryable,
+		}))
+		return nil
+	})
+}
+
+// backfillAction runs a backfill's Cancel or Retry and goes back to its
+// page with the outcome (POST, redirect, GET), or shows the refusal (409).
+func (s *Server) backfillAction(w http.ResponseWriter, r *http.Request, v viewer, name string, fn func(context.Context, string) (string, error)) {
+	id := r.PathValue("id")
+	if fn == nil {
+		http.Error(w, name+" is not available on this dashboard", http.StatusNotFound)
+		return
+	}
+	msg, err := fn(r.Context(), id)
+	if err != nil {
+		s.opts.Logger.Warn("dashboard: backfill "+name+" refused", "backfill", id, "err", err)
+		code := http.StatusConflict
+		if errors.Is(err, ledger.ErrNotFound) {
+			code = http.StatusNotFound
+		}
+		s.renderError(w, r, v, code, name+" of backfill "+id+" did not happen", err.Error())
+		return
+	}
+	s.opts.Logger.Info("dashboard: backfill "+name, "backfill", id, "outcome", msg)
+	http.Redirect(w, r, "/backfills/"+urlq(id)+"?note="+urlq(msg), http.StatusSeeOther)
+}
