@@ -512,7 +512,7 @@ func runShards(ctx context.Context, led ledger.Ledger, job *Job, snks []sinks.Si
 					// The sinks committed: record it even when interrupted
 					// meanwhile, or the shard would be computed again.
 					cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-					err := led.Complete(cctx, run.ID, sh.Index, worker, counts, sample...)
+					err := led.Complete(cctx, ledger.CompleteParams{RunID: run.ID, Shard: sh.Index, Worker: worker, Counts: counts, Sample: sample})
 					ccancel()
 					if err != nil {
 						cancel(fmt.Errorf("shard %d: complete: %w", sh.Index, err))
@@ -532,7 +532,7 @@ func runShards(ctx context.Context, led ledger.Ledger, job *Job, snks []sinks.Si
 					// Retrying cannot help (a full disk, a permission, bad
 					// data): fail at once with the cause.
 					shardsTotal.WithLabelValues("failed").Inc()
-					_ = led.Fail(ctx, run.ID, sh.Index, worker, err.Error(), false, maxAttempts)
+					_ = led.Fail(ctx, ledger.FailParams{RunID: run.ID, Shard: sh.Index, Worker: worker, Msg: err.Error(), Retry: false, MaxAttempts: maxAttempts})
 					cancel(fmt.Errorf("%w (a permanent error: not retried; nothing was published)", err))
 					return
 				case retry.Classify(err) == retry.Transient && streak.retry(ctx, err):
@@ -544,7 +544,7 @@ func runShards(ctx context.Context, led ledger.Ledger, job *Job, snks []sinks.Si
 				default:
 					shardsTotal.WithLabelValues("failed").Inc()
 					log.Warn("shard failed", "shard", sh.Index, "attempt", sh.Attempts, "max_attempts", maxAttempts, "err", err)
-					if ferr := led.Fail(ctx, run.ID, sh.Index, worker, err.Error(), true, maxAttempts); ferr != nil {
+					if ferr := led.Fail(ctx, ledger.FailParams{RunID: run.ID, Shard: sh.Index, Worker: worker, Msg: err.Error(), Retry: true, MaxAttempts: maxAttempts}); ferr != nil {
 						cancel(fmt.Errorf("shard %d: record failure: %w", sh.Index, ferr))
 						return
 					}
