@@ -419,7 +419,7 @@ func openOrCreateRun(ctx context.Context, led ledger.Ledger, job *Job, snks []si
 	case err == nil && opts.Restart:
 		info := sinks.RunInfo{Job: spec.Name, RunID: run.ID, Version: run.Version, Params: run.Params, Schema: job.Output, Key: spec.Source.Key}
 		log.Info("abandoning the unfinished run (--restart)", "run", run.ID)
-		endRun(ctx, led, snks, info, jobs.RunCancelled, errors.New("abandoned by --restart"), log)
+		runStores{led: led, snks: snks, info: info, log: log}.end(ctx, jobs.RunCancelled, errors.New("abandoned by --restart"))
 	case err == nil:
 		if err := checkUnchanged(ctx, led, job, run); err != nil {
 			return run, false, err
@@ -648,22 +648,31 @@ func (s *transientStreak) reset() { s.first, s.n = time.Time{}, 0 }
 
 // abortRun marks the run failed and removes what it wrote from every sink.
 func abortRun(ctx context.Context, led ledger.Ledger, snks []sinks.Sink, info sinks.RunInfo, cause error, log *slog.Logger) {
-	endRun(ctx, led, snks, info, jobs.RunFailed, cause, log)
+	runStores{led: led, snks: snks, info: info, log: log}.end(ctx, jobs.RunFailed, cause)
 }
 
-// endRun moves an unpublished run to a terminal state (failed, cancelled)
-// and removes what it wrote from every sink, so no orphan tables, keys or
+// runStores is what ending a run touches: its ledger record and every
+// sink it wrote to.
+type runStores struct {
+	led  ledger.Ledger
+	snks []sinks.Sink
+	info sinks.RunInfo
+	log  *slog.Logger
+}
+
+// end moves an unpublished run to a terminal state (failed, cancelled) and
+// removes what it wrote from every sink, so no orphan tables, keys or
 // staging directories are left behind.
-func endRun(ctx context.Context, led ledger.Ledger, snks []sinks.Sink, info sinks.RunInfo, state jobs.RunState, cause error, log *slog.Logger) {
+func (r runStores) end(ctx context.Context, state jobs.RunState, cause error) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	runFinished(info.Job, state)
-	if err := led.SetRunState(actx, info.RunID, state, cause.Error()); err != nil {
-		log.Warn("mark run failed", "run", info.RunID, "err", err)
+	runFinished(r.info.Job, state)
+	if err := r.led.SetRunState(actx, r.info.RunID, state, cause.Error()); err != nil {
+		r.log.Warn("mark run failed", "run", r.info.RunID, "err", err)
 	}
-	for _, s := range snks {
-		if err := s.Abort(actx, info); err != nil {
-			log.Warn("abort sink", "sink", s.Name(), "run", info.RunID, "err", err)
+	for _, s := range r.snks {
+		if err := s.Abort(actx, r.info); err != nil {
+			r.log.Warn("abort sink", "sink", s.Name(), "run", r.info.RunID, "err", err)
 		}
 	}
 }

@@ -245,7 +245,7 @@ func (w *Worker) execute(ctx context.Context, id, device string, run jobs.Run, s
 		bg := context.WithoutCancel(ctx)
 		if ferr := w.led.Fail(bg, ledger.FailParams{RunID: run.ID, Shard: sh.Index, Worker: id, Msg: msg, Retry: true, MaxAttempts: maxAttemptsOf(or)}); ferr == nil && sh.Attempts >= maxAttemptsOf(or) {
 			info := sinks.RunInfo{Job: run.Job, RunID: run.ID, Version: run.Version, Params: run.Params}
-			endRun(bg, w.led, nil, info, jobs.RunFailed, fmt.Errorf("shard %d: %s", sh.Index, msg), w.log)
+			runStores{led: w.led, info: info, log: w.log}.end(bg, jobs.RunFailed, fmt.Errorf("shard %d: %s", sh.Index, msg))
 		}
 		w.report(ShardEvent{Run: run.ID, Worker: id, Shard: sh.Index, Outcome: "failed", Duration: time.Since(began)})
 		return
@@ -312,7 +312,7 @@ func (w *Worker) failShard(ctx context.Context, id string, or *openRun, run jobs
 	w.log.Warn("shard failed", "run", run.ID, "shard", sh.Index, "worker", id, "attempt", sh.Attempts, "max_attempts", maxAttempts, "err", err)
 	if permanent || sh.Attempts >= maxAttempts {
 		cause := fmt.Errorf("shard %d failed on worker %s after %d attempt(s): %w", sh.Index, id, sh.Attempts, err)
-		endRun(ctx, w.led, or.snks, or.info, jobs.RunFailed, cause, w.log)
+		runStores{led: w.led, snks: or.snks, info: or.info, log: w.log}.end(ctx, jobs.RunFailed, cause)
 	}
 }
 
