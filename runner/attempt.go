@@ -64,7 +64,7 @@ func runAttempt(ctx context.Context, a attempt) (jobs.Counts, []jobs.Reject, err
 	}
 	prof := newProfileBuilder(a.job.Spec)
 	beforeCommit := func(ctx context.Context) error {
-		if err := a.led.Heartbeat(ctx, a.run.ID, a.shard.Index, a.worker, a.lease); err != nil {
+		if err := a.led.Heartbeat(ctx, ledger.HeartbeatParams{RunID: a.run.ID, Shard: a.shard.Index, Worker: a.worker, Lease: a.lease}); err != nil {
 			return fmt.Errorf("shard %d: lease check before commit: %w", a.shard.Index, err)
 		}
 		return putProfile(ctx, a.led, a.run.ID, a.shard.Index, prof)
@@ -99,7 +99,7 @@ func (a attempt) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, 
 		case <-t.C:
 		case <-a.kick:
 		}
-		if err := a.led.Heartbeat(ctx, a.run.ID, a.shard.Index, a.worker, a.lease); err != nil && ctx.Err() == nil {
+		if err := a.led.Heartbeat(ctx, ledger.HeartbeatParams{RunID: a.run.ID, Shard: a.shard.Index, Worker: a.worker, Lease: a.lease}); err != nil && ctx.Err() == nil {
 			cancel(fmt.Errorf("shard %d: heartbeat: %w", a.shard.Index, err))
 			return
 		}

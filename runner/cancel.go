@@ -55,6 +55,6 @@ func CancelLocal(ctx context.Context, stateDir, runID string, log *slog.Logger) 
 		log.Warn("the run recorded no spec (made by an older precog): marking it cancelled without cleaning its sinks", "run", runID)
 	}
 	info := sinks.RunInfo{Job: run.Job, RunID: run.ID, Version: run.Version, Params: run.Params}
-	endRun(ctx, led, snks, info, jobs.RunCancelled, errors.New("cancelled by precog cancel"), log)
+	runStores{led: led, snks: snks, info: info, log: log}.end(ctx, jobs.RunCancelled, errors.New("cancelled by precog cancel"))
 	return led.Run(ctx, runID)
 }

@@ -312,7 +312,7 @@ func (lr *localRun) execute(ctx context.Context, run jobs.Run, recompute bool) e
 		return p
 	})
 	maxRejected := spec.MaxRejected() * float64(total)
-	err = runShards(ctx, lr.led, lr.job, lr.snks, lr.info, run, lr.opts, log, res.Stages, func(n int64) { rowsNow.Add(n) },
+	err = lr.runShards(ctx, run, func(n int64) { rowsNow.Add(n) },
 		func(c jobs.Counts) error {
 			shardsDone.Add(1)
 			if r := rejected.Add(c.Rejected); float64(r) > maxRejected {
@@ -419,7 +419,7 @@ func openOrCreateRun(ctx context.Context, led ledger.Ledger, job *Job, snks []si
 	case err == nil && opts.Restart:
 		info := sinks.RunInfo{Job: spec.Name, RunID: run.ID, Version: run.Version, Params: run.Params, Schema: job.Output, Key: spec.Source.Key}
 		log.Info("abandoning the unfinished run (--restart)", "run", run.ID)
-		endRun(ctx, led, snks, info, jobs.RunCancelled, errors.New("abandoned by --restart"), log)
+		runStores{led: led, snks: snks, info: info, log: log}.end(ctx, jobs.RunCancelled, errors.New("abandoned by --restart"))
 	case err == nil:
 		if err := checkUnchanged(ctx, led, job, run); err != nil {
 			return run, false, err
@@ -471,91 +471,33 @@ func PlanRun(ctx context.Context, job *Job) (jobs.Run, []jobs.Shard, error) {
 	return run, shards, nil
 }
 
-// runShards claims and executes shards with opts.Parallel workers until none
-// is left. A shard whose attempts are spent leaves the run resumable.
-func runShards(ctx context.Context, led ledger.Ledger, job *Job, snks []sinks.Sink, info sinks.RunInfo, run jobs.Run,
-	opts LocalOptions, log *slog.Logger, stats *StageStats, onRows func(int64), onDone func(jobs.Counts) error) error {
+// shardLoop executes a local run's shards: opts.Parallel claim loops
+// claim and execute shards until none is left, the run is interrupted or a
+// shard fails for good.
+type shardLoop struct {
+	lr     *localRun
+	run    jobs.Run
+	worker string
+	cancel context.CancelCauseFunc
+	// onRows is called as rows are read; onDone after each commit (an
+	// error stops the run: the reject limit).
+	onRows func(int64)
+	onDone func(jobs.Counts) error
+
+	mu     sync.Mutex
+	failed []string // shards out of attempts
+}
+
+// runShards runs the claim loops and returns why they stopped: nil when
+// every shard committed.
+func (lr *localRun) runShards(ctx context.Context, run jobs.Run, onRows func(int64), onDone func(jobs.Counts) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	host, _ := os.Hostname()
-	worker := fmt.Sprintf("%s-%d", host, os.Getpid())
-	maxAttempts := job.Spec.Retry.MaxAttempts
-
+	l := &shardLoop{lr: lr, run: run, worker: fmt.Sprintf("%s-%d", host, os.Getpid()), cancel: cancel, onRows: onRows, onDone: onDone}
 	var wg sync.WaitGroup
-	var failedMu sync.Mutex
-	var failed []string
-	for range opts.Parallel {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			streak := &transientStreak{policy: retry.Policy{Window: job.Spec.Retry.TransientWindow.Duration}}
-			for ctx.Err() == nil {
-				sh, err := led.Claim(ctx, run.ID, worker, opts.Lease)
-				if errors.Is(err, ledger.ErrNoShard) {
-					return
-				}
-				if err != nil {
-					cancel(err)
-					return
-				}
-				began := time.Now()
-				counts, sample, err := runAttempt(ctx, attempt{led: led, job: job, snks: snks, info: info, run: run, shard: sh, worker: worker,
-					lease: opts.Lease, stall: opts.StallTimeout, rejectsDir: filepath.Join(opts.StateDir, "rejects", run.ID), keepRejects: ledger.DefaultRejectsPerRun, stats: stats, onRows: onRows})
-				switch {
-				case err == nil:
-					streak.reset()
-					shardsTotal.WithLabelValues("committed").Inc()
-					shardSeconds.Observe(time.Since(began).Seconds())
-					rowsTotal.WithLabelValues("read").Add(float64(counts.RowsIn))
-					rowsTotal.WithLabelValues("written").Add(float64(counts.RowsOut))
-					rowsTotal.WithLabelValues("rejected").Add(float64(counts.Rejected))
-					// The sinks committed: record it even when interrupted
-					// meanwhile, or the shard would be computed again.
-					cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-					err := led.Complete(cctx, run.ID, sh.Index, worker, counts, sample...)
-					ccancel()
-					if err != nil {
-						cancel(fmt.Errorf("shard %d: complete: %w", sh.Index, err))
-						return
-					}
-					log.Debug("shard committed", "shard", sh.Index, "rows_in", counts.RowsIn, "rows_out", counts.RowsOut, "rejected", counts.Rejected)
-					if err := onDone(counts); err != nil {
-						cancel(err)
-						return
-					}
-				case ctx.Err() != nil:
-					// Interrupted: give the shard back without spending an attempt.
-					shardsTotal.WithLabelValues("released").Inc()
-					_ = led.Release(context.WithoutCancel(ctx), run.ID, sh.Index, worker)
-					return
-				case retry.Classify(err) == retry.Permanent:
-					// Retrying cannot help (a full disk, a permission, bad
-					// data): fail at once with the cause.
-					shardsTotal.WithLabelValues("failed").Inc()
-					_ = led.Fail(ctx, run.ID, sh.Index, worker, err.Error(), false, maxAttempts)
-					cancel(fmt.Errorf("%w (a permanent error: not retried; nothing was published)", err))
-					return
-				case retry.Classify(err) == retry.Transient && streak.retry(ctx, err):
-					// A store restarting or a network blip: back off and try
-					// again without spending an attempt, within the window.
-					shardsTotal.WithLabelValues("released").Inc()
-					log.Warn("transient error; retrying the shard after a backoff", "shard", sh.Index, "err", err)
-					_ = led.Release(context.WithoutCancel(ctx), run.ID, sh.Index, worker)
-				default:
-					shardsTotal.WithLabelValues("failed").Inc()
-					log.Warn("shard failed", "shard", sh.Index, "attempt", sh.Attempts, "max_attempts", maxAttempts, "err", err)
-					if ferr := led.Fail(ctx, run.ID, sh.Index, worker, err.Error(), true, maxAttempts); ferr != nil {
-						cancel(fmt.Errorf("shard %d: record failure: %w", sh.Index, ferr))
-						return
-					}
-					if sh.Attempts >= maxAttempts {
-						failedMu.Lock()
-						failed = append(failed, fmt.Sprintf("shard %d: %v", sh.Index, err))
-						failedMu.Unlock()
-					}
-				}
-			}
-		}()
+	for range lr.opts.Parallel {
+		wg.Go(func() { l.claimLoop(ctx) })
 	}
 	wg.Wait()
 	if cause := context.Cause(ctx); cause != nil {
@@ -564,11 +506,108 @@ func runShards(ctx context.Context, led ledger.Ledger, job *Job, snks []sinks.Si
 		}
 		return cause
 	}
-	if len(failed) > 0 {
+	if len(l.failed) > 0 {
 		return fmt.Errorf("run %s: %d shard(s) failed after %d attempts; rerun the same command to retry them:\n  %s",
-			run.ID, len(failed), maxAttempts, strings.Join(failed, "\n  "))
+			run.ID, len(l.failed), lr.job.Spec.Retry.MaxAttempts, strings.Join(l.failed, "\n  "))
 	}
 	return nil
+}
+
+// claimLoop claims and executes shards one at a time until none is left
+// or the run stops.
+func (l *shardLoop) claimLoop(ctx context.Context) {
+	lr := l.lr
+	streak := &transientStreak{policy: retry.Policy{Window: lr.job.Spec.Retry.TransientWindow.Duration}}
+	for ctx.Err() == nil {
+		sh, err := lr.led.Claim(ctx, l.run.ID, l.worker, lr.opts.Lease)
+		if errors.Is(err, ledger.ErrNoShard) {
+			return
+		}
+		if err != nil {
+			l.cancel(err)
+			return
+		}
+		began := time.Now()
+		counts, sample, err := runAttempt(ctx, attempt{led: lr.led, job: lr.job, snks: lr.snks, info: lr.info, run: l.run, shard: sh, worker: l.worker,
+			lease: lr.opts.Lease, stall: lr.opts.StallTimeout, rejectsDir: filepath.Join(lr.opts.StateDir, "rejects", l.run.ID),
+			keepRejects: ledger.DefaultRejectsPerRun, stats: lr.res.Stages, onRows: l.onRows})
+		if err == nil {
+			streak.reset()
+			if !l.committed(ctx, sh, began, counts, sample) {
+				return
+			}
+			continue
+		}
+		if !l.failedAttempt(ctx, sh, err, streak) {
+			return
+		}
+	}
+}
+
+// committed records a shard whose sinks committed; false stops the loop.
+func (l *shardLoop) committed(ctx context.Context, sh jobs.Shard, began time.Time, counts jobs.Counts, sample []jobs.Reject) bool {
+	shardsTotal.WithLabelValues("committed").Inc()
+	shardSeconds.Observe(time.Since(began).Seconds())
+	rowsTotal.WithLabelValues("read").Add(float64(counts.RowsIn))
+	rowsTotal.WithLabelValues("written").Add(float64(counts.RowsOut))
+	rowsTotal.WithLabelValues("rejected").Add(float64(counts.Rejected))
+	// The sinks committed: record it even when interrupted meanwhile, or
+	// the shard would be computed again.
+	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	err := l.lr.led.Complete(cctx, ledger.CompleteParams{RunID: l.run.ID, Shard: sh.Index, Worker: l.worker, Counts: counts, Sample: sample})
+	ccancel()
+	if err != nil {
+		l.cancel(fmt.Errorf("shard %d: complete: %w", sh.Index, err))
+		return false
+	}
+	l.lr.log.Debug("shard committed", "shard", sh.Index, "rows_in", counts.RowsIn, "rows_out", counts.RowsOut, "rejected", counts.Rejected)
+	if err := l.onDone(counts); err != nil {
+		l.cancel(err)
+		return false
+	}
+	return true
+}
+
+// failedAttempt settles an attempt that failed with err: released when
+// interrupted or transient (no attempt spent), failed otherwise; false
+// stops the loop.
+func (l *shardLoop) failedAttempt(ctx context.Context, sh jobs.Shard, err error, streak *transientStreak) bool {
+	led, maxAttempts := l.lr.led, l.lr.job.Spec.Retry.MaxAttempts
+	fail := ledger.FailParams{RunID: l.run.ID, Shard: sh.Index, Worker: l.worker, Msg: err.Error(), MaxAttempts: maxAttempts}
+	switch {
+	case ctx.Err() != nil:
+		// Interrupted: give the shard back without spending an attempt.
+		shardsTotal.WithLabelValues("released").Inc()
+		_ = led.Release(context.WithoutCancel(ctx), l.run.ID, sh.Index, l.worker)
+		return false
+	case retry.Classify(err) == retry.Permanent:
+		// Retrying cannot help (a full disk, a permission, bad data): fail
+		// at once with the cause.
+		shardsTotal.WithLabelValues("failed").Inc()
+		_ = led.Fail(ctx, fail)
+		l.cancel(fmt.Errorf("%w (a permanent error: not retried; nothing was published)", err))
+		return false
+	case retry.Classify(err) == retry.Transient && streak.retry(ctx, err):
+		// A store restarting or a network blip: back off and try again
+		// without spending an attempt, within the window.
+		shardsTotal.WithLabelValues("released").Inc()
+		l.lr.log.Warn("transient error; retrying the shard after a backoff", "shard", sh.Index, "err", err)
+		_ = led.Release(context.WithoutCancel(ctx), l.run.ID, sh.Index, l.worker)
+		return true
+	}
+	shardsTotal.WithLabelValues("failed").Inc()
+	l.lr.log.Warn("shard failed", "shard", sh.Index, "attempt", sh.Attempts, "max_attempts", maxAttempts, "err", err)
+	fail.Retry = true
+	if ferr := led.Fail(ctx, fail); ferr != nil {
+		l.cancel(fmt.Errorf("shard %d: record failure: %w", sh.Index, ferr))
+		return false
+	}
+	if sh.Attempts >= maxAttempts {
+		l.mu.Lock()
+		l.failed = append(l.failed, fmt.Sprintf("shard %d: %v", sh.Index, err))
+		l.mu.Unlock()
+	}
+	return true
 }
 
 // transientStreak is one shard loop's run of transient failures: retried
@@ -609,22 +648,31 @@ func (s *transientStreak) reset() { s.first, s.n = time.Time{}, 0 }
 
 // abortRun marks the run failed and removes what it wrote from every sink.
 func abortRun(ctx context.Context, led ledger.Ledger, snks []sinks.Sink, info sinks.RunInfo, cause error, log *slog.Logger) {
-	endRun(ctx, led, snks, info, jobs.RunFailed, cause, log)
+	runStores{led: led, snks: snks, info: info, log: log}.end(ctx, jobs.RunFailed, cause)
 }
 
-// endRun moves an unpublished run to a terminal state (failed, cancelled)
-// and removes what it wrote from every sink, so no orphan tables, keys or
+// runStores is what ending a run touches: its ledger record and every
+// sink it wrote to.
+type runStores struct {
+	led  ledger.Ledger
+	snks []sinks.Sink
+	info sinks.RunInfo
+	log  *slog.Logger
+}
+
+// end moves an unpublished run to a terminal state (failed, cancelled) and
+// removes what it wrote from every sink, so no orphan tables, keys or
 // staging directories are left behind.
-func endRun(ctx context.Context, led ledger.Ledger, snks []sinks.Sink, info sinks.RunInfo, state jobs.RunState, cause error, log *slog.Logger) {
+func (r runStores) end(ctx context.Context, state jobs.RunState, cause error) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	runFinished(info.Job, state)
-	if err := led.SetRunState(actx, info.RunID, state, cause.Error()); err != nil {
-		log.Warn("mark run failed", "run", info.RunID, "err", err)
+	runFinished(r.info.Job, state)
+	if err := r.led.SetRunState(actx, r.info.RunID, state, cause.Error()); err != nil {
+		r.log.Warn("mark run failed", "run", r.info.RunID, "err", err)
 	}
-	for _, s := range snks {
-		if err := s.Abort(actx, info); err != nil {
-			log.Warn("abort sink", "sink", s.Name(), "run", info.RunID, "err", err)
+	for _, s := range r.snks {
+		if err := s.Abort(actx, r.info); err != nil {
+			r.log.Warn("abort sink", "sink", s.Name(), "run", r.info.RunID, "err", err)
 		}
 	}
 }

@@ -76,7 +76,7 @@ func TestPublishChecksLeaseBeforeEachSink(t *testing.T) {
 	if _, err := led.Claim(ctx, "r1", "w", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := led.Complete(ctx, "r1", 0, "w", jobs.Counts{}); err != nil {
+	if err := led.Complete(ctx, ledger.CompleteParams{RunID: "r1", Shard: 0, Worker: "w", Counts: jobs.Counts{}}); err != nil {
 		t.Fatal(err)
 	}
 	// The publisher renews its lease for 50ms at each check (its claim

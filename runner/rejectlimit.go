@@ -35,6 +35,6 @@ func (w *Worker) enforceRejectLimit(ctx context.Context, or *openRun, runID stri
 	cause := fmt.Errorf("%w: %d rejected so far, more than max_rejected_fraction %g of %d planned rows (see precog rejects %s)",
 		ErrTooManyRejects, run.Counts.Rejected, limit, planned, runID)
 	w.log.Warn("run failed: too many rejected rows", "run", runID, "rejected", run.Counts.Rejected, "planned_rows", planned)
-	endRun(ctx, w.led, or.snks, or.info, jobs.RunFailed, cause, w.log)
+	runStores{led: w.led, snks: or.snks, info: or.info, log: w.log}.end(ctx, jobs.RunFailed, cause)
 	return true
 }

@@ -64,148 +64,92 @@ type encoded struct {
 func (j *Job) ExecShard(ctx context.Context, t ShardTask) (jobs.Counts, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-
 	rdr, err := j.Source.Open(ctx, t.Shard.Plan, sources.ReadOptions{Columns: j.Columns(), BatchSize: j.Spec.Model.BatchSize})
 	if err != nil {
 		return jobs.Counts{}, fmt.Errorf("open: %w", err)
 	}
 	defer rdr.Close()
-
-	writers := make([]sinks.ShardWriter, 0, len(t.Sinks))
-	abortAll := func() {
-		actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer acancel()
-		for _, w := range writers {
-			_ = w.Abort(actx)
+	p := &shardPipeline{j: j, t: t, rdr: rdr, cancel: cancel,
+		guard: newKeyGuard(j.Spec.Source.Key, j.Spec.DuplicateKeys), rejects: &syncRejects{w: t.Rejects}}
+	if err := p.openWriters(ctx); err != nil {
+		return jobs.Counts{}, err
+	}
+	if err := p.run(ctx); err != nil {
+		p.abortAll(ctx)
+		return p.counts, err
+	}
+	p.counts.KeySketch = p.guard.sketch.Encode()
+	if t.BeforeCommit != nil {
+		if err := t.BeforeCommit(ctx); err != nil {
+			p.abortAll(ctx)
+			return p.counts, err
 		}
 	}
-	for _, s := range t.Sinks {
-		w, err := s.Shard(ctx, t.Run, t.Shard.Index)
+	return p.counts, p.commit(ctx)
+}
+
+// shardPipeline is one shard attempt's stages and what they share: the
+// reader, one writer per sink, the key guard, the rejects, the counts and
+// the first error, which cancels every stage.
+type shardPipeline struct {
+	j       *Job
+	t       ShardTask
+	rdr     sources.BatchReader
+	writers []sinks.ShardWriter
+	guard   *keyGuard
+	rejects *syncRejects
+	cancel  context.CancelCauseFunc
+
+	mu     sync.Mutex // counts
+	counts jobs.Counts
+
+	errOnce  sync.Once
+	firstErr error
+}
+
+// fail records the attempt's first error and stops every stage.
+func (p *shardPipeline) fail(err error) {
+	p.errOnce.Do(func() { p.firstErr = err; p.cancel(err) })
+}
+
+// openWriters opens every sink's writer for the shard.
+func (p *shardPipeline) openWriters(ctx context.Context) error {
+	p.writers = make([]sinks.ShardWriter, 0, len(p.t.Sinks))
+	for _, s := range p.t.Sinks {
+		w, err := s.Shard(ctx, p.t.Run, p.t.Shard.Index)
 		if err != nil {
-			abortAll()
-			return jobs.Counts{}, fmt.Errorf("sink %s: %w", s.Name(), err)
+			p.abortAll(ctx)
+			return fmt.Errorf("sink %s: %w", s.Name(), err)
 		}
-		writers = append(writers, w)
+		p.writers = append(p.writers, w)
 	}
+	return nil
+}
 
-	guard := newKeyGuard(j.Spec.Source.Key, j.Spec.DuplicateKeys)
-	rejects := &syncRejects{w: t.Rejects}
-	var (
-		counts   jobs.Counts
-		countsMu sync.Mutex
-		wg       sync.WaitGroup
-		firstErr error
-		errOnce  sync.Once
-	)
-	fail := func(err error) {
-		errOnce.Do(func() { firstErr = err; cancel(err) })
+// abortAll aborts every open writer, even when ctx is cancelled.
+func (p *shardPipeline) abortAll(ctx context.Context) {
+	actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer acancel()
+	for _, w := range p.writers {
+		_ = w.Abort(actx)
 	}
+}
 
+// run wires the stages with bounded queues and waits for all of them: one
+// read+encode goroutine, one infer goroutine per session, one writer per
+// sink. It returns the first error, or the cancellation's cause.
+func (p *shardPipeline) run(ctx context.Context) error {
 	encCh := make(chan encoded, queueDepth)
-	sinkChs := make([]chan arrow.RecordBatch, len(writers))
+	sinkChs := make([]chan arrow.RecordBatch, len(p.writers))
 	for i := range sinkChs {
 		sinkChs[i] = make(chan arrow.RecordBatch, queueDepth)
 	}
-
-	// Stage 1: read and encode. One goroutine, so reject positions resolve
-	// against the batch the reader returned last.
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer close(encCh)
-		for {
-			start := time.Now()
-			rec, err := rdr.Next(ctx)
-			t.Stats.add(StageRead, time.Since(start))
-			if errors.Is(err, io.EOF) {
-				return
-			}
-			if err != nil {
-				fail(fmt.Errorf("read: %w", err))
-				return
-			}
-			kept, keyRejects, err := guard.check(rec, j.keyIndexIn(rec), rdr.Locate(), rejects)
-			rows := rec.NumRows()
-			rec.Release()
-			if err != nil {
-				fail(err)
-				return
-			}
-			start = time.Now()
-			b, err := j.Model.Encode(kept.rec)
-			t.Stats.add(StageEncode, time.Since(start))
-			if err != nil {
-				kept.rec.Release()
-				fail(fmt.Errorf("encode: %w", err))
-				return
-			}
-			keys := kept.rec.Column(j.keyIndexIn(kept.rec))
-			for _, r := range b.Rejects {
-				if err := rejects.Reject(keyString(keys, r.Row), kept.source(r.Row), r.Reason); err != nil {
-					b.Release()
-					kept.rec.Release()
-					fail(fmt.Errorf("rejects: %w", err))
-					return
-				}
-			}
-			countsMu.Lock()
-			counts.RowsIn += rows
-			counts.Rejected += int64(len(b.Rejects) + keyRejects)
-			countsMu.Unlock()
-			select {
-			case encCh <- encoded{kept: kept, batch: b, srcRows: rows}:
-			case <-ctx.Done():
-				b.Release()
-				kept.rec.Release()
-				return
-			}
-		}
-	}()
-
-	// Stage 2: infer, one goroutine per session, and assemble output records.
-	consts := newConstColumns(j.Output, t.Run, j.Model.Version(), t.ComputedAt, j.Spec.Model.BatchSize)
+	var wg, inferWG sync.WaitGroup
+	wg.Go(func() { p.readEncode(ctx, encCh) })
+	consts := newConstColumns(p.j.Output, p.t.Run, p.j.Model.Version(), p.t.ComputedAt, p.j.Spec.Model.BatchSize)
 	defer consts.release()
-	var inferWG sync.WaitGroup
-	sessions := max(j.Spec.Model.Sessions, 1)
-	for range sessions {
-		inferWG.Add(1)
-		go func() {
-			defer inferWG.Done()
-			for e := range encCh {
-				start := time.Now()
-				out, bad, err := j.inferBatch(ctx, e, consts, rejects)
-				t.Stats.add(StageInfer, time.Since(start))
-				rows := e.srcRows
-				e.batch.Release()
-				e.kept.rec.Release()
-				if err != nil {
-					fail(err)
-					continue // drain encCh so stage 1 never blocks
-				}
-				if t.OnRows != nil {
-					t.OnRows(rows)
-				}
-				if out == nil {
-					continue
-				}
-				if t.Profile != nil {
-					t.Profile.Add(out, 0)
-				}
-				countsMu.Lock()
-				counts.RowsOut += out.NumRows()
-				counts.Rejected += int64(bad)
-				countsMu.Unlock()
-				for _, ch := range sinkChs {
-					out.Retain()
-					select {
-					case ch <- out:
-					case <-ctx.Done():
-						out.Release()
-					}
-				}
-				out.Release()
-			}
-		}()
+	for range max(p.j.Spec.Model.Sessions, 1) {
+		inferWG.Go(func() { p.infer(ctx, encCh, sinkChs, consts) })
 	}
 	go func() {
 		inferWG.Wait()
@@ -213,56 +157,144 @@ func (j *Job) ExecShard(ctx context.Context, t ShardTask) (jobs.Counts, error) {
 			close(ch)
 		}
 	}()
-
-	// Stage 3: one writer goroutine per sink, so sinks overlap each other.
-	for i, w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			stage := "write " + t.Sinks[i].Name()
-			for rec := range sinkChs[i] {
-				if ctx.Err() == nil {
-					start := time.Now()
-					if err := w.Write(ctx, rec); err != nil {
-						fail(fmt.Errorf("sink %s: write: %w", t.Sinks[i].Name(), err))
-					}
-					t.Stats.add(stage, time.Since(start))
-				}
-				rec.Release()
-			}
-		}()
+	for i := range p.writers {
+		wg.Go(func() { p.write(ctx, i, sinkChs[i]) })
 	}
 	wg.Wait()
 	inferWG.Wait()
+	if p.firstErr == nil && ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return p.firstErr
+}
 
-	if firstErr == nil && ctx.Err() != nil {
-		firstErr = context.Cause(ctx)
-	}
-	if firstErr != nil {
-		abortAll()
-		return counts, firstErr
-	}
-	counts.KeySketch = guard.sketch.Encode()
-	if t.BeforeCommit != nil {
-		if err := t.BeforeCommit(ctx); err != nil {
-			abortAll()
-			return counts, err
+// readEncode is stage 1: read and encode. One goroutine, so reject
+// positions resolve against the batch the reader returned last.
+func (p *shardPipeline) readEncode(ctx context.Context, out chan<- encoded) {
+	defer close(out)
+	j, t := p.j, p.t
+	for {
+		start := time.Now()
+		rec, err := p.rdr.Next(ctx)
+		t.Stats.add(StageRead, time.Since(start))
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			p.fail(fmt.Errorf("read: %w", err))
+			return
+		}
+		kept, keyRejects, err := p.guard.check(rec, j.keyIndexIn(rec), p.rdr.Locate(), p.rejects)
+		rows := rec.NumRows()
+		rec.Release()
+		if err != nil {
+			p.fail(err)
+			return
+		}
+		start = time.Now()
+		b, err := j.Model.Encode(kept.rec)
+		t.Stats.add(StageEncode, time.Since(start))
+		if err != nil {
+			kept.rec.Release()
+			p.fail(fmt.Errorf("encode: %w", err))
+			return
+		}
+		keys := kept.rec.Column(j.keyIndexIn(kept.rec))
+		for _, r := range b.Rejects {
+			if err := p.rejects.Reject(keyString(keys, r.Row), kept.source(r.Row), r.Reason); err != nil {
+				b.Release()
+				kept.rec.Release()
+				p.fail(fmt.Errorf("rejects: %w", err))
+				return
+			}
+		}
+		p.mu.Lock()
+		p.counts.RowsIn += rows
+		p.counts.Rejected += int64(len(b.Rejects) + keyRejects)
+		p.mu.Unlock()
+		select {
+		case out <- encoded{kept: kept, batch: b, srcRows: rows}:
+		case <-ctx.Done():
+			b.Release()
+			kept.rec.Release()
+			return
 		}
 	}
-	for i, w := range writers {
+}
+
+// infer is stage 2 (one goroutine per session): infer each encoded batch,
+// assemble its output record and hand it to every sink's queue.
+func (p *shardPipeline) infer(ctx context.Context, in <-chan encoded, outs []chan arrow.RecordBatch, consts *constColumns) {
+	t := p.t
+	for e := range in {
+		start := time.Now()
+		out, bad, err := p.j.inferBatch(ctx, e, consts, p.rejects)
+		t.Stats.add(StageInfer, time.Since(start))
+		rows := e.srcRows
+		e.batch.Release()
+		e.kept.rec.Release()
+		if err != nil {
+			p.fail(err)
+			continue // drain in so stage 1 never blocks
+		}
+		if t.OnRows != nil {
+			t.OnRows(rows)
+		}
+		if out == nil {
+			continue
+		}
+		if t.Profile != nil {
+			t.Profile.Add(out, 0)
+		}
+		p.mu.Lock()
+		p.counts.RowsOut += out.NumRows()
+		p.counts.Rejected += int64(bad)
+		p.mu.Unlock()
+		for _, ch := range outs {
+			out.Retain()
+			select {
+			case ch <- out:
+			case <-ctx.Done():
+				out.Release()
+			}
+		}
+		out.Release()
+	}
+}
+
+// write is stage 3 for sink i: its own goroutine, so sinks overlap each
+// other. After a failure it drains its queue without writing.
+func (p *shardPipeline) write(ctx context.Context, i int, in <-chan arrow.RecordBatch) {
+	w, name := p.writers[i], p.t.Sinks[i].Name()
+	stage := "write " + name
+	for rec := range in {
+		if ctx.Err() == nil {
+			start := time.Now()
+			if err := w.Write(ctx, rec); err != nil {
+				p.fail(fmt.Errorf("sink %s: write: %w", name, err))
+			}
+			p.t.Stats.add(stage, time.Since(start))
+		}
+		rec.Release()
+	}
+}
+
+// commit commits every writer in order. Writers committed before a failing
+// one hold a complete copy of the shard, which the retry replaces, so
+// aborting the rest suffices.
+func (p *shardPipeline) commit(ctx context.Context) error {
+	for i, w := range p.writers {
 		start := time.Now()
 		err := w.Commit(ctx)
-		t.Stats.add("write "+t.Sinks[i].Name(), time.Since(start))
+		p.t.Stats.add("write "+p.t.Sinks[i].Name(), time.Since(start))
 		if err != nil {
-			// Writers committed before this one hold a complete copy of the
-			// shard; the retry replaces it, so aborting the rest suffices.
-			for _, rest := range writers[i+1:] {
+			for _, rest := range p.writers[i+1:] {
 				_ = rest.Abort(context.WithoutCancel(ctx))
 			}
-			return counts, fmt.Errorf("sink %s: commit: %w", t.Sinks[i].Name(), err)
+			return fmt.Errorf("sink %s: commit: %w", p.t.Sinks[i].Name(), err)
 		}
 	}
-	return counts, nil
+	return nil
 }
 
 // syncRejects serializes a shard's rejects: stage 1 rejects bad keys and

@@ -243,9 +243,9 @@ func (w *Worker) execute(ctx context.Context, id, device string, run jobs.Run, s
 		msg := fmt.Sprintf("worker %s: %v", id, err)
 		w.log.Error("cannot execute shard", "run", run.ID, "shard", sh.Index, "worker", id, "err", err)
 		bg := context.WithoutCancel(ctx)
-		if ferr := w.led.Fail(bg, run.ID, sh.Index, id, msg, true, maxAttemptsOf(or)); ferr == nil && sh.Attempts >= maxAttemptsOf(or) {
+		if ferr := w.led.Fail(bg, ledger.FailParams{RunID: run.ID, Shard: sh.Index, Worker: id, Msg: msg, Retry: true, MaxAttempts: maxAttemptsOf(or)}); ferr == nil && sh.Attempts >= maxAttemptsOf(or) {
 			info := sinks.RunInfo{Job: run.Job, RunID: run.ID, Version: run.Version, Params: run.Params}
-			endRun(bg, w.led, nil, info, jobs.RunFailed, fmt.Errorf("shard %d: %s", sh.Index, msg), w.log)
+			runStores{led: w.led, info: info, log: w.log}.end(bg, jobs.RunFailed, fmt.Errorf("shard %d: %s", sh.Index, msg))
 		}
 		w.report(ShardEvent{Run: run.ID, Worker: id, Shard: sh.Index, Outcome: "failed", Duration: time.Since(began)})
 		return
@@ -257,7 +257,7 @@ func (w *Worker) execute(ctx context.Context, id, device string, run jobs.Run, s
 	bg := context.WithoutCancel(ctx)
 	switch {
 	case err == nil:
-		if err := w.led.Complete(bg, run.ID, sh.Index, id, counts, sample...); err != nil {
+		if err := w.led.Complete(bg, ledger.CompleteParams{RunID: run.ID, Shard: sh.Index, Worker: id, Counts: counts, Sample: sample}); err != nil {
 			ev.Outcome = "lost" // another attempt committed first, or the run ended
 			w.log.Info("shard result not recorded", "run", run.ID, "shard", sh.Index, "worker", id, "err", err)
 			w.letGo(bg, run.ID, sh.Index, id, err)
@@ -302,7 +302,7 @@ func (w *Worker) letGo(ctx context.Context, runID string, shard int, id string, 
 func (w *Worker) failShard(ctx context.Context, id string, or *openRun, run jobs.Run, sh jobs.Shard, err error) {
 	maxAttempts := maxAttemptsOf(or)
 	permanent := retry.Classify(err) == retry.Permanent
-	if ferr := w.led.Fail(ctx, run.ID, sh.Index, id, err.Error(), !permanent, maxAttempts); ferr != nil {
+	if ferr := w.led.Fail(ctx, ledger.FailParams{RunID: run.ID, Shard: sh.Index, Worker: id, Msg: err.Error(), Retry: !permanent, MaxAttempts: maxAttempts}); ferr != nil {
 		// The lease was lost (another attempt owns the shard, or the run
 		// ended): this attempt's error is a consequence, not a failure of
 		// the shard, and must not read as one.
@@ -312,7 +312,7 @@ func (w *Worker) failShard(ctx context.Context, id string, or *openRun, run jobs
 	w.log.Warn("shard failed", "run", run.ID, "shard", sh.Index, "worker", id, "attempt", sh.Attempts, "max_attempts", maxAttempts, "err", err)
 	if permanent || sh.Attempts >= maxAttempts {
 		cause := fmt.Errorf("shard %d failed on worker %s after %d attempt(s): %w", sh.Index, id, sh.Attempts, err)
-		endRun(ctx, w.led, or.snks, or.info, jobs.RunFailed, cause, w.log)
+		runStores{led: w.led, snks: or.snks, info: or.info, log: w.log}.end(ctx, jobs.RunFailed, cause)
 	}
 }
 

@@ -63,11 +63,11 @@ func claimCycles(ctx context.Context, led ledger.Cluster, pool string, workers, 
 				}
 				t1 := time.Now()
 				if err == nil {
-					err = led.Heartbeat(ctx, r.ID, s.Index, name, time.Minute)
+					err = led.Heartbeat(ctx, ledger.HeartbeatParams{RunID: r.ID, Shard: s.Index, Worker: name, Lease: time.Minute})
 				}
 				t2 := time.Now()
 				if err == nil {
-					err = led.Complete(ctx, r.ID, s.Index, name, jobs.Counts{RowsIn: 1, RowsOut: 1})
+					err = led.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: name, Counts: jobs.Counts{RowsIn: 1, RowsOut: 1}})
 				}
 				tClaim.Add(int64(t1.Sub(t0)))
 				tBeat.Add(int64(t2.Sub(t1)))

@@ -134,7 +134,7 @@ func TestClusterRunsStatusCancel(t *testing.T) {
 	if _, sh, err := led.ClaimNext(ctx, jobs.DefaultPool, "worker-a", time.Minute); err != nil || sh.Index != 0 {
 		t.Fatal(sh, err)
 	}
-	if err := led.Fail(ctx, id, 0, "worker-a", "model exploded on row 7", false, 3); err != nil {
+	if err := led.Fail(ctx, ledger.FailParams{RunID: id, Shard: 0, Worker: "worker-a", Msg: "model exploded on row 7", Retry: false, MaxAttempts: 3}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := led.ClaimNext(ctx, jobs.DefaultPool, "worker-b", 2*time.Second); err != nil {
@@ -199,7 +199,7 @@ func TestClusterRunsStatusCancel(t *testing.T) {
 	if left := staged(); len(left) > 0 {
 		t.Errorf("cancel left the run's staging behind: %v", left)
 	}
-	if err := led.Heartbeat(ctx, id, 1, "worker-b", time.Minute); err == nil {
+	if err := led.Heartbeat(ctx, ledger.HeartbeatParams{RunID: id, Shard: 1, Worker: "worker-b", Lease: time.Minute}); err == nil {
 		t.Error("worker-b's heartbeat after cancel succeeded")
 	}
 	if r := precog(t, dir, "retry", id); r.code != 2 || !strings.Contains(r.stderr, "cancelled: nothing to retry") {
@@ -251,7 +251,7 @@ func TestClusterRetryAndWait(t *testing.T) {
 	if _, err := led.Claim(ctx, id, "w", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := led.Fail(ctx, id, 0, "w", "boom", false, 3); err != nil {
+	if err := led.Fail(ctx, ledger.FailParams{RunID: id, Shard: 0, Worker: "w", Msg: "boom", Retry: false, MaxAttempts: 3}); err != nil {
 		t.Fatal(err)
 	}
 	r = precog(t, dir, "retry", id, "--db", pg.DSN)
@@ -299,7 +299,7 @@ func fakeWorker(t *testing.T, led *postgres.Ledger, id, failMsg string) {
 		}
 		time.Sleep(300 * time.Millisecond) // let --wait see progress
 		if failMsg != "" && sh.Index == 2 {
-			if err := led.Fail(ctx, id, 2, "w1", failMsg, false, 1); err != nil {
+			if err := led.Fail(ctx, ledger.FailParams{RunID: id, Shard: 2, Worker: "w1", Msg: failMsg, Retry: false, MaxAttempts: 1}); err != nil {
 				t.Fatal(err)
 			}
 			if err := led.SetRunState(ctx, id, jobs.RunFailed, "1 shard failed"); err != nil {
@@ -307,7 +307,7 @@ func fakeWorker(t *testing.T, led *postgres.Ledger, id, failMsg string) {
 			}
 			return
 		}
-		if err := led.Complete(ctx, id, sh.Index, "w1", jobs.Counts{RowsIn: sh.EstRows, RowsOut: sh.EstRows}); err != nil {
+		if err := led.Complete(ctx, ledger.CompleteParams{RunID: id, Shard: sh.Index, Worker: "w1", Counts: jobs.Counts{RowsIn: sh.EstRows, RowsOut: sh.EstRows}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -402,7 +402,7 @@ func TestRetryEmbedded(t *testing.T) {
 	if _, err := led.Claim(ctx, run.ID, "w", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := led.Fail(ctx, run.ID, 0, "w", "gpu fell off the bus", false, 3); err != nil {
+	if err := led.Fail(ctx, ledger.FailParams{RunID: run.ID, Shard: 0, Worker: "w", Msg: "gpu fell off the bus", Retry: false, MaxAttempts: 3}); err != nil {
 		t.Fatal(err)
 	}
 	led.Close()

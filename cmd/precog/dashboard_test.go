@@ -33,7 +33,7 @@ func dashRun(t *testing.T, led ledger.Ledger, id string, n int, failOne bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := led.Fail(ctx, id, sh.Index, "w1", "boom", false, 1); err != nil {
+		if err := led.Fail(ctx, ledger.FailParams{RunID: id, Shard: sh.Index, Worker: "w1", Msg: "boom", Retry: false, MaxAttempts: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}

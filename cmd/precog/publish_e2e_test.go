@@ -194,7 +194,7 @@ func TestClusterControlRespectsPublish(t *testing.T) {
 		}
 	}
 	for _, s := range c.shards(d) {
-		if err := c.led.Complete(ctx, d, s.Index, "pub", jobs.Counts{}); err != nil {
+		if err := c.led.Complete(ctx, ledger.CompleteParams{RunID: d, Shard: s.Index, Worker: "pub", Counts: jobs.Counts{}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -307,7 +307,7 @@ func TestReplaceWaitsForPublish(t *testing.T) {
 	if _, err := led.Claim(ctx, pub.ID, "w", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := led.Complete(ctx, pub.ID, 0, "w", jobs.Counts{}); err != nil {
+	if err := led.Complete(ctx, ledger.CompleteParams{RunID: pub.ID, Shard: 0, Worker: "w", Counts: jobs.Counts{}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := led.ClaimPublish(ctx, pub.ID, "w", time.Minute); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/precog-ml/precog/internal/testservers"
 	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
 	pgledger "github.com/precog-ml/precog/jobs/ledger/postgres"
 )
 
@@ -94,7 +95,7 @@ func TestKEDAQueryCountsPoolShards(t *testing.T) {
 	}
 	expect("two gpu shards running", map[string]int64{"default": 3, "gpu": 5})
 	for i, idx := range claimed {
-		if err := led.Complete(ctx, gpuRun.ID, idx, fmt.Sprintf("w%d", i), jobs.Counts{RowsIn: 100, RowsOut: 100}); err != nil {
+		if err := led.Complete(ctx, ledger.CompleteParams{RunID: gpuRun.ID, Shard: idx, Worker: fmt.Sprintf("w%d", i), Counts: jobs.Counts{RowsIn: 100, RowsOut: 100}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -104,7 +105,7 @@ func TestKEDAQueryCountsPoolShards(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := led.Complete(ctx, gpuRun.ID, sh.Index, "w9", jobs.Counts{RowsIn: 100, RowsOut: 100}); err != nil {
+		if err := led.Complete(ctx, ledger.CompleteParams{RunID: gpuRun.ID, Shard: sh.Index, Worker: "w9", Counts: jobs.Counts{RowsIn: 100, RowsOut: 100}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/ledger/bolt"
 )
 
@@ -42,9 +43,9 @@ func TestHugeRunPageStaysSmall(t *testing.T) {
 		}
 		switch {
 		case i < committed:
-			err = l.Complete(ctx, r.ID, sh.Index, w, jobs.Counts{RowsIn: 1000, RowsOut: 1000})
+			err = l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: sh.Index, Worker: w, Counts: jobs.Counts{RowsIn: 1000, RowsOut: 1000}})
 		case i < committed+failed:
-			err = l.Fail(ctx, r.ID, sh.Index, w, "boom", false, 1)
+			err = l.Fail(ctx, ledger.FailParams{RunID: r.ID, Shard: sh.Index, Worker: w, Msg: "boom", Retry: false, MaxAttempts: 1})
 		}
 		if err != nil {
 			t.Fatal(err)

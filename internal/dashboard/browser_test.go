@@ -153,7 +153,7 @@ func advance(ctx context.Context, t *testing.T, led ledger.Ledger, run string, n
 			}
 			return
 		}
-		if err := led.Complete(ctx, run, sh.Index, w, jobs.Counts{RowsIn: 1000, RowsOut: 990, Rejected: 10}); err != nil && ctx.Err() == nil {
+		if err := led.Complete(ctx, ledger.CompleteParams{RunID: run, Shard: sh.Index, Worker: w, Counts: jobs.Counts{RowsIn: 1000, RowsOut: 990, Rejected: 10}}); err != nil && ctx.Err() == nil {
 			t.Errorf("advance: complete: %v", err)
 			return
 		}

@@ -69,7 +69,7 @@ func commit(t testing.TB, led ledger.Ledger, run, worker string, rows int64, sam
 	if err != nil {
 		t.Fatalf("claim a shard of %s: %v", run, err)
 	}
-	if err := led.Complete(ctx, run, sh.Index, worker, jobs.Counts{RowsIn: rows, RowsOut: rows - int64(len(sample)), Rejected: int64(len(sample))}, sample...); err != nil {
+	if err := led.Complete(ctx, ledger.CompleteParams{RunID: run, Shard: sh.Index, Worker: worker, Counts: jobs.Counts{RowsIn: rows, RowsOut: rows - int64(len(sample)), Rejected: int64(len(sample))}, Sample: sample}); err != nil {
 		t.Fatalf("complete shard %d of %s: %v", sh.Index, run, err)
 	}
 }
@@ -107,7 +107,7 @@ func seed(t testing.TB, led ledger.Ledger) seeded {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := led.Fail(ctx, s.Failed, sh.Index, "w-a", "boom: bad row in part-1.parquet", false, 1); err != nil {
+	if err := led.Fail(ctx, ledger.FailParams{RunID: s.Failed, Shard: sh.Index, Worker: "w-a", Msg: "boom: bad row in part-1.parquet", Retry: false, MaxAttempts: 1}); err != nil {
 		t.Fatal(err)
 	}
 	setState(t, led, s.Failed, jobs.RunFailed, "1 shard failed")

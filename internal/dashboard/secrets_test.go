@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/ledger/bolt"
 )
 
@@ -34,7 +35,7 @@ func TestSpecViewRedactsCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}
-	if err := l.Fail(ctx, r.ID, sh.Index, "w1", "connect postgres://app:"+pw+"@db:5432/preds: refused", false, 1); err != nil {
+	if err := l.Fail(ctx, ledger.FailParams{RunID: r.ID, Shard: sh.Index, Worker: "w1", Msg: "connect postgres://app:" + pw + "@db:5432/preds: refused", Retry: false, MaxAttempts: 1}); err != nil {
 		t.Fatal(err)
 	}
 	ts := newServer(t, Options{Source: Shared{L: l}})

@@ -62,6 +62,42 @@ const StragglerFactor = 3
 // DefaultPool is the pool of a run with none recorded.
 const DefaultPool = jobs.DefaultPool
 
+// HeartbeatParams extend a worker's lease on a shard (Ledger.Heartbeat).
+type HeartbeatParams struct {
+	RunID  string
+	Shard  int
+	Worker string
+	// Lease is how long the shard stays leased from now.
+	Lease time.Duration
+}
+
+// CompleteParams commit a shard (Ledger.Complete): fenced by the worker's
+// lease, so a worker whose lease was taken over changes nothing.
+type CompleteParams struct {
+	RunID  string
+	Shard  int
+	Worker string
+	// Counts are the attempt's row counts, added to the run's.
+	Counts jobs.Counts
+	// Sample is the attempt's first rejected rows: stored with the commit,
+	// fenced by the same lease, capped by jobs.CapSample, and replacing
+	// (never adding to) the sample of an earlier attempt of the shard.
+	Sample []jobs.Reject
+}
+
+// FailParams record a failed attempt (Ledger.Fail).
+type FailParams struct {
+	RunID  string
+	Shard  int
+	Worker string
+	// Msg is the attempt's error, shown by status.
+	Msg string
+	// Retry sends the shard back to pending while attempts remain.
+	Retry bool
+	// MaxAttempts is the spec's retry.max_attempts.
+	MaxAttempts int
+}
+
 // Ledger records runs and shards. Every method is safe for concurrent use.
 type Ledger interface {
 	// CreateRun stores a new run in state pending with its planned shards
@@ -96,16 +132,13 @@ type Ledger interface {
 	// unique worker name. Heartbeat, Complete, Fail and Release by a worker
 	// without a live lease on the shard return ErrLeaseLost and change
 	// nothing.
-	Heartbeat(ctx context.Context, runID string, shard int, worker string, lease time.Duration) error
+	Heartbeat(ctx context.Context, p HeartbeatParams) error
 	// Complete marks the shard committed with its counts, adding them to the
-	// run's; ErrLeaseLost if worker no longer holds it. sample is the
-	// attempt's first rejected rows: stored with the commit, fenced by the
-	// same lease, capped by jobs.CapSample, and replacing (never adding to)
-	// the sample of an earlier attempt of the shard.
-	Complete(ctx context.Context, runID string, shard int, worker string, counts jobs.Counts, sample ...jobs.Reject) error
+	// run's; ErrLeaseLost if the worker no longer holds it.
+	Complete(ctx context.Context, p CompleteParams) error
 	// Fail records an attempt's error. The shard goes back to pending when
-	// retry is true and attempts remain (< maxAttempts), else to failed.
-	Fail(ctx context.Context, runID string, shard int, worker string, msg string, retry bool, maxAttempts int) error
+	// p.Retry is set and attempts remain (< p.MaxAttempts), else to failed.
+	Fail(ctx context.Context, p FailParams) error
 	// Release returns a leased shard to pending without counting the attempt
 	// (graceful drain on SIGTERM / Ctrl-C).
 	Release(ctx context.Context, runID string, shard int, worker string) error

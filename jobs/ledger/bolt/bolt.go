@@ -533,7 +533,8 @@ func (l *Ledger) held(tx *bbolt.Tx, runID string, i int, worker string) (rb *bbo
 
 // Heartbeat extends worker's lease on the shard to now+lease. An expired
 // lease is lost even if nobody re-claimed it yet: the worker cannot know.
-func (l *Ledger) Heartbeat(ctx context.Context, runID string, shard int, worker string, lease time.Duration) error {
+func (l *Ledger) Heartbeat(ctx context.Context, p ledger.HeartbeatParams) error {
+	runID, shard, worker, lease := p.RunID, p.Shard, p.Worker, p.Lease
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -560,7 +561,8 @@ func (l *Ledger) Heartbeat(ctx context.Context, runID string, shard int, worker 
 // Complete marks the shard committed with its reject sample (replacing an
 // earlier attempt's) and adds counts to the run's; the first of two holders
 // to complete wins and voids the other's lease.
-func (l *Ledger) Complete(ctx context.Context, runID string, shard int, worker string, counts jobs.Counts, sample ...jobs.Reject) error {
+func (l *Ledger) Complete(ctx context.Context, p ledger.CompleteParams) error {
+	runID, shard, worker, counts, sample := p.RunID, p.Shard, p.Worker, p.Counts, p.Sample
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -678,7 +680,8 @@ func (l *Ledger) letGo(runID string, i int, worker string) error {
 // Fail records an attempt's error; the shard goes back to pending when retry
 // is set and fewer than maxAttempts attempts were made, else to failed. A
 // doubly leased shard keeps running under its other holder.
-func (l *Ledger) Fail(ctx context.Context, runID string, shard int, worker string, msg string, retry bool, maxAttempts int) error {
+func (l *Ledger) Fail(ctx context.Context, p ledger.FailParams) error {
+	runID, shard, worker, msg, retry, maxAttempts := p.RunID, p.Shard, p.Worker, p.Msg, p.Retry, p.MaxAttempts
 	if err := ctx.Err(); err != nil {
 		return err
 	}

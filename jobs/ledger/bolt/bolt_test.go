@@ -41,7 +41,7 @@ func TestReopenKeepsData(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
-	if err := l.Complete(ctx, "r1", s.Index, "w1", jobs.Counts{RowsIn: 10, RowsOut: 9, Rejected: 1}); err != nil {
+	if err := l.Complete(ctx, ledger.CompleteParams{RunID: "r1", Shard: s.Index, Worker: "w1", Counts: jobs.Counts{RowsIn: 10, RowsOut: 9, Rejected: 1}}); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
 	if _, err := l.Claim(ctx, "r1", "w1", time.Minute); err != nil { // shard 1 left leased by a "dead" worker

@@ -44,13 +44,13 @@ func Example() {
 			return
 		}
 		fmt.Printf("%s claimed shard %d (attempt %d)\n", worker, sh.Index, sh.Attempts)
-		if err := led.Complete(ctx, run.ID, sh.Index, worker, jobs.Counts{RowsIn: 100, RowsOut: 100}); err != nil {
+		if err := led.Complete(ctx, ledger.CompleteParams{RunID: run.ID, Shard: sh.Index, Worker: worker, Counts: jobs.Counts{RowsIn: 100, RowsOut: 100}}); err != nil {
 			fmt.Println(err)
 			return
 		}
 	}
 	// A late Complete from a worker that holds no lease is refused.
-	err = led.Complete(ctx, run.ID, 0, "w3", jobs.Counts{RowsIn: 100})
+	err = led.Complete(ctx, ledger.CompleteParams{RunID: run.ID, Shard: 0, Worker: "w3", Counts: jobs.Counts{RowsIn: 100}})
 	fmt.Println("late complete refused:", errors.Is(err, ledger.ErrLeaseLost))
 	_, err = led.Claim(ctx, run.ID, "w1", time.Minute)
 	fmt.Println("nothing left to claim:", errors.Is(err, ledger.ErrNoShard))

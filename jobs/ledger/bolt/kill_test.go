@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
 )
 
 // TestMain lets the test binary act as a second precog process.
@@ -38,7 +39,7 @@ func child(path string) {
 	}
 	s, err := l.Claim(ctx, "r1", "child", time.Minute)
 	if err == nil {
-		err = l.Complete(ctx, "r1", s.Index, "child", jobs.Counts{RowsOut: 42})
+		err = l.Complete(ctx, ledger.CompleteParams{RunID: "r1", Shard: s.Index, Worker: "child", Counts: jobs.Counts{RowsOut: 42}})
 	}
 	if err != nil {
 		fmt.Println("error:", err)

@@ -23,7 +23,7 @@ func backfillChild(job, value string) ledger.BackfillRun {
 func finish(t *testing.T, l ledger.Cluster, r jobs.Run, s jobs.Shard, state jobs.RunState) {
 	t.Helper()
 	ctx := context.Background()
-	if err := l.Complete(ctx, r.ID, s.Index, s.Worker, jobs.Counts{RowsIn: 1, RowsOut: 1}); err != nil {
+	if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: s.Worker, Counts: jobs.Counts{RowsIn: 1, RowsOut: 1}}); err != nil {
 		t.Fatalf("Complete(%s): %v", r.ID, err)
 	}
 	if _, err := l.ClaimPublish(ctx, r.ID, "pub", longLease); err != nil {

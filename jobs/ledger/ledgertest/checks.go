@@ -32,7 +32,7 @@ func testChecksHold(t *testing.T, l ledger.Ledger) {
 		if err := ck.PutShardProfile(ctx, r.ID, s.Index, "p"+string(rune('0'+i))); err != nil {
 			t.Fatal(err)
 		}
-		if err := l.Complete(ctx, r.ID, s.Index, "w1", jobs.Counts{RowsIn: 5, RowsOut: 5}); err != nil {
+		if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: "w1", Counts: jobs.Counts{RowsIn: 5, RowsOut: 5}}); err != nil {
 			t.Fatal(err)
 		}
 	}

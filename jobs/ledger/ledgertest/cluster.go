@@ -70,16 +70,16 @@ func testFencing(t *testing.T, l ledger.Cluster) {
 		t.Fatalf("takeover claim = run %s %+v, want run %s shard %d attempt 2", gr.ID, s2, r.ID, s.Index)
 	}
 	before := mustShard(t, l, r.ID, s.Index)
-	wantErr(t, "Heartbeat by the old holder", l.Heartbeat(ctx, r.ID, s.Index, "old", longLease), ledger.ErrLeaseLost)
-	wantErr(t, "Complete by the old holder", l.Complete(ctx, r.ID, s.Index, "old", jobs.Counts{RowsOut: 99}), ledger.ErrLeaseLost)
-	wantErr(t, "Fail by the old holder", l.Fail(ctx, r.ID, s.Index, "old", "late", true, 3), ledger.ErrLeaseLost)
+	wantErr(t, "Heartbeat by the old holder", l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: r.ID, Shard: s.Index, Worker: "old", Lease: longLease}), ledger.ErrLeaseLost)
+	wantErr(t, "Complete by the old holder", l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: "old", Counts: jobs.Counts{RowsOut: 99}}), ledger.ErrLeaseLost)
+	wantErr(t, "Fail by the old holder", l.Fail(ctx, ledger.FailParams{RunID: r.ID, Shard: s.Index, Worker: "old", Msg: "late", Retry: true, MaxAttempts: 3}), ledger.ErrLeaseLost)
 	wantErr(t, "Release by the old holder", l.Release(ctx, r.ID, s.Index, "old"), ledger.ErrLeaseLost)
 	after := mustShard(t, l, r.ID, s.Index)
 	if after.State != jobs.ShardRunning || after.Worker != "new" || after.Attempts != 2 || after.Error != "" ||
 		!after.LeaseUntil.Equal(before.LeaseUntil) || after.Counts != (jobs.Counts{}) {
 		t.Fatalf("shard after the old holder's calls = %+v, want unchanged %+v", after, before)
 	}
-	if err := l.Complete(ctx, r.ID, s.Index, "new", jobs.Counts{RowsOut: 7}); err != nil {
+	if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: "new", Counts: jobs.Counts{RowsOut: 7}}); err != nil {
 		t.Fatalf("Complete by the new holder: %v", err)
 	}
 	if got := mustRun(t, l, r.ID); got.Counts.RowsOut != 7 {
@@ -99,7 +99,7 @@ func straggler(t *testing.T, l ledger.Cluster) jobs.Run {
 	}
 	time.Sleep(40 * time.Millisecond)
 	for i := range 3 {
-		if err := l.Complete(ctx, r.ID, i, fmt.Sprintf("w%d", i), jobs.Counts{RowsIn: 10, RowsOut: 10}); err != nil {
+		if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: i, Worker: fmt.Sprintf("w%d", i), Counts: jobs.Counts{RowsIn: 10, RowsOut: 10}}); err != nil {
 			t.Fatalf("Complete(%d): %v", i, err)
 		}
 	}
@@ -130,16 +130,16 @@ func testSpeculative(t *testing.T, l ledger.Cluster) {
 		t.Fatalf("a third lease of the straggler = %+v, %v; want ErrNoShard", s, err)
 	}
 	for _, w := range []string{"slow", "spec"} {
-		if err := l.Heartbeat(ctx, r.ID, 3, w, longLease); err != nil {
+		if err := l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: r.ID, Shard: 3, Worker: w, Lease: longLease}); err != nil {
 			t.Fatalf("Heartbeat by %s: %v", w, err)
 		}
 	}
-	if err := l.Complete(ctx, r.ID, 3, "spec", jobs.Counts{RowsIn: 5, RowsOut: 5}); err != nil {
+	if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: 3, Worker: "spec", Counts: jobs.Counts{RowsIn: 5, RowsOut: 5}}); err != nil {
 		t.Fatalf("Complete by the speculative holder: %v", err)
 	}
-	wantErr(t, "Complete by the slower holder", l.Complete(ctx, r.ID, 3, "slow", jobs.Counts{RowsIn: 5, RowsOut: 5}), ledger.ErrLeaseLost)
-	wantErr(t, "Heartbeat by the slower holder", l.Heartbeat(ctx, r.ID, 3, "slow", longLease), ledger.ErrLeaseLost)
-	wantErr(t, "Fail by the slower holder", l.Fail(ctx, r.ID, 3, "slow", "x", true, 3), ledger.ErrLeaseLost)
+	wantErr(t, "Complete by the slower holder", l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: 3, Worker: "slow", Counts: jobs.Counts{RowsIn: 5, RowsOut: 5}}), ledger.ErrLeaseLost)
+	wantErr(t, "Heartbeat by the slower holder", l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: r.ID, Shard: 3, Worker: "slow", Lease: longLease}), ledger.ErrLeaseLost)
+	wantErr(t, "Fail by the slower holder", l.Fail(ctx, ledger.FailParams{RunID: r.ID, Shard: 3, Worker: "slow", Msg: "x", Retry: true, MaxAttempts: 3}), ledger.ErrLeaseLost)
 	if got := mustShard(t, l, r.ID, 3); got.State != jobs.ShardCommitted || got.Counts.RowsOut != 5 {
 		t.Fatalf("shard 3 = %+v, want committed with 5 rows", got)
 	}
@@ -156,7 +156,7 @@ func testSpeculativeFail(t *testing.T, l ledger.Cluster) {
 	if _, s := claimNext(t, l, "p", "spec", longLease); !s.Speculative {
 		t.Fatalf("claim = %+v, want speculative", s)
 	}
-	if err := l.Fail(ctx, r.ID, 3, "slow", "oom", true, 3); err != nil {
+	if err := l.Fail(ctx, ledger.FailParams{RunID: r.ID, Shard: 3, Worker: "slow", Msg: "oom", Retry: true, MaxAttempts: 3}); err != nil {
 		t.Fatalf("Fail by the first holder: %v", err)
 	}
 	if got := mustShard(t, l, r.ID, 3); got.State != jobs.ShardRunning {
@@ -165,8 +165,8 @@ func testSpeculativeFail(t *testing.T, l ledger.Cluster) {
 	if _, s, err := l.ClaimNext(ctx, "p", "other", longLease); !errors.Is(err, ledger.ErrNoShard) {
 		t.Fatalf("ClaimNext while the other attempt runs = %+v, %v; want ErrNoShard", s, err)
 	}
-	wantErr(t, "Heartbeat by the failed holder", l.Heartbeat(ctx, r.ID, 3, "slow", longLease), ledger.ErrLeaseLost)
-	if err := l.Complete(ctx, r.ID, 3, "spec", jobs.Counts{RowsOut: 1}); err != nil {
+	wantErr(t, "Heartbeat by the failed holder", l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: r.ID, Shard: 3, Worker: "slow", Lease: longLease}), ledger.ErrLeaseLost)
+	if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: 3, Worker: "spec", Counts: jobs.Counts{RowsOut: 1}}); err != nil {
 		t.Fatalf("Complete by the remaining holder: %v", err)
 	}
 }
@@ -180,7 +180,7 @@ func testPublishOnce(t *testing.T, l ledger.Cluster) {
 	wantErr(t, "ClaimPublish before shards committed", err, ledger.ErrNoShard)
 	for range 2 {
 		_, s := claimNext(t, l, "p", "w", longLease)
-		if err := l.Complete(ctx, r.ID, s.Index, "w", jobs.Counts{RowsOut: 1}); err != nil {
+		if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: "w", Counts: jobs.Counts{RowsOut: 1}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -290,7 +290,7 @@ func testPriorityFairShare(t *testing.T, l ledger.Cluster) {
 		t.Fatalf("claim order = %v, want %v (priority, then fair share, then age)", got, want)
 	}
 	// A run with fewer running shards goes first even when younger.
-	if err := l.Complete(ctx, b.ID, 0, "w3", jobs.Counts{}); err != nil {
+	if err := l.Complete(ctx, ledger.CompleteParams{RunID: b.ID, Shard: 0, Worker: "w3", Counts: jobs.Counts{}}); err != nil {
 		t.Fatal(err)
 	}
 	if r, _ := claimNext(t, l, "p", "w9", longLease); r.ID != b.ID {
@@ -345,11 +345,11 @@ func testCancelWakes(t *testing.T, l ledger.Cluster) {
 		t.Fatalf("SetRunState(cancelled): %v", err)
 	}
 	wantWake(t, "cancel", ch)
-	err := l.Heartbeat(ctx, r.ID, s.Index, "w1", longLease)
+	err := l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: r.ID, Shard: s.Index, Worker: "w1", Lease: longLease})
 	if !errors.Is(err, ledger.ErrRunFinished) || !errors.Is(err, ledger.ErrLeaseLost) {
 		t.Fatalf("Heartbeat of a cancelled run's shard = %v, want ErrRunFinished and ErrLeaseLost", err)
 	}
-	wantErr(t, "Complete of a cancelled run's shard", l.Complete(ctx, r.ID, s.Index, "w1", jobs.Counts{RowsOut: 1}), ledger.ErrRunFinished)
+	wantErr(t, "Complete of a cancelled run's shard", l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: "w1", Counts: jobs.Counts{RowsOut: 1}}), ledger.ErrRunFinished)
 	if got := mustShard(t, l, r.ID, s.Index); got.State == jobs.ShardCommitted {
 		t.Fatalf("a cancelled run's shard was committed")
 	}
@@ -379,7 +379,7 @@ func testWakeNotices(t *testing.T, l ledger.Cluster) {
 	}
 	wantWake(t, "Release", chP)
 	_, s = claimNext(t, l, "p", "w1", longLease)
-	if err := l.Fail(ctx, r.ID, s.Index, "w1", "flaky", true, 3); err != nil {
+	if err := l.Fail(ctx, ledger.FailParams{RunID: r.ID, Shard: s.Index, Worker: "w1", Msg: "flaky", Retry: true, MaxAttempts: 3}); err != nil {
 		t.Fatal(err)
 	}
 	wantWake(t, "Fail with a retry left", chP)
@@ -440,7 +440,7 @@ func testConcurrentClaimNext(t *testing.T, l ledger.Cluster) {
 				}
 				holders[k][name] = true
 				mu.Unlock()
-				err = l.Complete(ctx, r.ID, s.Index, name, jobs.Counts{RowsIn: 2, RowsOut: 1})
+				err = l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: name, Counts: jobs.Counts{RowsIn: 2, RowsOut: 1}})
 				mu.Lock()
 				delete(holders[k], name)
 				switch {
@@ -504,7 +504,7 @@ func testPoolLoad(t *testing.T, l ledger.Cluster) {
 	load("run c cancelled", ledger.PoolLoad{Pending: 4, Running: 1})
 	for range 2 {
 		s := claim(b.ID)
-		if err := l.Complete(ctx, b.ID, s.Index, "w", jobs.Counts{RowsOut: 1}); err != nil {
+		if err := l.Complete(ctx, ledger.CompleteParams{RunID: b.ID, Shard: s.Index, Worker: "w", Counts: jobs.Counts{RowsOut: 1}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -524,7 +524,7 @@ func testCancelEndsShards(t *testing.T, l ledger.Cluster) {
 	r := createIn(t, l, "recs", "p", 0, 3)
 	_, s0 := claimNext(t, l, "p", "w1", longLease)
 	_, s1 := claimNext(t, l, "p", "w2", longLease)
-	if err := l.Complete(ctx, r.ID, s1.Index, "w2", jobs.Counts{RowsIn: 5, RowsOut: 5}); err != nil {
+	if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s1.Index, Worker: "w2", Counts: jobs.Counts{RowsIn: 5, RowsOut: 5}}); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
 	if err := l.SetRunState(ctx, r.ID, jobs.RunCancelled, "cancelled by user"); err != nil {
@@ -548,7 +548,7 @@ func testCancelEndsShards(t *testing.T, l ledger.Cluster) {
 	if held.Worker != "w1" || held.LeaseUntil.IsZero() {
 		t.Fatalf("the held shard after cancel = %+v, want w1's lease mark kept until w1 stops", held)
 	}
-	wantErr(t, "Heartbeat of a cancelled run's shard", l.Heartbeat(ctx, r.ID, s0.Index, "w1", longLease), ledger.ErrRunFinished)
+	wantErr(t, "Heartbeat of a cancelled run's shard", l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: r.ID, Shard: s0.Index, Worker: "w1", Lease: longLease}), ledger.ErrRunFinished)
 	wantErr(t, "Release by a cancelled run's holder", l.Release(ctx, r.ID, s0.Index, "w1"), ledger.ErrRunFinished)
 	if got := mustShard(t, l, r.ID, s0.Index); got.State != jobs.ShardFailed || !got.LeaseUntil.IsZero() {
 		t.Fatalf("the shard after its holder let go = %+v, want failed with no lease mark", got)
@@ -568,7 +568,7 @@ func testCancelRefusesPublishing(t *testing.T, l ledger.Cluster) {
 	ctx := context.Background()
 	r := createIn(t, l, "recs", "p", 0, 1)
 	_, s := claimNext(t, l, "p", "w1", longLease)
-	if err := l.Complete(ctx, r.ID, s.Index, "w1", jobs.Counts{RowsIn: 1, RowsOut: 1}); err != nil {
+	if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: "w1", Counts: jobs.Counts{RowsIn: 1, RowsOut: 1}}); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
 	if _, err := l.ClaimPublish(ctx, r.ID, "pub", shortLease); err != nil {

@@ -356,7 +356,7 @@ func testClaimOrder(t *testing.T, l ledger.Ledger) {
 	_, err := l.Claim(ctx, r.ID, "w2", longLease)
 	wantErr(t, "Claim with every shard leased", err, ledger.ErrNoShard)
 	for i := range 3 {
-		if err := l.Complete(ctx, r.ID, i, "w1", jobs.Counts{RowsIn: 1, RowsOut: 1}); err != nil {
+		if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: i, Worker: "w1", Counts: jobs.Counts{RowsIn: 1, RowsOut: 1}}); err != nil {
 			t.Fatalf("Complete(%d): %v", i, err)
 		}
 	}
@@ -379,9 +379,9 @@ func testClaimExpiredLease(t *testing.T, l ledger.Ledger) {
 	_, err = l.Claim(ctx, r.ID, "w3", longLease)
 	wantErr(t, "Claim after re-claim", err, ledger.ErrNoShard)
 	// The dead worker's late calls are refused.
-	wantErr(t, "Heartbeat by the expired worker", l.Heartbeat(ctx, r.ID, s0.Index, "dead", longLease), ledger.ErrLeaseLost)
-	wantErr(t, "Complete by the expired worker", l.Complete(ctx, r.ID, s0.Index, "dead", jobs.Counts{RowsOut: 5}), ledger.ErrLeaseLost)
-	if err := l.Complete(ctx, r.ID, s0.Index, "w2", jobs.Counts{RowsOut: 7}); err != nil {
+	wantErr(t, "Heartbeat by the expired worker", l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: r.ID, Shard: s0.Index, Worker: "dead", Lease: longLease}), ledger.ErrLeaseLost)
+	wantErr(t, "Complete by the expired worker", l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s0.Index, Worker: "dead", Counts: jobs.Counts{RowsOut: 5}}), ledger.ErrLeaseLost)
+	if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s0.Index, Worker: "w2", Counts: jobs.Counts{RowsOut: 7}}); err != nil {
 		t.Fatalf("Complete by the new holder: %v", err)
 	}
 	if got := mustRun(t, l, r.ID); got.Counts.RowsOut != 7 {
@@ -407,18 +407,18 @@ func testLeaseLost(t *testing.T, l ledger.Ledger) {
 	ctx := context.Background()
 	r := create(t, l, "recs", "", 2)
 	s := claim(t, l, r.ID, "w1", longLease)
-	wantErr(t, "Heartbeat by the wrong worker", l.Heartbeat(ctx, r.ID, s.Index, "w2", longLease), ledger.ErrLeaseLost)
-	wantErr(t, "Complete by the wrong worker", l.Complete(ctx, r.ID, s.Index, "w2", jobs.Counts{}), ledger.ErrLeaseLost)
-	wantErr(t, "Fail by the wrong worker", l.Fail(ctx, r.ID, s.Index, "w2", "x", true, 3), ledger.ErrLeaseLost)
+	wantErr(t, "Heartbeat by the wrong worker", l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: r.ID, Shard: s.Index, Worker: "w2", Lease: longLease}), ledger.ErrLeaseLost)
+	wantErr(t, "Complete by the wrong worker", l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: "w2", Counts: jobs.Counts{}}), ledger.ErrLeaseLost)
+	wantErr(t, "Fail by the wrong worker", l.Fail(ctx, ledger.FailParams{RunID: r.ID, Shard: s.Index, Worker: "w2", Msg: "x", Retry: true, MaxAttempts: 3}), ledger.ErrLeaseLost)
 	wantErr(t, "Release by the wrong worker", l.Release(ctx, r.ID, s.Index, "w2"), ledger.ErrLeaseLost)
-	wantErr(t, "Heartbeat on a pending shard", l.Heartbeat(ctx, r.ID, 1, "w1", longLease), ledger.ErrLeaseLost)
-	wantErr(t, "Complete on a pending shard", l.Complete(ctx, r.ID, 1, "w1", jobs.Counts{}), ledger.ErrLeaseLost)
+	wantErr(t, "Heartbeat on a pending shard", l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: r.ID, Shard: 1, Worker: "w1", Lease: longLease}), ledger.ErrLeaseLost)
+	wantErr(t, "Complete on a pending shard", l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: 1, Worker: "w1", Counts: jobs.Counts{}}), ledger.ErrLeaseLost)
 
 	// A heartbeat keeps a short lease alive past its first expiry.
 	s1 := claim(t, l, r.ID, "w1", shortLease)
 	for range 4 {
 		time.Sleep(shortLease / 3)
-		if err := l.Heartbeat(ctx, r.ID, s1.Index, "w1", shortLease); err != nil {
+		if err := l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: r.ID, Shard: s1.Index, Worker: "w1", Lease: shortLease}); err != nil {
 			t.Fatalf("Heartbeat within the lease: %v", err)
 		}
 	}
@@ -429,12 +429,12 @@ func testLeaseLost(t *testing.T, l ledger.Ledger) {
 	}
 	// Once the lease has expired the holder has lost it, re-claimed or not.
 	time.Sleep(3 * shortLease)
-	wantErr(t, "Heartbeat after expiry", l.Heartbeat(ctx, r.ID, s1.Index, "w1", shortLease), ledger.ErrLeaseLost)
-	wantErr(t, "Complete after expiry", l.Complete(ctx, r.ID, s1.Index, "w1", jobs.Counts{}), ledger.ErrLeaseLost)
+	wantErr(t, "Heartbeat after expiry", l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: r.ID, Shard: s1.Index, Worker: "w1", Lease: shortLease}), ledger.ErrLeaseLost)
+	wantErr(t, "Complete after expiry", l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s1.Index, Worker: "w1", Counts: jobs.Counts{}}), ledger.ErrLeaseLost)
 	if got := mustShard(t, l, r.ID, s1.Index); got.State == jobs.ShardCommitted {
 		t.Fatalf("Complete after expiry committed the shard")
 	}
-	if err := l.Heartbeat(ctx, "no-such-run", 0, "w1", longLease); err == nil {
+	if err := l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: "no-such-run", Shard: 0, Worker: "w1", Lease: longLease}); err == nil {
 		t.Fatalf("Heartbeat on a missing run succeeded")
 	}
 }
@@ -446,7 +446,7 @@ func testCompleteCounts(t *testing.T, l ledger.Ledger) {
 	for i := range 3 {
 		s := claim(t, l, r.ID, "w1", longLease)
 		c := jobs.Counts{RowsIn: int64(100 * (i + 1)), RowsOut: int64(90 * (i + 1)), Rejected: int64(10 * (i + 1))}
-		if err := l.Complete(ctx, r.ID, s.Index, "w1", c); err != nil {
+		if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: "w1", Counts: c}); err != nil {
 			t.Fatalf("Complete(%d): %v", s.Index, err)
 		}
 		want = want.Add(c)
@@ -460,7 +460,7 @@ func testCompleteCounts(t *testing.T, l ledger.Ledger) {
 	}
 	// A committed shard is no longer held: completing it again is refused
 	// and counts are not added twice.
-	wantErr(t, "Complete of a committed shard", l.Complete(ctx, r.ID, 0, "w1", jobs.Counts{RowsOut: 1}), ledger.ErrLeaseLost)
+	wantErr(t, "Complete of a committed shard", l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: 0, Worker: "w1", Counts: jobs.Counts{RowsOut: 1}}), ledger.ErrLeaseLost)
 	if got := mustRun(t, l, r.ID); got.Counts != want {
 		t.Fatalf("run counts after a second Complete = %+v, want %+v", got.Counts, want)
 	}
@@ -476,7 +476,7 @@ func testFailRetry(t *testing.T, l ledger.Ledger) {
 			t.Fatalf("attempt %d: claimed shard has Attempts %d", attempt, s.Attempts)
 		}
 		msg := fmt.Sprintf("read failed %d", attempt)
-		if err := l.Fail(ctx, r.ID, s.Index, "w1", msg, true, maxAttempts); err != nil {
+		if err := l.Fail(ctx, ledger.FailParams{RunID: r.ID, Shard: s.Index, Worker: "w1", Msg: msg, Retry: true, MaxAttempts: maxAttempts}); err != nil {
 			t.Fatalf("Fail: %v", err)
 		}
 		got := mustShard(t, l, r.ID, s.Index)
@@ -496,7 +496,7 @@ func testFailNoRetry(t *testing.T, l ledger.Ledger) {
 	ctx := context.Background()
 	r := create(t, l, "recs", "", 1)
 	s := claim(t, l, r.ID, "w1", longLease)
-	if err := l.Fail(ctx, r.ID, s.Index, "w1", "model output shape mismatch", false, 3); err != nil {
+	if err := l.Fail(ctx, ledger.FailParams{RunID: r.ID, Shard: s.Index, Worker: "w1", Msg: "model output shape mismatch", Retry: false, MaxAttempts: 3}); err != nil {
 		t.Fatalf("Fail: %v", err)
 	}
 	if got := mustShard(t, l, r.ID, s.Index); got.State != jobs.ShardFailed || got.Error != "model output shape mismatch" {
@@ -528,12 +528,12 @@ func testRetryFailed(t *testing.T, l ledger.Ledger) {
 	for range 3 {
 		s := claim(t, l, r.ID, "w1", longLease)
 		if s.Index == 1 {
-			if err := l.Complete(ctx, r.ID, s.Index, "w1", jobs.Counts{RowsOut: 1}); err != nil {
+			if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: "w1", Counts: jobs.Counts{RowsOut: 1}}); err != nil {
 				t.Fatalf("Complete: %v", err)
 			}
 			continue
 		}
-		if err := l.Fail(ctx, r.ID, s.Index, "w1", "bad row group", false, 1); err != nil {
+		if err := l.Fail(ctx, ledger.FailParams{RunID: r.ID, Shard: s.Index, Worker: "w1", Msg: "bad row group", Retry: false, MaxAttempts: 1}); err != nil {
 			t.Fatalf("Fail: %v", err)
 		}
 	}
@@ -595,7 +595,7 @@ func testNotFound(t *testing.T, l ledger.Ledger) {
 	_, err = l.Shards(ctx, "no-such-run")
 	wantErr(t, "Shards(missing)", err, ledger.ErrNotFound)
 	r := create(t, l, "recs", "", 1)
-	wantErr(t, "Complete of a missing shard", l.Complete(ctx, r.ID, 5, "w1", jobs.Counts{}), ledger.ErrNotFound)
+	wantErr(t, "Complete of a missing shard", l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: 5, Worker: "w1", Counts: jobs.Counts{}}), ledger.ErrNotFound)
 	if rs, err := l.Runs(ctx, "nobody", 0); err != nil || len(rs) != 0 {
 		t.Fatalf("Runs(unknown job) = %v, %v; want empty", rs, err)
 	}
@@ -632,10 +632,10 @@ func testConcurrentClaims(t *testing.T, l ledger.Ledger) {
 				}
 				claimed[s.Index] = name
 				mu.Unlock()
-				if err := l.Heartbeat(ctx, r.ID, s.Index, name, longLease); err != nil {
+				if err := l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: r.ID, Shard: s.Index, Worker: name, Lease: longLease}); err != nil {
 					t.Errorf("%s: Heartbeat(%d): %v", name, s.Index, err)
 				}
-				if err := l.Complete(ctx, r.ID, s.Index, name, jobs.Counts{RowsIn: 2, RowsOut: 1}); err != nil {
+				if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: name, Counts: jobs.Counts{RowsIn: 2, RowsOut: 1}}); err != nil {
 					t.Errorf("%s: Complete(%d): %v", name, s.Index, err)
 				}
 			}
@@ -667,7 +667,7 @@ func testReopen(t *testing.T, l ledger.Ledger) {
 	for range 3 {
 		s := claim(t, l, r.ID, "w1", longLease)
 		c := jobs.Counts{RowsIn: 10, RowsOut: 9, Rejected: 1, KeySketch: "AAAA"}
-		if err := l.Complete(ctx, r.ID, s.Index, "w1", c); err != nil {
+		if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: "w1", Counts: c}); err != nil {
 			t.Fatalf("Complete(%d): %v", s.Index, err)
 		}
 	}

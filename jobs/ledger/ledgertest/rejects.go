@@ -57,12 +57,12 @@ func testRejectSample(t *testing.T, l ledger.Ledger) {
 	many := rejectsAt(0, "null feature f1", 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29)
 	many[0].Key = "\xff\x00" + strings.Repeat("k", 1<<20)
 	many[3].Shard = 99
-	if err := l.Complete(ctx, r.ID, s0.Index, "w1", jobs.Counts{RowsIn: 100, RowsOut: 70, Rejected: 30}, many...); err != nil {
+	if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s0.Index, Worker: "w1", Counts: jobs.Counts{RowsIn: 100, RowsOut: 70, Rejected: 30}, Sample: many}); err != nil {
 		t.Fatalf("Complete(0) with rejects: %v", err)
 	}
 	// Shard 1: rejects given out of order come back by position.
 	s1 := claim(t, l, r.ID, "w1", longLease)
-	if err := l.Complete(ctx, r.ID, s1.Index, "w1", jobs.Counts{RowsIn: 20, RowsOut: 18, Rejected: 2}, rejectsAt(1, "NaN output", 10, 9)...); err != nil {
+	if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s1.Index, Worker: "w1", Counts: jobs.Counts{RowsIn: 20, RowsOut: 18, Rejected: 2}, Sample: rejectsAt(1, "NaN output", 10, 9)}); err != nil {
 		t.Fatalf("Complete(1) with rejects: %v", err)
 	}
 	// Shard 2: a holder whose lease was taken over completes late; its
@@ -72,10 +72,10 @@ func testRejectSample(t *testing.T, l ledger.Ledger) {
 	if s := claim(t, l, r.ID, "w2", longLease); s.Index != 2 {
 		t.Fatalf("re-claim = shard %d, want the expired shard 2", s.Index)
 	}
-	if err := l.Complete(ctx, r.ID, 2, "w2", jobs.Counts{RowsIn: 10, RowsOut: 9, Rejected: 1}, rejectsAt(2, "NaN output", 5)...); err != nil {
+	if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: 2, Worker: "w2", Counts: jobs.Counts{RowsIn: 10, RowsOut: 9, Rejected: 1}, Sample: rejectsAt(2, "NaN output", 5)}); err != nil {
 		t.Fatalf("Complete(2) by the new holder: %v", err)
 	}
-	wantErr(t, "late Complete with rejects", l.Complete(ctx, r.ID, 2, "slow", jobs.Counts{RowsIn: 10, Rejected: 1}, rejectsAt(2, "late", 1)...), ledger.ErrLeaseLost)
+	wantErr(t, "late Complete with rejects", l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: 2, Worker: "slow", Counts: jobs.Counts{RowsIn: 10, Rejected: 1}, Sample: rejectsAt(2, "late", 1)}), ledger.ErrLeaseLost)
 
 	var want []string
 	for row := range jobs.RejectSampleCap {
@@ -102,7 +102,7 @@ func testRejectSample(t *testing.T, l ledger.Ledger) {
 	wantSample(t, l, r.ID, 0, "2|part-2.parquet row 5|NaN output")
 	for _, rs := range [][]jobs.Reject{nil, rejectsAt(1, "replaced", 3)} {
 		s := claim(t, l, r.ID, "w3", longLease)
-		if err := l.Complete(ctx, r.ID, s.Index, "w3", jobs.Counts{RowsIn: 1, Rejected: int64(len(rs))}, rs...); err != nil {
+		if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: "w3", Counts: jobs.Counts{RowsIn: 1, Rejected: int64(len(rs))}, Sample: rs}); err != nil {
 			t.Fatalf("Complete(%d) after Reopen: %v", s.Index, err)
 		}
 	}

@@ -133,11 +133,11 @@ func testRejectsStore(t *testing.T, l ledger.Ledger) {
 		rows[i] = 29 - i // out of order: stored by position
 	}
 	s0 := claim(t, l, r.ID, "w1", longLease)
-	if err := l.Complete(ctx, r.ID, s0.Index, "w1", jobs.Counts{RowsIn: 100, Rejected: 30}, rejectsAt(0, "NaN", rows...)...); err != nil {
+	if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s0.Index, Worker: "w1", Counts: jobs.Counts{RowsIn: 100, Rejected: 30}, Sample: rejectsAt(0, "NaN", rows...)}); err != nil {
 		t.Fatalf("Complete(0): %v", err)
 	}
 	s1 := claim(t, l, r.ID, "w1", longLease)
-	if err := l.Complete(ctx, r.ID, s1.Index, "w1", jobs.Counts{RowsIn: 10, Rejected: 2}, rejectsAt(1, "null key", 4, 2)...); err != nil {
+	if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s1.Index, Worker: "w1", Counts: jobs.Counts{RowsIn: 10, Rejected: 2}, Sample: rejectsAt(1, "null key", 4, 2)}); err != nil {
 		t.Fatalf("Complete(1): %v", err)
 	}
 	// Shard 2: a late holder's rejects are refused with its commit.
@@ -146,10 +146,10 @@ func testRejectsStore(t *testing.T, l ledger.Ledger) {
 	if s := claim(t, l, r.ID, "w2", longLease); s.Index != 2 {
 		t.Fatalf("re-claim = shard %d, want 2", s.Index)
 	}
-	if err := l.Complete(ctx, r.ID, 2, "w2", jobs.Counts{RowsIn: 10}); err != nil {
+	if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: 2, Worker: "w2", Counts: jobs.Counts{RowsIn: 10}}); err != nil {
 		t.Fatalf("Complete(2): %v", err)
 	}
-	wantErr(t, "late Complete with rejects", l.Complete(ctx, r.ID, 2, "slow", jobs.Counts{RowsIn: 10, Rejected: 1}, rejectsAt(2, "late", 1)...), ledger.ErrLeaseLost)
+	wantErr(t, "late Complete with rejects", l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: 2, Worker: "slow", Counts: jobs.Counts{RowsIn: 10, Rejected: 1}, Sample: rejectsAt(2, "late", 1)}), ledger.ErrLeaseLost)
 
 	var want []string
 	for i := range 30 {
@@ -180,7 +180,7 @@ func testRejectsStore(t *testing.T, l ledger.Ledger) {
 		t.Fatalf("after Reopen(0): %d rows, stored %d; want shard 1's 2", len(p.Rows), p.Stored)
 	}
 	s := claim(t, l, r.ID, "w3", longLease)
-	if err := l.Complete(ctx, r.ID, s.Index, "w3", jobs.Counts{RowsIn: 100, Rejected: 1}, rejectsAt(0, "again", 7)...); err != nil {
+	if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: "w3", Counts: jobs.Counts{RowsIn: 100, Rejected: 1}, Sample: rejectsAt(0, "again", 7)}); err != nil {
 		t.Fatalf("Complete(0) again: %v", err)
 	}
 	p = rejectsPage(t, rj, r.ID, 0, 0)
@@ -213,7 +213,7 @@ func testRejectsCap(t *testing.T, l ledger.Ledger) {
 	}
 	for range 2 {
 		s := claim(t, l, r.ID, "w1", longLease)
-		if err := l.Complete(ctx, r.ID, s.Index, "w1", jobs.Counts{RowsIn: int64(2 * each), Rejected: int64(each)}, rejectsAt(s.Index, "NaN", rows...)...); err != nil {
+		if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: "w1", Counts: jobs.Counts{RowsIn: int64(2 * each), Rejected: int64(each)}, Sample: rejectsAt(s.Index, "NaN", rows...)}); err != nil {
 			t.Fatalf("Complete(%d): %v", s.Index, err)
 		}
 	}

@@ -50,10 +50,10 @@ func BenchmarkClaimCycle(b *testing.B) {
 					return
 				}
 				if err == nil {
-					err = l.Heartbeat(ctx, r.ID, s.Index, name, time.Minute)
+					err = l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: r.ID, Shard: s.Index, Worker: name, Lease: time.Minute})
 				}
 				if err == nil {
-					err = l.Complete(ctx, r.ID, s.Index, name, jobs.Counts{RowsIn: 1, RowsOut: 1})
+					err = l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: name, Counts: jobs.Counts{RowsIn: 1, RowsOut: 1}})
 				}
 				if errors.Is(err, ledger.ErrLeaseLost) {
 					// Near the end, nothing pending: a speculative second

@@ -179,7 +179,8 @@ const holds = `s.run_id = $1 AND s.idx = $2 AND s.state = 'running'
 	AND EXISTS (SELECT 1 FROM precog_runs r WHERE r.id = $1 AND r.state IN ` + openStates + `)`
 
 // Heartbeat extends worker's lease on the shard to now+lease.
-func (l *Ledger) Heartbeat(ctx context.Context, runID string, shard int, worker string, lease time.Duration) error {
+func (l *Ledger) Heartbeat(ctx context.Context, p ledger.HeartbeatParams) error {
+	runID, shard, worker, lease := p.RunID, p.Shard, p.Worker, p.Lease
 	tag, err := l.pool.Exec(ctx, `UPDATE precog_run_shards s SET
 		lease_until = CASE WHEN s.worker = $3 THEN now() + $4::bigint * interval '1 microsecond' ELSE s.lease_until END,
 		lease2_until = CASE WHEN s.worker2 = $3 THEN now() + $4::bigint * interval '1 microsecond' ELSE s.lease2_until END,
@@ -200,7 +201,8 @@ func (l *Ledger) Heartbeat(ctx context.Context, runID string, shard int, worker 
 // earlier ones in precog_rejects in the same transaction, up to the
 // per-run cap (Options.RejectsPerRun): a commit without rejects is one
 // statement.
-func (l *Ledger) Complete(ctx context.Context, runID string, shard int, worker string, c jobs.Counts, sample ...jobs.Reject) error {
+func (l *Ledger) Complete(ctx context.Context, p ledger.CompleteParams) error {
+	runID, shard, worker, c, sample := p.RunID, p.Shard, p.Worker, p.Counts, p.Sample
 	var rejects []byte // NULL when the attempt rejected nothing
 	if capped := jobs.CapSample(shard, sample); len(capped) > 0 {
 		var err error
@@ -314,7 +316,8 @@ func alsoHeld(s *string) string {
 // speculative attempt) is alive, only worker's lease ends and the shard
 // keeps running under the other; else the shard goes back to pending (and
 // the pool wakes) while attempts remain and retry is set, or to failed.
-func (l *Ledger) Fail(ctx context.Context, runID string, shard int, worker string, msg string, retry bool, maxAttempts int) error {
+func (l *Ledger) Fail(ctx context.Context, p ledger.FailParams) error {
+	runID, shard, worker, msg, retry, maxAttempts := p.RunID, p.Shard, p.Worker, p.Msg, p.Retry, p.MaxAttempts
 	return l.endAttempt(ctx, "fail", runID, shard, worker, func(attempts int) (string, int, string) {
 		if retry && attempts < maxAttempts {
 			return "pending", attempts, msg

@@ -146,11 +146,11 @@ func TestRetryRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Complete(ctx, r.ID, s.Index, "w", jobs.Counts{RowsIn: 5, RowsOut: 5}); err != nil {
+	if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: "w", Counts: jobs.Counts{RowsIn: 5, RowsOut: 5}}); err != nil {
 		t.Fatal(err)
 	}
 	s, _ = l.Claim(ctx, r.ID, "w", time.Minute)
-	if err := l.Fail(ctx, r.ID, s.Index, "w", "boom", false, 1); err != nil {
+	if err := l.Fail(ctx, ledger.FailParams{RunID: r.ID, Shard: s.Index, Worker: "w", Msg: "boom", Retry: false, MaxAttempts: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.SetRunState(ctx, r.ID, jobs.RunFailed, "shard 1 failed"); err != nil {
