@@ -222,14 +222,14 @@ func (k kickingLedger) Claim(ctx context.Context, runID, worker string, lease ti
 	return sh, err
 }
 
-func (k kickingLedger) Complete(ctx context.Context, runID string, shard int, worker string, counts jobs.Counts, sample ...jobs.Reject) error {
-	err := k.Ledger.Complete(ctx, runID, shard, worker, counts, sample...)
+func (k kickingLedger) Complete(ctx context.Context, p ledger.CompleteParams) error {
+	err := k.Ledger.Complete(ctx, p)
 	k.s.Kick()
 	return err
 }
 
-func (k kickingLedger) Fail(ctx context.Context, runID string, shard int, worker string, msg string, retry bool, maxAttempts int) error {
-	err := k.Ledger.Fail(ctx, runID, shard, worker, msg, retry, maxAttempts)
+func (k kickingLedger) Fail(ctx context.Context, p ledger.FailParams) error {
+	err := k.Ledger.Fail(ctx, p)
 	k.s.Kick()
 	return err
 }
