@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/precog-ml/precog/internal/clusterctl"
 	"github.com/precog-ml/precog/internal/retry"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
@@ -467,7 +466,7 @@ func PlanRun(ctx context.Context, job *Job) (jobs.Run, []jobs.Shard, error) {
 	if err != nil {
 		return jobs.Run{}, nil, fmt.Errorf("plan: %w", err)
 	}
-	run, shards := clusterctl.NewRun(spec, clusterctl.RunOptions{ModelVersion: job.Model.Version(), Plans: plans})
+	run, shards := NewRun(spec, NewRunOptions{ModelVersion: job.Model.Version(), Plans: plans})
 	return run, shards, nil
 }
 

@@ -26,9 +26,9 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-# playwright-core (pinned in internal/dashboard/browser/package.json) drives Debian's chromium in the
+# playwright-core (pinned in dashboard/browser/package.json) drives Debian's chromium in the
 # dashboard's browser tests; it downloads no browser itself. node_modules is gitignored.
-BROWSER_DIR="$(cd "$(dirname "$0")/.." && pwd)/internal/dashboard/browser"
+BROWSER_DIR="$(cd "$(dirname "$0")/.." && pwd)/dashboard/browser"
 if [ ! -f "$BROWSER_DIR/node_modules/playwright-core/package.json" ]; then
   echo "installing: playwright-core (npm, into $BROWSER_DIR/node_modules)"
   (cd "$BROWSER_DIR" && npm install --no-audit --no-fund --silent)

@@ -184,7 +184,7 @@ func shardList(s []int) string {
 // cutover: version may become current only if no later version was
 // published to the target. latest is the newest version the target has
 // published ("" when none). Versions are a sortable UTC time to the second
-// and a random suffix (clusterctl.NewVersion): "later" compares the time
+// and a random suffix (runner.NewVersion): "later" compares the time
 // part (VersionStamp) in string order, so two runs created within the same
 // second publish in either order. A retry of an old failed run, a
 // publisher that froze and resumed after a newer run published, or a

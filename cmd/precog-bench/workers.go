@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/precog-ml/precog/internal/clusterctl"
 	"github.com/precog-ml/precog/jobs"
 	pgledger "github.com/precog-ml/precog/jobs/ledger/postgres"
 	"github.com/precog-ml/precog/runner"
@@ -125,7 +124,7 @@ func (c *clusterBench) submit(ctx context.Context, pj *plannedJob) (string, time
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("plan %s: %w", pj.spec.Name, err)
 	}
-	run, shards := clusterctl.NewRun(pj.spec, clusterctl.RunOptions{ModelVersion: pj.modelVersion, Plans: plans})
+	run, shards := runner.NewRun(pj.spec, runner.NewRunOptions{ModelVersion: pj.modelVersion, Plans: plans})
 	t0 := time.Now()
 	if err := c.led.CreateRun(ctx, run, shards); err != nil {
 		return "", t0, err

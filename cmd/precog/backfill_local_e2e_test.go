@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/precog-ml/precog/internal/runview"
 	"github.com/precog-ml/precog/internal/testservers"
+	"github.com/precog-ml/precog/jobs/runview"
 	"github.com/precog-ml/precog/runner/backfill"
 )
 

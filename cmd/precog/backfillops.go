@@ -13,9 +13,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/precog-ml/precog/internal/runview"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/runview"
 	"github.com/precog-ml/precog/runner"
 	"github.com/precog-ml/precog/runner/backfill"
 )

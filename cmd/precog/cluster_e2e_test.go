@@ -25,11 +25,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/precog-ml/precog/internal/runview"
 	"github.com/precog-ml/precog/internal/testgen"
 	"github.com/precog-ml/precog/internal/testservers"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger/postgres"
+	"github.com/precog-ml/precog/jobs/runview"
 )
 
 // These end-to-end tests run real `precog worker` processes against real

@@ -13,13 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/precog-ml/precog/internal/clusterctl"
-	"github.com/precog-ml/precog/internal/runview"
 	"github.com/precog-ml/precog/internal/testservers"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/ledger/bolt"
 	"github.com/precog-ml/precog/jobs/ledger/postgres"
+	"github.com/precog-ml/precog/jobs/runview"
 	"github.com/precog-ml/precog/runner"
 	"github.com/precog-ml/precog/sinks"
 )
@@ -387,7 +386,7 @@ func TestRetryEmbedded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run, shards := clusterctl.NewRun(spec, clusterctl.RunOptions{ModelVersion: job.Model.Version(), Plans: plans})
+	run, shards := runner.NewRun(spec, runner.NewRunOptions{ModelVersion: job.Model.Version(), Plans: plans})
 	job.Close()
 	if err := os.MkdirAll(filepath.Join(dir, ".precog"), 0o755); err != nil {
 		t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/precog-ml/precog/internal/dashboard"
+	"github.com/precog-ml/precog/dashboard"
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/runner/backfill"
 )

@@ -6,8 +6,8 @@ import (
 	"io"
 	"time"
 
-	"github.com/precog-ml/precog/internal/runview"
 	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/runview"
 	"github.com/precog-ml/precog/runner/backfill"
 	"github.com/precog-ml/precog/sources"
 )

@@ -19,10 +19,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/precog-ml/precog/internal/runview"
 	"github.com/precog-ml/precog/internal/testservers"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/runview"
 	"github.com/precog-ml/precog/runner"
 	"github.com/precog-ml/precog/sinks"
 	"github.com/precog-ml/precog/sinks/parquet"

@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/precog-ml/precog/internal/clusterctl"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
 	pgledger "github.com/precog-ml/precog/jobs/ledger/postgres"
@@ -79,7 +78,7 @@ func openOrSubmit(ctx context.Context, led ledger.Ledger, spec *jobs.Spec, specP
 		case !errors.Is(err, ledger.ErrNotFound):
 			return jobs.Run{}, false, err
 		}
-		run, shards := clusterctl.NewRun(spec, clusterctl.RunOptions{ModelVersion: modelVersion, Plans: plans, SpecFile: abs})
+		run, shards := runner.NewRun(spec, runner.NewRunOptions{ModelVersion: modelVersion, Plans: plans, SpecFile: abs})
 		err = led.CreateRun(ctx, run, shards)
 		if err == nil {
 			return run, false, nil

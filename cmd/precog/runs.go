@@ -13,10 +13,9 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/precog-ml/precog/internal/clusterctl"
-	"github.com/precog-ml/precog/internal/runview"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/runview"
 	"github.com/precog-ml/precog/runner"
 )
 
@@ -206,9 +205,9 @@ func watchRun(ctx context.Context, led *openedLedger, id string, w io.Writer, as
 		tty = term.IsTerminal(int(f.Fd()))
 	}
 	last := ""
-	r, err := clusterctl.Follow(ctx, led, id, clusterctl.FollowOptions{
+	r, err := ledger.Follow(ctx, led, id, ledger.FollowOptions{
 		Every: time.Second,
-		OnPoll: func(s clusterctl.Snapshot) {
+		OnPoll: func(s ledger.RunSnapshot) {
 			v := runview.FromAt(s.Run, s.Shards, s.At)
 			switch {
 			case asJSON:

@@ -24,9 +24,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/precog-ml/precog/internal/runview"
 	"github.com/precog-ml/precog/internal/testservers"
 	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/runview"
 )
 
 // These tests replay the data-safety failures reported against the first

@@ -12,10 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/precog-ml/precog/internal/clusterctl"
-	"github.com/precog-ml/precog/internal/runview"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/runview"
 	"github.com/precog-ml/precog/runner"
 	"github.com/precog-ml/precog/sources"
 )
@@ -65,7 +64,7 @@ keeps going on the workers).`,
 			if err != nil {
 				return err
 			}
-			opts := clusterctl.RunOptions{}
+			opts := runner.NewRunOptions{}
 			if cmd.Flags().Changed("priority") {
 				if err := jobs.ValidatePriority(priority); err != nil {
 					return invalid(fmt.Errorf("--priority: %w", err))
@@ -86,7 +85,7 @@ keeps going on the workers).`,
 				return err
 			}
 			defer led.Close()
-			run, shards := clusterctl.NewRun(spec, opts)
+			run, shards := runner.NewRun(spec, opts)
 			if err := led.CreateRun(ctx, run, shards); err != nil {
 				var open *ledger.OpenRunError
 				if errors.As(err, &open) {
@@ -126,15 +125,15 @@ func planRows(plans []sources.ShardPlan) int64 {
 // succeeded, an error (exit 1) naming the failed shards when it failed or
 // was cancelled, context.Canceled (exit 130) when interrupted: the run
 // keeps going on the workers.
-func waitRun(ctx context.Context, g *globals, led clusterctl.Reader, id string, progress bool) error {
+func waitRun(ctx context.Context, g *globals, led ledger.RunReader, id string, progress bool) error {
 	if g.interrupts != nil {
 		g.interrupts.SetMessage(msgInterruptWait)
 	}
 	bar := newProgressBar(os.Stderr, progress, g.log)
 	start := time.Now()
-	var last clusterctl.Snapshot
-	r, err := clusterctl.Follow(ctx, led, id, clusterctl.FollowOptions{
-		OnPoll: func(s clusterctl.Snapshot) {
+	var last ledger.RunSnapshot
+	r, err := ledger.Follow(ctx, led, id, ledger.FollowOptions{
+		OnPoll: func(s ledger.RunSnapshot) {
 			last = s
 			bar.update(progressOf(s, start))
 		},
@@ -155,7 +154,7 @@ func waitRun(ctx context.Context, g *globals, led clusterctl.Reader, id string, 
 }
 
 // progressOf is a followed run as precog run's progress bar draws it.
-func progressOf(s clusterctl.Snapshot, start time.Time) runner.Progress {
+func progressOf(s ledger.RunSnapshot, start time.Time) runner.Progress {
 	p := runner.Progress{RunID: s.Run.ID, RowsDone: s.Run.Counts.RowsIn, ShardsTotal: len(s.Shards),
 		Rejected: s.Run.Counts.Rejected, Elapsed: time.Since(start), Rate: s.Rate}
 	for _, sh := range s.Shards {

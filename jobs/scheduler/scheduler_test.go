@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/precog-ml/precog/internal/clusterctl"
 	"github.com/precog-ml/precog/internal/testservers"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
 	pgledger "github.com/precog-ml/precog/jobs/ledger/postgres"
+	"github.com/precog-ml/precog/runner"
 	"github.com/precog-ml/precog/sources"
 )
 
@@ -63,7 +63,7 @@ sinks:
 
 // plan makes a one-shard run without reading any data.
 func plan(_ context.Context, spec *jobs.Spec) (jobs.Run, []jobs.Shard, error) {
-	run, shards := clusterctl.NewRun(spec, clusterctl.RunOptions{ModelVersion: "m1", Plans: []sources.ShardPlan{{Plan: []byte(`{}`), Rows: 1}}})
+	run, shards := runner.NewRun(spec, runner.NewRunOptions{ModelVersion: "m1", Plans: []sources.ShardPlan{{Plan: []byte(`{}`), Rows: 1}}})
 	return run, shards, nil
 }
 

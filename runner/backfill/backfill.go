@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/precog-ml/precog/internal/clusterctl"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/runner"
@@ -122,13 +121,13 @@ func Ensure(ctx context.Context, led Ledger, req Request) (Outcome, error) {
 			}
 			continue
 		}
-		run, shards := clusterctl.NewRun(p.Spec, clusterctl.RunOptions{ModelVersion: version, Plans: plans, SpecFile: file, Priority: &priority})
+		run, shards := runner.NewRun(p.Spec, runner.NewRunOptions{ModelVersion: version, Plans: plans, SpecFile: file, Priority: &priority})
 		add = append(add, ledger.BackfillRun{Value: p.Value, Run: run, Shards: shards})
 		out.Created++
 	}
 	if prev == nil {
 		b := ledger.Backfill{
-			ID: first.Name + "-bf-" + clusterctl.NewVersion(time.Now()), Job: first.Name, Param: req.Param,
+			ID: first.Name + "-bf-" + runner.NewVersion(time.Now()), Job: first.Name, Param: req.Param,
 			From: req.From, To: req.To, Step: req.Step, ParamsKey: others, Parallel: req.Parallel,
 			Priority: priority, Pool: first.Pool,
 		}
@@ -368,7 +367,7 @@ func Retry(ctx context.Context, led Ledger, id string, lookupEnv func(string) (s
 			return nil, fmt.Errorf("%s=%s: %w", b.Param, a.Value, err)
 		}
 		prio := a.Priority
-		run, shards := clusterctl.NewRun(a.Spec, clusterctl.RunOptions{ModelVersion: version, Plans: plans, SpecFile: a.File, Priority: &prio})
+		run, shards := runner.NewRun(a.Spec, runner.NewRunOptions{ModelVersion: version, Plans: plans, SpecFile: a.File, Priority: &prio})
 		runs = append(runs, ledger.BackfillRun{Value: a.Value, Run: run, Shards: shards})
 		values = append(values, a.Value)
 	}

@@ -7,9 +7,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/precog-ml/precog/internal/runview"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/runview"
 )
 
 // Date is one value of a backfill as `precog status ID` shows it.

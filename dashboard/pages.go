@@ -13,9 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/precog-ml/precog/internal/runview"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/runview"
 )
 
 // maxRuns bounds the runs page (newest first).

@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/precog-ml/precog/internal/runview"
 	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/runview"
 )
 
 // rejectsPerPage is how many rejected rows /runs/{id}/rejects shows a page.

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/precog-ml/precog/internal/runview"
 	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/runview"
 )
 
 // Chart geometry (SVG user units; the SVG scales to its container).

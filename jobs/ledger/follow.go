@@ -1,4 +1,7 @@
-package clusterctl
+// Following a run: the polling that `submit --wait` and `status --watch`
+// use, with a recent rows-per-second rate.
+
+package ledger
 
 import (
 	"context"
@@ -7,17 +10,16 @@ import (
 	"time"
 
 	"github.com/precog-ml/precog/jobs"
-	"github.com/precog-ml/precog/jobs/ledger"
 )
 
-// Reader is the part of a ledger that following a run needs.
-type Reader interface {
+// RunReader is the part of a ledger that following a run needs.
+type RunReader interface {
 	Run(ctx context.Context, id string) (jobs.Run, error)
 	Shards(ctx context.Context, runID string) ([]jobs.Shard, error)
 }
 
-// Snapshot is one poll of a followed run.
-type Snapshot struct {
+// RunSnapshot is one poll of a followed run.
+type RunSnapshot struct {
 	Run    jobs.Run
 	Shards []jobs.Shard
 	At     time.Time
@@ -75,7 +77,7 @@ type FollowOptions struct {
 	// restarting) before Follow gives up (default 1m).
 	Tolerate time.Duration
 	// OnPoll receives every snapshot, the terminal one included.
-	OnPoll func(Snapshot)
+	OnPoll func(RunSnapshot)
 	// OnError is told of a failed poll that is tolerated.
 	OnError func(error)
 }
@@ -83,7 +85,7 @@ type FollowOptions struct {
 // Follow polls run id until it is terminal and returns it; ctx ending
 // returns ctx's error (the run keeps going wherever it runs). ErrNotFound
 // is returned at once.
-func Follow(ctx context.Context, r Reader, id string, o FollowOptions) (jobs.Run, error) {
+func Follow(ctx context.Context, r RunReader, id string, o FollowOptions) (jobs.Run, error) {
 	if o.Every <= 0 {
 		o.Every = 500 * time.Millisecond
 	}
@@ -109,7 +111,7 @@ func Follow(ctx context.Context, r Reader, id string, o FollowOptions) (jobs.Run
 			}
 		case ctx.Err() != nil:
 			return jobs.Run{}, ctx.Err()
-		case errors.Is(err, ledger.ErrNotFound):
+		case errors.Is(err, ErrNotFound):
 			return jobs.Run{}, err
 		default:
 			if failingSince.IsZero() {
@@ -129,14 +131,14 @@ func Follow(ctx context.Context, r Reader, id string, o FollowOptions) (jobs.Run
 	}
 }
 
-func poll(ctx context.Context, r Reader, id string) (Snapshot, error) {
+func poll(ctx context.Context, r RunReader, id string) (RunSnapshot, error) {
 	run, err := r.Run(ctx, id)
 	if err != nil {
-		return Snapshot{}, err
+		return RunSnapshot{}, err
 	}
 	shards, err := r.Shards(ctx, id)
 	if err != nil {
-		return Snapshot{}, err
+		return RunSnapshot{}, err
 	}
-	return Snapshot{Run: run, Shards: shards, At: time.Now()}, nil
+	return RunSnapshot{Run: run, Shards: shards, At: time.Now()}, nil
 }

@@ -1,10 +1,8 @@
-// Package clusterctl is what the command line needs to put runs into a
-// shared ledger and follow them there, without executing anything: the
-// one constructor of a new run from a checked spec (used by `precog
-// submit`, and meant for the runner and the scheduler too, so that every
-// run is built alike), and the polling that `submit --wait` and `status
-// --watch` follow a run with. It does not import the runner.
-package clusterctl
+// newrun.go holds the one constructor of a new run from a checked spec,
+// used by precog run, submit, backfill and the scheduler alike, so every
+// run is built the same way.
+
+package runner
 
 import (
 	"crypto/rand"
@@ -23,8 +21,8 @@ func NewVersion(now time.Time) string {
 	return now.UTC().Format("20060102t150405") + "-" + hex.EncodeToString(b[:])
 }
 
-// RunOptions are what a new run records beyond its spec.
-type RunOptions struct {
+// NewRunOptions are what a new run records beyond its spec.
+type NewRunOptions struct {
 	// ModelVersion is the loaded model's version (model.Model.Version).
 	ModelVersion string
 	// Plans are the source's shard plan, one shard each.
@@ -43,7 +41,7 @@ type RunOptions struct {
 // ledger.CreateRun: ID <job>-<version>, the raw spec (before ${ENV}
 // expansion, so secrets never reach the ledger), params, params key, spec
 // hash, model version, pool and priority.
-func NewRun(spec *jobs.Spec, o RunOptions) (jobs.Run, []jobs.Shard) {
+func NewRun(spec *jobs.Spec, o NewRunOptions) (jobs.Run, []jobs.Shard) {
 	now := o.Now
 	if now.IsZero() {
 		now = time.Now()

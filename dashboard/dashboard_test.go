@@ -16,10 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/precog-ml/precog/internal/runview"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/ledger/bolt"
+	"github.com/precog-ml/precog/jobs/runview"
 )
 
 const token = "s3cret-token"

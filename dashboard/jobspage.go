@@ -12,9 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/precog-ml/precog/internal/runview"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/runview"
 	"github.com/precog-ml/precog/jobs/schedule"
 	"github.com/precog-ml/precog/jobs/scheduler"
 )
