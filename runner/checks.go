@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/precog-ml/precog/internal/profile"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/profile"
 	"github.com/precog-ml/precog/sinks"
 )
 

@@ -13,11 +13,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/precog-ml/precog/internal/profile"
 	"github.com/precog-ml/precog/internal/testgen"
 	"github.com/precog-ml/precog/internal/testservers"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/profile"
 )
 
 // TestClusterChecksHoldShiftedModel: on the cluster path (Postgres ledger,

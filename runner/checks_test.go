@@ -16,12 +16,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/precog-ml/precog/internal/profile"
 	"github.com/precog-ml/precog/internal/testgen"
 	"github.com/precog-ml/precog/internal/testservers"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/ledger/bolt"
+	"github.com/precog-ml/precog/jobs/profile"
 )
 
 // checksFixture is a job with checks over Parquet and Redis sinks (real

@@ -12,8 +12,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/precog-ml/precog/internal/profile"
 	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/profile"
 	"github.com/precog-ml/precog/runner/model"
 	"github.com/precog-ml/precog/sinks"
 	"github.com/precog-ml/precog/sources"

@@ -12,8 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/precog-ml/precog/internal/profile"
 	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/profile"
 )
 
 // ShardCounts are a run's shards by state.
