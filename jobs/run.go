@@ -94,6 +94,13 @@ type Run struct {
 	Retries int `json:"retries,omitempty"`
 }
 
+// SameWork reports whether the run computes what spec and a model of
+// modelVersion would: the one rule for resuming, joining or skipping a run
+// (a spec edited or a model swapped since it was created is other work).
+func (r Run) SameWork(spec *Spec, modelVersion string) bool {
+	return r.SpecHash == spec.Hash() && r.ModelVersion == modelVersion
+}
+
 // Shard is one unit of work and of resume: a slice of the source planned
 // without reading data.
 type Shard struct {

@@ -402,7 +402,7 @@ func succeededRun(ctx context.Context, led ledger.Ledger, job *Job) (jobs.Run, b
 		if r.ParamsKey != key {
 			continue
 		}
-		ok := r.State == jobs.RunSucceeded && r.SpecHash == job.Spec.Hash() && r.ModelVersion == job.Model.Version()
+		ok := r.State == jobs.RunSucceeded && r.SameWork(job.Spec, job.Model.Version())
 		return r, ok, nil
 	}
 	return jobs.Run{}, false, nil

@@ -81,8 +81,9 @@ func printBackfillStatus(ctx context.Context, bl backfill.Ledger, id string, w i
 // cancelBackfill is `precog cancel ID` of a backfill: no value is started
 // any more, and every open value's run is cancelled as `precog cancel RUN`
 // would (its unpublished data removed from every sink).
-func cancelBackfill(cmd *cobra.Command, g *globals, led *openedLedger, closeLed func() error, bl backfill.Ledger, b ledger.Backfill, o cancelOptions) error {
+func cancelBackfill(cmd *cobra.Command, g *globals, ref backfillRef, o cancelOptions) error {
 	ctx := cmd.Context()
+	led, bl, b := ref.led, ref.bl, ref.b
 	if err := bl.SetBackfill(ctx, b.ID, b.Parallel, true); err != nil {
 		return err
 	}
@@ -104,7 +105,7 @@ func cancelBackfill(cmd *cobra.Command, g *globals, led *openedLedger, closeLed 
 			}
 		}
 	} else {
-		closeLed() // CancelLocal opens the embedded ledger itself
+		ref.close() // CancelLocal opens the embedded ledger itself
 		for _, id := range open {
 			r, err := runner.CancelLocal(ctx, g.stateDir, id, g.log)
 			if err != nil && !errors.Is(err, runner.ErrNotCancellable) {
@@ -194,5 +195,14 @@ func cancelIfBackfill(cmd *cobra.Command, g *globals, db, id string, o cancelOpt
 	}
 	closeLed := sync.OnceValue(led.Close)
 	defer closeLed()
-	return true, cancelBackfill(cmd, g, led, closeLed, bl, b, o)
+	return true, cancelBackfill(cmd, g, backfillRef{led: led, close: closeLed, bl: bl, b: b}, o)
+}
+
+// backfillRef is an opened backfill: the ledger it lives in (close closes
+// that ledger once), the ledger's backfill part and the record.
+type backfillRef struct {
+	led   *openedLedger
+	close func() error
+	bl    backfill.Ledger
+	b     ledger.Backfill
 }

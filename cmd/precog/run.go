@@ -75,7 +75,7 @@ fails only when they exceed max_rejected_fraction (default 0.01).`,
 				return invalid(fmt.Errorf("--parallel: must be >= 1 (got %d)", parallel))
 			}
 			if db != "" {
-				return runOnCluster(cmd, g, spec, args[0], db, parallel, !noProgress)
+				return runOnCluster(cmd, g, spec, clusterRun{specPath: args[0], dsn: db, parallel: parallel, progress: !noProgress})
 			}
 			stopMetrics, err := serveMetrics(cmd.Context(), metrics, g.log)
 			if err != nil {

@@ -104,7 +104,7 @@ func Ensure(ctx context.Context, led Ledger, req Request) (Outcome, error) {
 		if err != nil {
 			return Outcome{}, err
 		}
-		same := cur.ID != "" && cur.SpecHash == p.Spec.Hash() && cur.ModelVersion == version
+		same := cur.ID != "" && cur.SameWork(p.Spec, version)
 		switch {
 		case cur.ID != "" && !cur.State.Terminal() && !same:
 			return Outcome{}, fmt.Errorf("%s=%s: run %s is open with another spec or model; cancel it (precog cancel %s) or wait for it", req.Param, p.Value, cur.ID, cur.ID)

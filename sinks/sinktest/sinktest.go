@@ -93,12 +93,21 @@ func ctxT(t *testing.T) context.Context {
 // at most 64 rows and commits.
 func writeShard(t *testing.T, s sinks.Sink, run sinks.RunInfo, index, from, to int) {
 	t.Helper()
-	if err := tryWriteShard(ctxT(t), s, run, index, from, to, 0, true); err != nil {
+	if err := tryWriteShard(ctxT(t), s, run, shardRows{index: index, from: from, to: to, commit: true}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func tryWriteShard(ctx context.Context, s sinks.Sink, run sinks.RunInfo, index, from, to, extra int, commit bool) error {
+// shardRows is what tryWriteShard writes: rows [from, to) of shard index
+// (extra shifts their values, for a rewrite that must replace the first),
+// committed or left open.
+type shardRows struct {
+	index, from, to, extra int
+	commit                 bool
+}
+
+func tryWriteShard(ctx context.Context, s sinks.Sink, run sinks.RunInfo, r shardRows) error {
+	index, from, to, extra := r.index, r.from, r.to, r.extra
 	w, err := s.Shard(ctx, run, index)
 	if err != nil {
 		return fmt.Errorf("%s: Shard(%s, %d): %w", s.Name(), run.Version, index, err)
@@ -112,7 +121,7 @@ func tryWriteShard(ctx context.Context, s sinks.Sink, run sinks.RunInfo, index, 
 			return fmt.Errorf("%s: shard %d Write rows [%d,%d): %w", s.Name(), index, lo, hi, err)
 		}
 	}
-	if !commit {
+	if !r.commit {
 		return nil
 	}
 	if err := w.Commit(ctx); err != nil {
@@ -219,7 +228,7 @@ func testRetriedShards(t *testing.T, h Harness, s sinks.Sink) {
 	writeShard(t, s, run, 0, 0, 100)
 
 	// Shard 1: attempt 1 writes half and is abandoned (its worker died).
-	if err := tryWriteShard(ctx, s, run, 1, 100, 150, 9, false); err != nil {
+	if err := tryWriteShard(ctx, s, run, shardRows{index: 1, from: 100, to: 150, extra: 9}); err != nil {
 		t.Fatal(err)
 	}
 	writeShard(t, s, run, 1, 100, 200)
@@ -230,7 +239,7 @@ func testRetriedShards(t *testing.T, h Harness, s sinks.Sink) {
 	writeShard(t, s, run, 2, 200, 300)
 
 	// Shard 3: two committed attempts, the second one wins.
-	if err := tryWriteShard(ctx, s, run, 3, 300, 350, 3, true); err != nil {
+	if err := tryWriteShard(ctx, s, run, shardRows{index: 3, from: 300, to: 350, extra: 3, commit: true}); err != nil {
 		t.Fatal(err)
 	}
 	writeShard(t, s, run, 3, 300, 350)
@@ -250,7 +259,7 @@ func testConcurrentShards(t *testing.T, h Harness, s sinks.Sink) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- tryWriteShard(ctx, s, run, i, i*per, (i+1)*per, 0, true)
+			errs <- tryWriteShard(ctx, s, run, shardRows{index: i, from: i * per, to: (i + 1) * per, commit: true})
 		}()
 	}
 	wg.Wait()
@@ -362,7 +371,7 @@ func testAbortKeepsPublished(t *testing.T, h Harness, s sinks.Sink) {
 	run2 := NewRun("v2", false, params())
 	prepare(t, s, run2)
 	writeShard(t, s, run2, 0, 0, 300)
-	if err := tryWriteShard(ctx, s, run2, 1, 300, 350, 0, false); err != nil {
+	if err := tryWriteShard(ctx, s, run2, shardRows{index: 1, from: 300, to: 350}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Abort(ctx, run2); err != nil {
