@@ -145,7 +145,7 @@ func (h *harness) redisSink(ctx context.Context, s *section, addr string) error 
 			return err
 		}
 		t0 := time.Now()
-		if err := rawPipelinedSet(ctx, client, keys, vals, batch, depth, spec.TTL.Duration); err != nil {
+		if err := rawPipelinedSet(ctx, client, keys, vals, pipelineShape{batch: batch, depth: depth, ttl: spec.TTL.Duration}); err != nil {
 			return err
 		}
 		if d := time.Since(t0); bestRaw == 0 || d < bestRaw {
@@ -185,8 +185,16 @@ func mget(ctx context.Context, c *goredis.Client, keys []string) ([][]byte, erro
 	return out, nil
 }
 
+// pipelineShape is how the raw loop sends SETs: batch commands a pipeline,
+// depth pipelines in flight, each key with ttl.
+type pipelineShape struct {
+	batch, depth int
+	ttl          time.Duration
+}
+
 // rawPipelinedSet is the raw limit: pipelines of batch SETs, depth in flight.
-func rawPipelinedSet(ctx context.Context, c *goredis.Client, keys []string, vals [][]byte, batch, depth int, ttl time.Duration) error {
+func rawPipelinedSet(ctx context.Context, c *goredis.Client, keys []string, vals [][]byte, shape pipelineShape) error {
+	batch, depth, ttl := shape.batch, shape.depth, shape.ttl
 	sem := make(chan struct{}, depth)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
