@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/ledger/bolt"
 	"github.com/precog-ml/precog/sinks"
 )
@@ -15,46 +17,179 @@ import (
 // ErrNotCancellable means the run already finished.
 var ErrNotCancellable = errors.New("run already finished")
 
-// CancelLocal abandons an unfinished run of the embedded ledger under
-// stateDir: it is marked cancelled and everything it wrote is removed from
-// every sink (run tables, Redis versions, staging directories), so the next
-// `precog run` starts afresh. The run's sinks come from the spec it
-// recorded (its YAML before ${ENV} expansion, expanded now, so secrets
-// never sit in the ledger).
-func CancelLocal(ctx context.Context, stateDir, runID string, log *slog.Logger) (jobs.Run, error) {
-	if log == nil {
-		log = slog.Default()
+// CancelOptions tune Cancel.
+type CancelOptions struct {
+	// Drain bounds the wait for the workers holding shards of the run to
+	// stop before its sinks are cleaned (a shared ledger); 0 waits for none.
+	Drain time.Duration
+	// CleanAgain cleans the sinks of a run that is cancelled already,
+	// instead of refusing it with ErrNotCancellable.
+	CleanAgain bool
+	// Reason is recorded as the run's error (default "cancelled by precog
+	// cancel").
+	Reason string
+	Log    *slog.Logger
+}
+
+func (o CancelOptions) withDefaults() CancelOptions {
+	if o.Log == nil {
+		o.Log = slog.Default()
 	}
+	if o.Reason == "" {
+		o.Reason = "cancelled by precog cancel"
+	}
+	return o
+}
+
+// CancelResult is what Cancel did.
+type CancelResult struct {
+	Run jobs.Run
+	// Again is set when the run was cancelled already: only its sinks were
+	// cleaned again.
+	Again bool
+	// NoSpec is set when the run recorded no spec (an older precog made
+	// it): its sinks were not cleaned.
+	NoSpec bool
+	// Cleaned names the sinks the run's unpublished data was removed from.
+	Cleaned []string
+}
+
+// drainPoll is how often Cancel looks for the holders of a cancelled run's
+// shards: each holder clears its lease mark as it stops (Release), so
+// Cancel goes on within a poll of the last one stopping.
+const drainPoll = 200 * time.Millisecond
+
+// Cancel stops an unfinished run, on either ledger: the ledger marks it
+// cancelled (refusing a run in its publish step with ledger.ErrPublishing,
+// so no cancel lands between two sinks), the workers holding its shards
+// are given o.Drain to stop, and everything it wrote is removed from every
+// sink of the spec it recorded (expanded with this process's environment,
+// so secrets never sit in the ledger). Published data is never touched.
+func Cancel(ctx context.Context, led ledger.Ledger, id string, o CancelOptions) (CancelResult, error) {
+	o = o.withDefaults()
+	run, err := led.Run(ctx, id)
+	if err != nil {
+		return CancelResult{}, fmt.Errorf("run %s: %w", id, err)
+	}
+	res := CancelResult{Run: run}
+	switch {
+	case run.State == jobs.RunCancelled && o.CleanAgain:
+		res.Again = true
+	case run.State.Terminal():
+		return res, fmt.Errorf("run %s is %s: %w", id, run.State, ErrNotCancellable)
+	default:
+		err := led.SetRunState(ctx, id, jobs.RunCancelled, o.Reason)
+		if errors.Is(err, ledger.ErrRunFinished) {
+			res.Run, _ = led.Run(ctx, id)
+			return res, fmt.Errorf("run %s finished meanwhile (%s): %w", id, res.Run.State, ErrNotCancellable)
+		}
+		if err != nil {
+			return res, err
+		}
+		runFinished(run.Job, jobs.RunCancelled)
+	}
+	if o.Drain > 0 {
+		if err := drainLeases(ctx, led, id, o); err != nil {
+			return res, err
+		}
+	}
+	if len(run.Spec) == 0 {
+		o.Log.Warn("the run recorded no spec (made by an older precog): its sinks were not cleaned", "run", id)
+		res.NoSpec = true
+	} else if res.Cleaned, err = AbortSinks(ctx, run); err != nil {
+		return res, err
+	}
+	res.Run, err = led.Run(ctx, id)
+	return res, err
+}
+
+// drainLeases waits, at most o.Drain, until no worker holds a live lease
+// on a shard of the cancelled run: the cancel ended its shards, and each
+// one's lease mark stays until its holder stops (or its lease runs out,
+// when it died). Leases are on the ledger's clock: the run's updated_at
+// (the cancel, stamped by the ledger) anchors it.
+func drainLeases(ctx context.Context, led ledger.Ledger, id string, o CancelOptions) error {
+	run, err := led.Run(ctx, id)
+	if err != nil {
+		return err
+	}
+	anchor, start := run.UpdatedAt, time.Now()
+	deadline := start.Add(o.Drain)
+	told := false
+	for {
+		shards, err := led.Shards(ctx, id)
+		if err != nil {
+			return err
+		}
+		ledgerNow := anchor.Add(time.Since(start))
+		held := 0
+		for _, s := range shards {
+			if (s.State == jobs.ShardRunning || s.State == jobs.ShardFailed) && s.LeaseUntil.After(ledgerNow) {
+				held++
+			}
+		}
+		if held == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			o.Log.Warn("workers still hold shards of the cancelled run; cleaning its sinks anyway (run cancel again later to clean what they write meanwhile)",
+				"run", id, "shards", held, "waited", o.Drain)
+			return nil
+		}
+		if !told {
+			o.Log.Info("waiting for the workers holding shards of the run to stop", "run", id, "shards", held, "at_most", o.Drain)
+			told = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(drainPoll):
+		}
+	}
+}
+
+// AbortSinks removes an unpublished run's data from every sink of the spec
+// it recorded, expanded with this process's environment, and names the
+// sinks it cleaned. A sink that fails is reported; the others are cleaned.
+func AbortSinks(ctx context.Context, run jobs.Run) ([]string, error) {
+	spec, err := jobs.Parse(run.Spec, run.SpecFile, run.Params, os.LookupEnv)
+	if err != nil {
+		return nil, fmt.Errorf("run %s: its recorded spec (%s): %w", run.ID, run.SpecFile, err)
+	}
+	snks, err := OpenSinks(ctx, spec)
+	if err != nil {
+		return nil, fmt.Errorf("run %s: open its sinks to clean them: %w", run.ID, err)
+	}
+	defer func() {
+		for _, s := range snks {
+			s.Close()
+		}
+	}()
+	info := sinks.RunInfo{Job: run.Job, RunID: run.ID, Version: run.Version, Params: run.Params}
+	var cleaned []string
+	var errs []error
+	for _, s := range snks {
+		if err := s.Abort(ctx, info); err != nil {
+			errs = append(errs, fmt.Errorf("sink %s: abort run %s: %w", s.Name(), run.ID, err))
+			continue
+		}
+		cleaned = append(cleaned, s.Name())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return cleaned, fmt.Errorf("%w (the run is cancelled; run precog cancel %s again to retry the cleanup)", err, run.ID)
+	}
+	return cleaned, nil
+}
+
+// CancelLocal cancels an unfinished run of the embedded ledger under
+// stateDir (Cancel, with no workers to wait for), so the next `precog run`
+// starts afresh.
+func CancelLocal(ctx context.Context, stateDir, runID string, log *slog.Logger) (jobs.Run, error) {
 	led, err := bolt.OpenIn(stateDir)
 	if err != nil {
 		return jobs.Run{}, err
 	}
 	defer led.Close()
-	run, err := led.Run(ctx, runID)
-	if err != nil {
-		return jobs.Run{}, fmt.Errorf("run %s: %w", runID, err)
-	}
-	if run.State.Terminal() {
-		return run, fmt.Errorf("run %s is %s: %w", runID, run.State, ErrNotCancellable)
-	}
-	var snks []sinks.Sink
-	if len(run.Spec) > 0 {
-		spec, err := jobs.Parse(run.Spec, run.SpecFile, run.Params, os.LookupEnv)
-		if err != nil {
-			return run, fmt.Errorf("run %s: its recorded spec: %w", runID, err)
-		}
-		if snks, err = OpenSinks(ctx, spec); err != nil {
-			return run, fmt.Errorf("run %s: %w", runID, err)
-		}
-		defer func() {
-			for _, s := range snks {
-				s.Close()
-			}
-		}()
-	} else {
-		log.Warn("the run recorded no spec (made by an older precog): marking it cancelled without cleaning its sinks", "run", runID)
-	}
-	info := sinks.RunInfo{Job: run.Job, RunID: run.ID, Version: run.Version, Params: run.Params}
-	runStores{led: led, snks: snks, info: info, log: log}.end(ctx, jobs.RunCancelled, errors.New("cancelled by precog cancel"))
-	return led.Run(ctx, runID)
+	res, err := Cancel(ctx, led, runID, CancelOptions{Log: log})
+	return res.Run, err
 }

@@ -14,12 +14,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
-	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/ledger/bolt"
 	"github.com/precog-ml/precog/jobs/ledger/postgres"
 	"github.com/precog-ml/precog/runner"
-	"github.com/precog-ml/precog/sinks"
 )
 
 // envDatabaseURL names the Postgres ledger when --db is not given.
@@ -130,126 +128,36 @@ type cancelOptions struct {
 	log   *slog.Logger
 }
 
-// cancelCluster marks a run of the Postgres ledger cancelled, waits for the
-// workers holding its shards to let go, then aborts it in every sink.
+// cancelCluster is `precog cancel RUN` on the Postgres ledger
+// (runner.Cancel), printing what it did.
 func cancelCluster(ctx context.Context, led *openedLedger, id string, o cancelOptions) error {
-	run, err := led.Run(ctx, id)
-	if errors.Is(err, ledger.ErrNotFound) {
-		return led.notFound(id)
-	} else if err != nil {
-		return err
-	}
-	again := false
+	res, err := runner.Cancel(ctx, led, id, runner.CancelOptions{Drain: o.drain, CleanAgain: true, Log: o.log})
 	switch {
-	case run.State == jobs.RunCancelled:
-		again = true
-	case run.State.Terminal():
-		return invalid(fmt.Errorf("run %s is %s: %w", id, run.State, runner.ErrNotCancellable))
+	case errors.Is(err, ledger.ErrNotFound):
+		return led.notFound(id)
+	case errors.Is(err, ledger.ErrPublishing):
+		return invalid(fmt.Errorf("run %s is publishing (its results are being made visible in every sink): cancelling now could leave the sinks on different versions; it finishes in moments (a worker takes over a publish whose worker died): %w", id, err))
+	case errors.Is(err, runner.ErrNotCancellable):
+		return invalid(err)
 	}
-	if !again {
-		// The ledger decides under the run's lock: a run in its publish
-		// step is refused, never cancelled between two sinks.
-		err := led.SetRunState(ctx, id, jobs.RunCancelled, "cancelled by precog cancel")
-		if errors.Is(err, ledger.ErrPublishing) {
-			return invalid(fmt.Errorf("run %s is publishing (its results are being made visible in every sink): cancelling now could leave the sinks on different versions; it finishes in moments (a worker takes over a publish whose worker died): %w", id, err))
-		}
-		if errors.Is(err, ledger.ErrRunFinished) {
-			run, _ = led.Run(ctx, id)
-			return invalid(fmt.Errorf("run %s finished meanwhile (%s): %w", id, run.State, runner.ErrNotCancellable))
-		} else if err != nil {
-			return err
-		}
-		fmt.Fprintf(o.out, "run %s cancelled\n", id)
-	} else {
+	if res.Again {
 		fmt.Fprintf(o.out, "run %s was already cancelled; cleaning its sinks again\n", id)
+	} else if res.Run.ID != "" {
+		fmt.Fprintf(o.out, "run %s cancelled\n", id)
 	}
-	if err := drainLeases(ctx, led, id, o); err != nil {
-		return err
-	}
-	return abortSinks(ctx, run, o)
-}
-
-// drainPoll is how often cancel looks for the holders of a cancelled
-// run's shards: each holder clears its lease mark as it stops (Release),
-// so cancel returns within a poll of the last one stopping.
-const drainPoll = 200 * time.Millisecond
-
-// drainLeases waits, at most o.drain, until no worker holds a live lease
-// on a shard of the cancelled run: the cancel ended its shards, and each
-// one's holder lease mark stays until that holder stops (or its lease
-// runs out, when it died). Leases are on the database's clock: the run's
-// updated_at (the cancel, stamped by the database) anchors it.
-func drainLeases(ctx context.Context, led *openedLedger, id string, o cancelOptions) error {
-	run, err := led.Run(ctx, id)
 	if err != nil {
 		return err
 	}
-	anchor, start := run.UpdatedAt, time.Now()
-	deadline := start.Add(o.drain)
-	told := false
-	for {
-		shards, err := led.Shards(ctx, id)
-		if err != nil {
-			return err
-		}
-		dbNow := anchor.Add(time.Since(start))
-		held := 0
-		for _, s := range shards {
-			if (s.State == jobs.ShardRunning || s.State == jobs.ShardFailed) && s.LeaseUntil.After(dbNow) {
-				held++
-			}
-		}
-		if held == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			o.log.Warn("workers still hold shards of the cancelled run; cleaning its sinks anyway (run cancel again later to clean what they write meanwhile)",
-				"run", id, "shards", held, "waited", o.drain)
-			return nil
-		}
-		if !told {
-			o.log.Info("waiting for the workers holding shards of the run to stop", "run", id, "shards", held, "at_most", o.drain)
-			told = true
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(drainPoll):
-		}
-	}
-}
-
-// abortSinks removes an unpublished run's data from every sink of the
-// spec it recorded, expanded with this process's environment.
-func abortSinks(ctx context.Context, run jobs.Run, o cancelOptions) error {
-	if len(run.Spec) == 0 {
-		fmt.Fprintf(o.out, "the run recorded no spec: its sinks were not cleaned\n")
-		return nil
-	}
-	spec, err := jobs.Parse(run.Spec, run.SpecFile, run.Params, os.LookupEnv)
-	if err != nil {
-		return fmt.Errorf("run %s: its recorded spec (%s): %w", run.ID, run.SpecFile, err)
-	}
-	snks, err := runner.OpenSinks(ctx, spec)
-	if err != nil {
-		return fmt.Errorf("run %s: open its sinks to clean them: %w", run.ID, err)
-	}
-	defer func() {
-		for _, s := range snks {
-			s.Close()
-		}
-	}()
-	info := sinks.RunInfo{Job: run.Job, RunID: run.ID, Version: run.Version, Params: run.Params}
-	var errs []error
-	for _, s := range snks {
-		if err := s.Abort(ctx, info); err != nil {
-			errs = append(errs, fmt.Errorf("sink %s: abort run %s: %w", s.Name(), run.ID, err))
-			continue
-		}
-		fmt.Fprintf(o.out, "  %s: removed the data of version %s\n", s.Name(), run.Version)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("%w (the run is cancelled; run precog cancel %s again to retry the cleanup)", err, run.ID)
-	}
+	printCleaned(o.out, res)
 	return nil
+}
+
+// printCleaned says which sinks the cancelled run's data was removed from.
+func printCleaned(out io.Writer, res runner.CancelResult) {
+	if res.NoSpec {
+		fmt.Fprintf(out, "the run recorded no spec: its sinks were not cleaned\n")
+	}
+	for _, name := range res.Cleaned {
+		fmt.Fprintf(out, "  %s: removed the data of version %s\n", name, res.Run.Version)
+	}
 }

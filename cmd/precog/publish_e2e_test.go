@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -59,7 +58,7 @@ func (c *e2eCluster) failLikeAWorker(id string) {
 		c.t.Fatal(err)
 	}
 	c.setEnvOf()
-	if err := abortSinks(ctx, run, cancelOptions{out: io.Discard, log: slog.New(slog.DiscardHandler)}); err != nil {
+	if _, err := runner.AbortSinks(ctx, run); err != nil {
 		c.t.Fatalf("abort run %s in its sinks: %v", id, err)
 	}
 }

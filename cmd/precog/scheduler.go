@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -139,19 +138,14 @@ func planRun(ctx context.Context, spec *jobs.Spec) (jobs.Run, []jobs.Shard, erro
 // lock): the error says so, the tick is not recorded, and the next pass
 // fires it once the publish has finished.
 func cancelForReplace(ctx context.Context, g *globals, led ledger.Ledger, run jobs.Run) error {
-	err := led.SetRunState(ctx, run.ID, jobs.RunCancelled, "replaced by a newer scheduled run (concurrency: replace)")
+	_, err := runner.Cancel(ctx, led, run.ID, runner.CancelOptions{Reason: "replaced by a newer scheduled run (concurrency: replace)", Log: g.log})
 	switch {
 	case errors.Is(err, ledger.ErrPublishing):
 		return fmt.Errorf("concurrency replace waits: run %s is publishing, and cancelling it between two sinks would leave them on different versions; the tick fires once the publish finished: %w", run.ID, err)
-	case errors.Is(err, ledger.ErrRunFinished):
-		// Finished meanwhile: a published run's data is not aborted.
-		if cur, rerr := led.Run(ctx, run.ID); rerr == nil && cur.State == jobs.RunSucceeded {
-			return nil
-		}
-	case err != nil:
-		return err
+	case errors.Is(err, runner.ErrNotCancellable):
+		return nil // finished meanwhile: a published run's data is not aborted
 	}
-	return abortSinks(ctx, run, cancelOptions{out: io.Discard, log: g.log})
+	return err
 }
 
 // runFired executes a fired run in this process (embedded mode): RunLocal
