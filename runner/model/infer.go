@@ -136,6 +136,9 @@ type collector interface {
 }
 
 func newCollector(o *output) collector {
+	if o.zipKey != "" {
+		return newMapCollector(o)
+	}
 	switch o.kind {
 	case kindFloat32:
 		return &typedCollector[float32]{o: o, width: o.width}

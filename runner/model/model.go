@@ -84,6 +84,9 @@ type output struct {
 	kind  elemKind // element type
 	list  bool     // [N, k] with k != 1 -> list field; else scalar
 	width int      // static k of a list output; -1 dynamic
+	// zipKey is set for a sequence<map<K,V>> output (sklearn's ZipMap):
+	// the key type, "int64" or "string"; kind is then V's type.
+	zipKey string
 }
 
 // Model is a loaded ONNX model with a pool of sessions, checked against a
@@ -279,8 +282,14 @@ func (m *Model) bindOutputs() error {
 			return m.errorf(f, "field %q is already the field of output %q", fieldName, prev)
 		}
 		seen[fieldName] = t.Name
+		if o, ok := zipMapOutput(t, fieldName); ok {
+			m.outputs = append(m.outputs, o)
+			m.outNames = append(m.outNames, t.Name)
+			m.fields = append(m.fields, arrow.Field{Name: fieldName, Type: o.mapType()})
+			continue
+		}
 		if !t.Tensor {
-			return m.errorf(f, "output %q is %s, not a tensor; precog stores tensors of %s (leave it out of model.outputs to ignore it)", t.Name, t.Type, supportedTypes)
+			return m.errorf(f, "output %q is %s, not a tensor; precog stores tensors of %s and sequence<map<int64|string,float32|float64|int64>> (leave it out of model.outputs to ignore it)", t.Name, t.Type, supportedTypes)
 		}
 		kind, ok := kindOf(t.Type)
 		if !ok {
