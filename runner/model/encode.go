@@ -140,6 +140,12 @@ func (m *Model) Encode(rec arrow.RecordBatch) (*Batch, error) {
 			if err := m.checkScalarType(in, fmt.Sprintf("%s[%d]", in.field(), j), schema.Field(idx[0])); err != nil {
 				return nil, err
 			}
+			if in.kind == kindString {
+				arr := rec.Column(idx[0])
+				cols[i][j] = colRef{c, arr, nil}
+				scanStrings(arr, c, reject)
+				continue
+			}
 			arr, converted := asNumbers(rec.Column(idx[0]))
 			if converted {
 				defer arr.Release()
@@ -179,6 +185,8 @@ func (m *Model) Encode(rec arrow.RecordBatch) (*Batch, error) {
 			bufs.data[i] = fillInput[int32](bufs, i, in, cols[i], rows, padded, w)
 		case kindInt64:
 			bufs.data[i] = fillInput[int64](bufs, i, in, cols[i], rows, padded, w)
+		case kindString:
+			bufs.data[i] = fillStrings(bufs, i, cols[i], rows, padded, w)
 		}
 	}
 	ok = true

@@ -94,6 +94,8 @@ func (m *Model) makeInputs(b *Batch, ins []ort.Value, lo, rows int) error {
 			ins[i], err = ort.NewTensor(shape, d[lo*w:(lo+rows)*w])
 		case []int64:
 			ins[i], err = ort.NewTensor(shape, d[lo*w:(lo+rows)*w])
+		case []string:
+			ins[i], err = newStringTensor(shape, d[lo*w:(lo+rows)*w])
 		}
 		if err != nil {
 			return fmt.Errorf("model %s: input %q tensor %v: %w", m.spec.Path, in.name, shape, err)
@@ -138,6 +140,9 @@ type collector interface {
 func newCollector(o *output) collector {
 	if o.zipKey != "" {
 		return newMapCollector(o)
+	}
+	if o.kind == kindString {
+		return &stringCollector{o: o, width: o.width}
 	}
 	switch o.kind {
 	case kindFloat32:

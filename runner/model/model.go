@@ -26,9 +26,12 @@ const (
 	kindFloat64
 	kindInt32
 	kindInt64
+	// kindString is a tensor(string): fed from string columns (a
+	// OneHotEncoder or LabelEncoder pipeline), stored as text.
+	kindString
 )
 
-var kindNames = [...]string{"float32", "float64", "int32", "int64"}
+var kindNames = [...]string{"float32", "float64", "int32", "int64", "string"}
 
 func (k elemKind) String() string { return kindNames[k] }
 
@@ -42,6 +45,8 @@ func (k elemKind) arrowType() arrow.DataType {
 		return arrow.PrimitiveTypes.Float64
 	case kindInt32:
 		return arrow.PrimitiveTypes.Int32
+	case kindString:
+		return arrow.BinaryTypes.String
 	default:
 		return arrow.PrimitiveTypes.Int64
 	}
@@ -56,7 +61,7 @@ func kindOf(typeName string) (elemKind, bool) {
 	return 0, false
 }
 
-const supportedTypes = "float32, float64, int32, int64"
+const supportedTypes = "float32, float64, int32, int64, string"
 
 // input is one model input bound to the spec's columns.
 type input struct {
@@ -221,6 +226,9 @@ func (m *Model) bindInputs() error {
 		kind, ok := kindOf(t.Type)
 		if !ok {
 			return m.errorf(f, "input %q has element type %s; precog feeds %s", t.Name, t.Type, supportedTypes)
+		}
+		if kind == kindString && is.Column != "" {
+			return m.errorf(f+".column", "input %q is a string tensor: feed it string columns with columns: [...]", t.Name)
 		}
 		in := &input{name: t.Name, kind: kind, columns: is.Columns, list: is.Column, shape: t.Shape, rank: 2, width: -1}
 		switch {

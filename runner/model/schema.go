@@ -80,6 +80,9 @@ func (m *Model) checkElemType(in *input, path, col string, t, whole arrow.DataTy
 }
 
 func (m *Model) checkScalarType(in *input, path string, f arrow.Field) error {
+	if in.kind == kindString {
+		return m.checkStringType(in, path, f)
+	}
 	return m.checkElemType(in, path, f.Name, f.Type, f.Type)
 }
 

@@ -33,7 +33,7 @@ func zipMapOutput(t TensorInfo, fieldName string) (*output, bool) {
 		return nil, false
 	}
 	kind, ok := kindOf(val)
-	if !ok {
+	if !ok || kind == kindString {
 		return nil, false
 	}
 	return &output{name: t.Name, field: fieldName, kind: kind, width: -1, zipKey: key}, true
