@@ -23,6 +23,9 @@ func (m *Model) Infer(ctx context.Context, b *Batch) (arrow.RecordBatch, error) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if m.hasText {
+		return m.inferText(ctx, b)
+	}
 	s, err := m.acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("model %s: wait for a session: %w", m.spec.Path, err)

@@ -72,6 +72,12 @@ type input struct {
 	columns []string // numeric columns stacked into [N, len(columns)]
 	list    string   // or one list / fixed-size-list column -> [N, len]
 	shape   []int64  // as declared, for error text
+	// text is set on a tokenized text input (text.go); derived is "mask"
+	// or "zeros" on a mask_of / zeros_like input, which follows input
+	// textOf.
+	text    *textInput
+	derived string
+	textOf  int
 }
 
 // field is the spec path of this input's column mapping, for errors.
@@ -92,6 +98,9 @@ type output struct {
 	// zipKey is set for a sequence<map<K,V>> output (sklearn's ZipMap):
 	// the key type, "int64" or "string"; kind is then V's type.
 	zipKey string
+	// pool is set for a [N,T,D] output (last_hidden_state) reduced to a
+	// [N,D] list field by model.pooling.
+	pool bool
 }
 
 // Model is a loaded ONNX model with a pool of sessions, checked against a
@@ -116,6 +125,9 @@ type Model struct {
 	closed   bool
 	bufs     sync.Pool // *batchBufs
 	outNames []string
+	// hasText: the model has a tokenized text input; Infer runs it in
+	// length buckets (text.go).
+	hasText bool
 }
 
 // session is one ONNX Runtime session and its reusable run options.
@@ -217,6 +229,12 @@ func (m *Model) bindInputs() error {
 			return m.errorf("model.inputs", "input %q of %s is not mapped to columns (inputs: %s)", t.Name, path, names(m.info.Inputs))
 		}
 		f := "model.inputs." + t.Name
+		if len(is.Text) > 0 || is.MaskOf != "" || is.ZerosLike != "" {
+			if err := m.bindTextInput(t, is); err != nil {
+				return err
+			}
+			continue
+		}
 		if (len(is.Columns) == 0) == (is.Column == "") {
 			return m.errorf(f, "set exactly one of columns (numeric columns) or column (one list column)")
 		}
@@ -258,7 +276,7 @@ func (m *Model) bindInputs() error {
 		}
 		m.inputs = append(m.inputs, in)
 	}
-	return nil
+	return m.linkTextInputs()
 }
 
 func (m *Model) bindOutputs() error {
@@ -304,6 +322,15 @@ func (m *Model) bindOutputs() error {
 			return m.errorf(f, "output %q has element type %s; precog stores %s", t.Name, t.Type, supportedTypes)
 		}
 		o := &output{name: t.Name, field: fieldName, kind: kind, width: -1}
+		if len(t.Shape) == 3 {
+			if err := m.bindPooled(o, t); err != nil {
+				return err
+			}
+			m.outputs = append(m.outputs, o)
+			m.outNames = append(m.outNames, t.Name)
+			m.fields = append(m.fields, arrow.Field{Name: fieldName, Type: arrow.ListOf(kind.arrowType())})
+			continue
+		}
 		switch {
 		case len(t.Shape) == 1:
 		case len(t.Shape) == 2 && t.Shape[1] == 1:
@@ -554,6 +581,11 @@ func (m *Model) InputColumns() []string {
 	for _, in := range m.inputs {
 		if in.list != "" {
 			add(in.list)
+		}
+		if in.text != nil {
+			for _, c := range in.text.columns {
+				add(c)
+			}
 		}
 		for _, c := range in.columns {
 			add(c)
