@@ -48,6 +48,7 @@ Then print the shard plan (from file metadata only: no data is read).`,
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "job %s: valid\n", spec.Name)
 			fmt.Fprintf(w, "model %s (version %s)\n", spec.Model.Path, job.Model.Version())
+			printText(w, job.Model)
 			fmt.Fprintf(w, "output schema:\n")
 			for _, f := range job.Output.Fields() {
 				fmt.Fprintf(w, "  %-16s %s\n", f.Name, f.Type)
