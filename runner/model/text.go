@@ -207,11 +207,11 @@ func (m *Model) inferText(ctx context.Context, b *Batch) (arrow.RecordBatch, err
 	n := len(b.Rows)
 	bufs := b.bufs
 	tokens := func(k int) []int32 { r := b.Rows[k]; return bufs.tokIDs[bufs.tokOff[r]:bufs.tokOff[r+1]] }
-	order := make([]int, n)
-	for k := range order {
-		order[k] = k
+	lens := make([]int, n)
+	for k := range lens {
+		lens[k] = len(tokens(k))
 	}
-	slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(len(tokens(x)), len(tokens(y))) })
+	order := lengthOrder(lens)
 
 	s, err := m.acquire(ctx)
 	if err != nil {
@@ -233,13 +233,12 @@ func (m *Model) inferText(ctx context.Context, b *Batch) (arrow.RecordBatch, err
 	outs := make([]ort.Value, len(m.outputs))
 	for lo := 0; lo < n; lo += bucketRows {
 		bucket := order[lo:min(lo+bucketRows, n)]
-		lens := make([]int, len(bucket))
-		T := 0
+		blens := make([]int, len(bucket))
 		for j, k := range bucket {
-			lens[j] = len(tokens(k))
-			T = max(T, lens[j])
+			blens[j] = lens[k]
 		}
-		if err := m.makeTextInputs(b, ins, bucket, lens, T); err != nil {
+		T := blens[len(blens)-1] // sorted: the bucket's longest row
+		if err := m.makeTextInputs(b, ins, bucket, blens, T); err != nil {
 			destroyAll(ins)
 			return nil, err
 		}
@@ -255,7 +254,7 @@ func (m *Model) inferText(ctx context.Context, b *Batch) (arrow.RecordBatch, err
 		}
 		for i, c := range collectors {
 			if pc, ok := c.(*poolCollector); ok {
-				pc.lens = lens
+				pc.lens = blens
 			}
 			if err := c.take(outs[i], len(bucket), len(bucket), false); err != nil {
 				destroyAll(outs)
@@ -277,6 +276,33 @@ func (m *Model) inferText(ctx context.Context, b *Batch) (arrow.RecordBatch, err
 		c.Release()
 	}
 	return rec, nil
+}
+
+// lengthOrder is the kept rows sorted by token length (stable), the order
+// in which inferText cuts buckets of bucketRows.
+func lengthOrder(lens []int) []int {
+	order := make([]int, len(lens))
+	for k := range order {
+		order[k] = k
+	}
+	slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(lens[x], lens[y]) })
+	return order
+}
+
+// paddedTokens is the tensor size (rows × padded length) of running lens in
+// length-sorted buckets of size rows each, against padding every row to the
+// batch's longest: what bucketing saves.
+func paddedTokens(lens []int, size int) (bucketed, flat int) {
+	order := lengthOrder(lens)
+	longest := 0
+	for lo := 0; lo < len(order); lo += size {
+		b := order[lo:min(lo+size, len(order))]
+		bucketed += len(b) * lens[b[len(b)-1]]
+	}
+	for _, l := range lens {
+		longest = max(longest, l)
+	}
+	return bucketed, len(lens) * longest
 }
 
 // makeTextInputs builds a bucket's tensors: token ids padded to T with the

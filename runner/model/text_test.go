@@ -161,3 +161,27 @@ func TestTextSpecErrors(t *testing.T) {
 		t.Fatalf("CheckSchema: %v", err)
 	}
 }
+
+// TestBucketPadding: on a length-skewed batch (most titles short, a long
+// tail) the length-sorted buckets hold far fewer tensor elements than one
+// batch padded to its longest row, and each bucket's rows are no longer
+// than the next bucket's.
+func TestBucketPadding(t *testing.T) {
+	_, _, tok := textSpec(t, "mean", "l2", 128)
+	titles := textCorpus(1024)
+	lens := make([]int, len(titles))
+	for i, s := range titles {
+		lens[i] = len(tok.Encode(nil, s, 128))
+	}
+	order := lengthOrder(lens)
+	for j := 1; j < len(order); j++ {
+		if lens[order[j]] < lens[order[j-1]] {
+			t.Fatalf("order not by length at %d", j)
+		}
+	}
+	bucketed, flat := paddedTokens(lens, bucketRows)
+	t.Logf("padded tokens: %d bucketed vs %d padded to the longest row (%.1fx)", bucketed, flat, float64(flat)/float64(bucketed))
+	if float64(flat)/float64(bucketed) < 2 {
+		t.Fatalf("bucketing saves only %d → %d tokens", flat, bucketed)
+	}
+}
