@@ -21,9 +21,13 @@ type TextEmbedder struct {
 }
 
 // NewTextEmbedder returns `text_embedder` with weights from seed.
-func NewTextEmbedder(seed uint64) *TextEmbedder {
+func NewTextEmbedder(seed uint64) *TextEmbedder { return NewTextEmbedderSized(seed, 16, 8) }
+
+// NewTextEmbedderSized is text_embedder with embedding width e and hidden
+// width d, e.g. 384 × 384 for benchmarks with a realistic per-token cost.
+func NewTextEmbedderSized(seed uint64, e, d int) *TextEmbedder {
 	r := rng(seed, "text_embedder")
-	m := &TextEmbedder{Name: "text_embedder", V: len(BertVocab()), E: 16, D: 8}
+	m := &TextEmbedder{Name: "text_embedder", V: len(BertVocab()), E: e, D: d}
 	m.emb = make([]float32, m.V*m.E)
 	for i := range m.emb {
 		m.emb[i] = float32(2*r.Float64() - 1)

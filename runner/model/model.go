@@ -128,6 +128,9 @@ type Model struct {
 	// hasText: the model has a tokenized text input; Infer runs it in
 	// length buckets (text.go).
 	hasText bool
+	// padTo, when set (benchmarks only), pads every bucket to this length:
+	// the padding-to-max_length baseline bucketing is measured against.
+	padTo int
 }
 
 // session is one ONNX Runtime session and its reusable run options.

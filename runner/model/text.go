@@ -238,6 +238,9 @@ func (m *Model) inferText(ctx context.Context, b *Batch) (arrow.RecordBatch, err
 			blens[j] = lens[k]
 		}
 		T := blens[len(blens)-1] // sorted: the bucket's longest row
+		if m.padTo > 0 {
+			T = max(T, m.padTo) // the benchmark's baseline: pad to max_length
+		}
 		if err := m.makeTextInputs(b, ins, bucket, blens, T); err != nil {
 			destroyAll(ins)
 			return nil, err

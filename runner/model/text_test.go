@@ -30,7 +30,7 @@ func textCorpus(n int) []string {
 	return out
 }
 
-func textSpec(t *testing.T, pooling, normalize string, maxLen int) (jobs.ModelSpec, *testgen.TextEmbedder, *tokenizer.Tokenizer) {
+func textSpec(t testing.TB, pooling, normalize string, maxLen int) (jobs.ModelSpec, *testgen.TextEmbedder, *tokenizer.Tokenizer) {
 	t.Helper()
 	tm := testgen.NewTextEmbedder(testgen.DefaultSeed)
 	dir := t.TempDir()
