@@ -1,6 +1,7 @@
 package testgen
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -18,6 +19,7 @@ type TextEmbedder struct {
 	D     int // hidden width
 	emb   []float32
 	layer dense
+	bpe   bool // its tokenizer is BPETokenizerJSON, else BertTokenizerJSON
 }
 
 // NewTextEmbedder returns `text_embedder` with weights from seed.
@@ -60,6 +62,30 @@ func (m *TextEmbedder) ONNX() ([]byte, error) {
 	return b, nil
 }
 
+// NewTextEmbedderBPE is text_embedder over BPETokenizerJSON's vocabulary.
+func NewTextEmbedderBPE(seed uint64) *TextEmbedder {
+	raw, err := BPETokenizerJSON()
+	if err != nil {
+		panic(err) // generated from constants
+	}
+	var f struct {
+		Model struct {
+			Vocab map[string]int `json:"vocab"`
+		} `json:"model"`
+	}
+	if err := json.Unmarshal(raw, &f); err != nil {
+		panic(err)
+	}
+	m := NewTextEmbedderSized(seed, 16, 8)
+	m.V, m.bpe = len(f.Model.Vocab), true
+	r := rng(seed, "text_embedder_bpe")
+	m.emb = make([]float32, m.V*m.E)
+	for i := range m.emb {
+		m.emb[i] = float32(2*r.Float64() - 1)
+	}
+	return m
+}
+
 // Write writes the model to dir/text_embedder.onnx and the tokenizer to
 // dir/tokenizer.json; it returns the model's path.
 func (m *TextEmbedder) Write(dir string) (string, error) {
@@ -67,7 +93,11 @@ func (m *TextEmbedder) Write(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if _, err := WriteBertTokenizer(dir); err != nil {
+	writeTok := WriteBertTokenizer
+	if m.bpe {
+		writeTok = WriteBPETokenizer
+	}
+	if _, err := writeTok(dir); err != nil {
 		return "", err
 	}
 	path := filepath.Join(dir, m.Name+".onnx")

@@ -32,7 +32,11 @@ func textCorpus(n int) []string {
 
 func textSpec(t testing.TB, pooling, normalize string, maxLen int) (jobs.ModelSpec, *testgen.TextEmbedder, *tokenizer.Tokenizer) {
 	t.Helper()
-	tm := testgen.NewTextEmbedder(testgen.DefaultSeed)
+	return textSpecFor(t, testgen.NewTextEmbedder(testgen.DefaultSeed), pooling, normalize, maxLen)
+}
+
+func textSpecFor(t testing.TB, tm *testgen.TextEmbedder, pooling, normalize string, maxLen int) (jobs.ModelSpec, *testgen.TextEmbedder, *tokenizer.Tokenizer) {
+	t.Helper()
 	dir := t.TempDir()
 	path, err := tm.Write(dir)
 	if err != nil {
@@ -78,9 +82,14 @@ func TestTextEmbeddings(t *testing.T) {
 	for _, tc := range []struct {
 		pooling, normalize string
 		maxLen             int
-	}{{"mean", "l2", 0}, {"cls", "none", 16}, {"max", "", 24}, {"mean", "", 8}} {
-		t.Run(fmt.Sprintf("%s/%s/%d", tc.pooling, tc.normalize, tc.maxLen), func(t *testing.T) {
-			spec, tm, tok := textSpec(t, tc.pooling, tc.normalize, tc.maxLen)
+		bpe                bool
+	}{{"mean", "l2", 0, false}, {"cls", "none", 16, false}, {"max", "", 24, false}, {"mean", "", 8, false}, {"mean", "l2", 32, true}} {
+		t.Run(fmt.Sprintf("%s/%s/%d/bpe=%v", tc.pooling, tc.normalize, tc.maxLen, tc.bpe), func(t *testing.T) {
+			tm := testgen.NewTextEmbedder(testgen.DefaultSeed)
+			if tc.bpe {
+				tm = testgen.NewTextEmbedderBPE(testgen.DefaultSeed)
+			}
+			spec, tm, tok := textSpecFor(t, tm, tc.pooling, tc.normalize, tc.maxLen)
 			m := loadModel(t, spec)
 			titles := textCorpus(300)
 			titles[17], titles[250] = "", "  \t "

@@ -2,8 +2,10 @@
 // reference implementation (@huggingface/tokenizers, pure JS):
 //
 //   cd scripts/tokref && npm install --no-save @huggingface/tokenizers@0.2.0
-//   go run ./scripts/tokref/writetok /tmp/tok   # the generated tokenizer.json
+//   go run ./scripts/tokref/writetok bert /tmp/tok   # the generated tokenizer.json
 //   node scripts/tokref/gen.mjs /tmp/tok/tokenizer.json > runner/model/tokenizer/testdata/bert_ids.json
+//   go run ./scripts/tokref/writetok bpe /tmp/tokbpe
+//   node scripts/tokref/gen.mjs /tmp/tokbpe/tokenizer.json > runner/model/tokenizer/testdata/bpe_ids.json
 //
 // Tests read the JSON and need neither node nor the network.
 import { Tokenizer } from "@huggingface/tokenizers";
@@ -35,6 +37,10 @@ const corpus = [
   "the red cat ".repeat(300),
   "Ünïcödé ÇÃFÉ",
   "“curly” ‘quotes’ … ¿qué? ¡sí!",
+  "it's they're we'll I'd you've she's I'm DON'T",
+  "  leading and trailing spaces  ",
+  "multiple   spaces\n\nand\tnewlines 123 4567 x2",
+  "<s>special</s> tokens <pad> inside",
 ];
 const cases = corpus.map((text) => ({ text, ids: tok.encode(text).ids }));
 const sha256 = createHash("sha256").update(raw).digest("hex");

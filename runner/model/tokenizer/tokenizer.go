@@ -1,15 +1,18 @@
 // Package tokenizer reads a HuggingFace tokenizer.json and encodes text to
-// token ids in pure Go, for text embedding models (the BERT family:
-// sentence-transformers' MiniLM, MPNet, BGE, E5…).
+// token ids in pure Go, for text embedding models.
 //
-// It implements what those files use: the BertNormalizer (clean text, CJK
-// spacing, accent stripping, lowercasing), the BertPreTokenizer (split on
-// whitespace and punctuation), the WordPiece model with its "##"
-// continuations and unknown token, special added tokens matched in the raw
-// text, and the [CLS] … [SEP] post-processor (TemplateProcessing or
-// BertProcessing), with truncation to a maximum length. Other tokenizer
-// kinds (BPE, Unigram) and normalizers are refused when the file is loaded,
-// naming what is not supported.
+// It implements what the common files use. WordPiece (the BERT family:
+// sentence-transformers' MiniLM, MPNet, BGE, E5…): the BertNormalizer
+// (clean text, CJK spacing, accent stripping, lowercasing), the
+// BertPreTokenizer (split on whitespace and punctuation) and the WordPiece
+// model with its "##" continuations and unknown token. Byte-level BPE
+// (GPT-2, RoBERTa): the ByteLevel pre-tokenizer (GPT-2's split pattern,
+// bytes as visible runes) and BPE merges by rank (bpe.go). Both: special
+// added tokens matched in the raw text, the post-processor's tokens around
+// the text (TemplateProcessing, BertProcessing, RobertaProcessing) and
+// truncation to a maximum length. Other kinds (Unigram, Metaspace BPE) and
+// normalizers are refused when the file is loaded, naming what is not
+// supported.
 //
 // Why not a library: github.com/gomlx/go-huggingface (v0.3.1) reads only
 // SentencePiece models, and github.com/sugarme/tokenizer (v0.3.0) loads
@@ -33,6 +36,8 @@ import (
 
 // Tokenizer encodes text to ids. It is safe for concurrent use.
 type Tokenizer struct {
+	kind     string // WordPiece | BPE
+	bpe      *bpeModel
 	vocab    map[string]int32
 	size     int
 	unk      int32
@@ -69,6 +74,7 @@ type file struct {
 		Prefix        *string          `json:"continuing_subword_prefix"`
 		MaxInputChars int              `json:"max_input_chars_per_word"`
 		Vocab         map[string]int32 `json:"vocab"`
+		Merges        json.RawMessage  `json:"merges"`
 	} `json:"model"`
 }
 
@@ -91,10 +97,10 @@ func Parse(b []byte) (*Tokenizer, error) {
 	if err := json.Unmarshal(b, &f); err != nil {
 		return nil, fmt.Errorf("not a tokenizer.json: %w", err)
 	}
-	if f.Model.Type != "WordPiece" {
-		return nil, fmt.Errorf("model type %q is not supported (precog reads WordPiece tokenizers, the BERT family)", f.Model.Type)
+	if f.Model.Type != "WordPiece" && f.Model.Type != "BPE" {
+		return nil, fmt.Errorf("model type %q is not supported (precog reads WordPiece and byte-level BPE tokenizers)", f.Model.Type)
 	}
-	t := &Tokenizer{vocab: f.Model.Vocab, prefix: "##", maxChars: f.Model.MaxInputChars}
+	t := &Tokenizer{kind: f.Model.Type, vocab: f.Model.Vocab, prefix: "##", maxChars: f.Model.MaxInputChars}
 	if f.Model.Prefix != nil {
 		t.prefix = *f.Model.Prefix
 	}
@@ -104,23 +110,36 @@ func Parse(b []byte) (*Tokenizer, error) {
 	for _, id := range t.vocab {
 		t.size = max(t.size, int(id)+1)
 	}
-	unk, ok := t.vocab[f.Model.UnkToken]
-	if !ok {
-		return nil, fmt.Errorf("unk_token %q is not in the vocabulary", f.Model.UnkToken)
+	if t.kind == "BPE" {
+		if err := t.parseBPE(&f, f.Model.Merges); err != nil {
+			return nil, fmt.Errorf("model: %w", err)
+		}
+	} else {
+		unk, ok := t.vocab[f.Model.UnkToken]
+		if !ok {
+			return nil, fmt.Errorf("unk_token %q is not in the vocabulary", f.Model.UnkToken)
+		}
+		t.unk = unk
 	}
-	t.unk = unk
 	for _, a := range f.AddedTokens {
 		t.added = append(t.added, addedToken{a.Content, a.ID})
 		t.size = max(t.size, int(a.ID)+1)
 	}
 	sort.SliceStable(t.added, func(i, j int) bool { return len(t.added[i].content) > len(t.added[j].content) })
-	if id, ok := t.vocab["[PAD]"]; ok {
-		t.pad = id
+	for _, p := range []string{"[PAD]", "<pad>"} {
+		if id, ok := t.vocab[p]; ok {
+			t.pad = id
+			break
+		}
 	}
 	if err := t.parseNormalizer(f.Normalizer); err != nil {
 		return nil, fmt.Errorf("normalizer: %w", err)
 	}
-	if err := checkPreTokenizer(f.PreTokenizer); err != nil {
+	if t.kind == "BPE" {
+		if err := t.bpe.checkByteLevel(f.PreTokenizer); err != nil {
+			return nil, fmt.Errorf("pre_tokenizer: %w", err)
+		}
+	} else if err := checkPreTokenizer(f.PreTokenizer); err != nil {
 		return nil, fmt.Errorf("pre_tokenizer: %w", err)
 	}
 	if err := t.parsePostProcessor(f.PostProcessor); err != nil {
@@ -200,10 +219,12 @@ func (t *Tokenizer) parsePostProcessor(raw json.RawMessage) error {
 		return err
 	}
 	switch p.Type {
-	case "BertProcessing":
+	case "ByteLevel":
+		// GPT-2: no special tokens around the text.
+	case "BertProcessing", "RobertaProcessing":
 		var cls, sep int32
 		if len(p.Cls) != 2 || len(p.Sep) != 2 || json.Unmarshal(p.Cls[1], &cls) != nil || json.Unmarshal(p.Sep[1], &sep) != nil {
-			return errors.New("BertProcessing: cls and sep must be [token, id]")
+			return fmt.Errorf("%s: cls and sep must be [token, id]", p.Type)
 		}
 		t.head, t.tail = []int32{cls}, []int32{sep}
 	case "TemplateProcessing":
@@ -225,7 +246,7 @@ func (t *Tokenizer) parsePostProcessor(raw json.RawMessage) error {
 			}
 		}
 	default:
-		return fmt.Errorf("type %q is not supported (TemplateProcessing, BertProcessing)", p.Type)
+		return fmt.Errorf("type %q is not supported (TemplateProcessing, BertProcessing, RobertaProcessing, ByteLevel)", p.Type)
 	}
 	return nil
 }
@@ -236,7 +257,12 @@ func isNull(raw json.RawMessage) bool {
 }
 
 // Kind names the tokenizer model, for `precog validate`.
-func (t *Tokenizer) Kind() string { return "WordPiece" }
+func (t *Tokenizer) Kind() string {
+	if t.kind == "BPE" {
+		return "BPE (byte-level)"
+	}
+	return t.kind
+}
 
 // VocabSize is the number of ids, added tokens included.
 func (t *Tokenizer) VocabSize() int { return t.size }
@@ -256,11 +282,15 @@ func (t *Tokenizer) Encode(dst []int32, text string, maxLen int) []int32 {
 	}
 	first := len(dst)
 	full := func() bool { return limit >= 0 && len(dst)-first >= limit }
-	for len(text) > 0 && !full() {
+	for piece := 0; len(text) > 0 && !full(); piece++ {
 		// Split at the first added token: the text before it is
 		// normalized and split into words, the token is one id.
 		at, tok := t.findAdded(text)
-		dst = t.encodeText(dst, text[:at], full)
+		if t.bpe != nil {
+			dst = t.encodeBPE(dst, text[:at], piece == 0, full)
+		} else {
+			dst = t.encodeText(dst, text[:at], full)
+		}
 		if tok == nil {
 			break
 		}

@@ -1,5 +1,5 @@
-// Command writetok writes the generated test tokenizer.json (testgen) to a
-// directory, for scripts/tokref/gen.mjs.
+// Command writetok writes a generated test tokenizer.json (testgen: bert
+// or bpe) to a directory, for scripts/tokref/gen.mjs.
 package main
 
 import (
@@ -10,11 +10,15 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: writetok DIR")
+	if len(os.Args) != 3 || (os.Args[1] != "bert" && os.Args[1] != "bpe") {
+		fmt.Fprintln(os.Stderr, "usage: writetok bert|bpe DIR")
 		os.Exit(2)
 	}
-	p, err := testgen.WriteBertTokenizer(os.Args[1])
+	write := testgen.WriteBertTokenizer
+	if os.Args[1] == "bpe" {
+		write = testgen.WriteBPETokenizer
+	}
+	p, err := write(os.Args[2])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
