@@ -348,6 +348,10 @@ func (t *Tokenizer) normalize(s string) string {
 	var b strings.Builder
 	b.Grow(len(s))
 	for _, r := range s {
+		if r < utf8.RuneSelf && r > ' ' && r != 0x7f {
+			b.WriteByte(byte(r)) // printable ASCII: kept as is
+			continue
+		}
 		if t.clean {
 			if r == 0 || r == 0xfffd || isControl(r) {
 				continue
@@ -440,8 +444,8 @@ func isWhitespace(r rune) bool {
 
 // isControl is Rust's char::is_other (Cc, Cf, Cs, Co, Cn) except tab, LF and CR.
 func isControl(r rune) bool {
-	if r == '\t' || r == '\n' || r == '\r' {
-		return false
+	if r < utf8.RuneSelf {
+		return (r < 0x20 || r == 0x7f) && r != '\t' && r != '\n' && r != '\r'
 	}
 	if unicode.In(r, unicode.Cc, unicode.Cf, unicode.Co, unicode.Cs) {
 		return true
@@ -451,8 +455,8 @@ func isControl(r rune) bool {
 
 // isPunct is BERT's punctuation: ASCII symbols and Unicode P* categories.
 func isPunct(r rune) bool {
-	if (r >= 33 && r <= 47) || (r >= 58 && r <= 64) || (r >= 91 && r <= 96) || (r >= 123 && r <= 126) {
-		return true
+	if r < utf8.RuneSelf {
+		return (r >= 33 && r <= 47) || (r >= 58 && r <= 64) || (r >= 91 && r <= 96) || (r >= 123 && r <= 126)
 	}
 	return unicode.IsPunct(r)
 }
