@@ -100,3 +100,55 @@ sinks:
 		}
 	}
 }
+
+// TestPredictStrings: a tensor(string) input's columns are given in
+// "text" too; the live score and region (a string output) equal the
+// reference.
+func TestPredictStrings(t *testing.T) {
+	rd := testservers.Redis(t)
+	dir := t.TempDir()
+	sm := testgen.NewStringModel(testgen.DefaultSeed)
+	if _, err := sm.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	ns := "devices" + rd.Prefix
+	yaml := fmt.Sprintf(`name: device-job
+source:
+  parquet: { path: data.parquet }
+  key: id
+model:
+  path: string_input.onnx
+  version: v1
+  inputs:
+    cat: { columns: [country, device] }
+  outputs: { score: score, region: region }
+sinks:
+  redis: { addr: %q, db: %d, namespace: %s }
+`, rd.Addr, rd.DB, ns)
+	file := filepath.Join(dir, "job.yaml")
+	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := jobs.Load(file, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Config{Specs: []*jobs.Spec{spec}, Tokens: []string{token}, StoreTimeout: 2 * time.Second,
+		VersionPoll: time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(func() { hs.Close(); srv.Close() })
+	e := &env{t: t, srv: srv, http: hs, redis: rd, ns: ns}
+	for _, c := range [][2]string{{"de", "ios"}, {"Köln", "tv"}, {"xx", "web"}} {
+		body, _ := json.Marshal(map[string]any{"key": "u1", "text": map[string]string{"country": c[0], "device": c[1]}})
+		code, resp := e.do("POST", "/v1/predictions/"+ns+":predict", string(body), token)
+		values, _ := resp["values"].(map[string]any)
+		score, region := sm.Reference(c[0], c[1])
+		got, _ := values["score"].(float64)
+		if code != 200 || math.Abs(got-float64(score)) > 1e-6 || values["region"] != region {
+			t.Fatalf("%v: %d %v, want score %v region %q", c, code, resp, score, region)
+		}
+	}
+}
