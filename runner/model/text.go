@@ -99,6 +99,11 @@ func (m *Model) linkTextInputs() error {
 	if m.hasText && m.fixedBatch > 0 {
 		return m.errorf("model.inputs", "a text model needs a dynamic batch dimension")
 	}
+	for _, in := range m.inputs {
+		if m.hasText && in.text == nil && in.derived == "" {
+			return m.errorf("model.inputs."+in.name, "column inputs next to a text input are not supported: a text model's inputs are text, mask_of and zeros_like")
+		}
+	}
 	return nil
 }
 
@@ -309,8 +314,7 @@ func paddedTokens(lens []int, size int) (bucketed, flat int) {
 }
 
 // makeTextInputs builds a bucket's tensors: token ids padded to T with the
-// tokenizer's pad id, the attention mask, zeros, and the rows of any
-// numeric input in bucket order.
+// tokenizer's pad id, the attention mask and zeros.
 func (m *Model) makeTextInputs(b *Batch, ins []ort.Value, bucket, lens []int, T int) error {
 	bufs := b.bufs
 	rows := len(bucket)
@@ -340,30 +344,6 @@ func (m *Model) makeTextInputs(b *Batch, ins []ort.Value, bucket, lens []int, T 
 			}
 		case in.derived == "zeros":
 			ids = make([]int64, rows*T)
-		default:
-			// A numeric input next to the text: its rows in bucket order.
-			w := b.widths[i]
-			shape = ort.NewShape(int64(rows), int64(w))
-			if in.rank == 1 {
-				shape = ort.NewShape(int64(rows))
-			}
-			var err error
-			switch d := bufs.data[i].(type) {
-			case []float32:
-				ins[i], err = ort.NewTensor(shape, pick(d, bucket, w))
-			case []float64:
-				ins[i], err = ort.NewTensor(shape, pick(d, bucket, w))
-			case []int32:
-				ins[i], err = ort.NewTensor(shape, pick(d, bucket, w))
-			case []int64:
-				ins[i], err = ort.NewTensor(shape, pick(d, bucket, w))
-			case []string:
-				ins[i], err = newStringTensor(shape, pick(d, bucket, w))
-			}
-			if err != nil {
-				return fmt.Errorf("model %s: input %q: %w", m.spec.Path, in.name, err)
-			}
-			continue
 		}
 		var err error
 		if in.kind == kindInt32 {
@@ -380,15 +360,6 @@ func (m *Model) makeTextInputs(b *Batch, ins []ort.Value, bucket, lens []int, T 
 		}
 	}
 	return nil
-}
-
-// pick copies rows (kept-row positions) of a [*, w] buffer.
-func pick[T any](d []T, rows []int, w int) []T {
-	out := make([]T, 0, len(rows)*w)
-	for _, k := range rows {
-		out = append(out, d[k*w:(k+1)*w]...)
-	}
-	return out
 }
 
 // unsort reorders a collector's rows, collected in bucket order (row j of

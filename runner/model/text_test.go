@@ -145,6 +145,9 @@ func TestTextSpecErrors(t *testing.T) {
 		{"mask of a non-text input", func(s *jobs.ModelSpec) {
 			s.Inputs["attention_mask"] = jobs.InputSpec{MaskOf: "attention_mask"}
 		}, `model.inputs.attention_mask.mask_of: "attention_mask" is not a text input`},
+		{"column input next to text", func(s *jobs.ModelSpec) {
+			s.Inputs["attention_mask"] = jobs.InputSpec{Column: "mask"}
+		}, `model.inputs.attention_mask: column inputs next to a text input are not supported`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec, _, _ := textSpec(t, "mean", "l2", 0)
