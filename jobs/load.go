@@ -184,6 +184,12 @@ func parseSpec(data []byte, file string, params map[string]string, lookupEnv fun
 			base = abs
 		}
 		s.Model.Path = resolvePath(base, s.Model.Path)
+		for name, in := range s.Model.Inputs {
+			if in.Tokenizer != "" {
+				in.Tokenizer = resolvePath(base, in.Tokenizer)
+				s.Model.Inputs[name] = in
+			}
+		}
 		if s.Source.Parquet != nil {
 			s.Source.Parquet.Path = resolvePath(base, s.Source.Parquet.Path)
 		}
@@ -528,6 +534,10 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 			v.SetMapIndex(reflect.ValueOf(key).Convert(v.Type().Key()), elem)
 		}
 	case reflect.Slice:
+		if n.Kind == yaml.ScalarNode && v.Type() == reflect.TypeFor[TextColumns]() {
+			// text: title is text: [title].
+			n = &yaml.Node{Kind: yaml.SequenceNode, Content: []*yaml.Node{n}, Line: n.Line, Column: n.Column}
+		}
 		if n.Kind != yaml.SequenceNode {
 			d.failAt(path, line, "expected a list, got %s", kindName(n))
 			return

@@ -98,6 +98,11 @@ type ModelSpec struct {
 	Threads   int               `yaml:"threads"`    // intra-op threads, 0 = runtime default
 	// Sessions is the number of concurrent sessions per device. Default 1.
 	Sessions int `yaml:"sessions"`
+	// Pooling reduces a last_hidden_state output [N, T, D] to one vector
+	// per row over the attention mask: mean | cls | max | none (default).
+	Pooling string `yaml:"pooling"`
+	// Normalize scales pooled vectors to unit length: l2 | none (default).
+	Normalize string `yaml:"normalize"`
 }
 
 // InputSpec builds one input tensor: either several numeric columns stacked
@@ -105,7 +110,25 @@ type ModelSpec struct {
 type InputSpec struct {
 	Columns []string `yaml:"columns"`
 	Column  string   `yaml:"column"`
+	// Text inputs (contract 1): Text names the string column(s) whose
+	// token ids, from the HuggingFace tokenizer.json at Tokenizer, feed
+	// this input as [N, T], T at most MaxLength (default 512); several
+	// columns are joined with a space. MaskOf and ZerosLike name a text
+	// input: this input is its attention mask (1 on tokens, 0 on padding)
+	// or zeros of its shape (token_type_ids).
+	Text      TextColumns `yaml:"text"`
+	Tokenizer string      `yaml:"tokenizer"`
+	MaxLength int         `yaml:"max_length"`
+	MaskOf    string      `yaml:"mask_of"`
+	ZerosLike string      `yaml:"zeros_like"`
 }
+
+// TextColumns is `text: title` or `text: [title, description]`.
+type TextColumns []string
+
+// DefaultMaxLength is a text input's max_length when the spec gives none:
+// BERT's position limit.
+const DefaultMaxLength = 512
 
 // SinksSpec holds any subset of the three sinks.
 type SinksSpec struct {

@@ -300,12 +300,7 @@ func (d *decoder) validateModel(s *Spec) {
 		if name == "" {
 			d.fail(p, "input name must not be empty")
 		}
-		switch {
-		case len(in.Columns) > 0 && in.Column != "":
-			d.fail(p, "give either columns or column, not both")
-		case len(in.Columns) == 0 && in.Column == "":
-			d.fail(p, "needs columns: [..] (numeric columns stacked) or column: NAME (one list column)")
-		}
+		d.validateInputForm(m, p, in)
 		// A column may appear twice (in one input or in several): models
 		// trained on duplicated or derived features exist.
 		for i, c := range in.Columns {
@@ -314,6 +309,7 @@ func (d *decoder) validateModel(s *Spec) {
 			}
 		}
 	}
+	d.validatePooling(m)
 	if len(m.Outputs) == 0 {
 		d.fail("model.outputs", "required: map each ONNX output to a stored field name, e.g. score: score")
 	}

@@ -39,6 +39,9 @@ type predictRequest struct {
 	Columns map[string][]float64
 	// ColumnScalar marks Columns entries the caller sent as a bare number.
 	ColumnScalar map[string]bool
+	// Text holds string columns by source column name (text models,
+	// tensor(string) inputs): {"title": "…"}.
+	Text map[string]string
 }
 
 // keyLimits bounds keys in every request.
@@ -248,7 +251,7 @@ func decodeBatchGet(body []byte, lim keyLimits) (batchGetRequest, error) {
 // decodePredict parses a predict body. It checks JSON shape and types only;
 // the namespace's layout checks names and lengths (checkPredict).
 func decodePredict(body []byte, lim keyLimits) (predictRequest, error) {
-	obj, err := strictObject(body, "predict", "key", "inputs", "columns")
+	obj, err := strictObject(body, "predict", "key", "inputs", "columns", "text")
 	if err != nil {
 		return predictRequest{}, err
 	}
@@ -260,6 +263,11 @@ func decodePredict(body []byte, lim keyLimits) (predictRequest, error) {
 		return predictRequest{}, err
 	}
 	req := predictRequest{Key: k}
+	if raw, ok := obj["text"]; ok {
+		if req.Text, err = decodeText(raw); err != nil {
+			return predictRequest{}, err
+		}
+	}
 	rawIn, hasIn := obj["inputs"]
 	rawCol, hasCol := obj["columns"]
 	switch {

@@ -441,7 +441,7 @@ func (s *Server) predict(ctx context.Context, w *reqInfo, n *namespace, body []b
 	}
 	var rw *row
 	lv := n.live.Load()
-	if req.Inputs != nil || req.Columns != nil {
+	if req.Inputs != nil || req.Columns != nil || req.Text != nil {
 		if lv == nil {
 			writeError(w, http.StatusBadRequest, fmt.Sprintf("namespace %q has live inference off (serving.live: false)", n.name))
 			return

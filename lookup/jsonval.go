@@ -39,6 +39,27 @@ func arrowJSON(dst []byte, a arrow.Array, i int) ([]byte, error) {
 	case *array.String:
 		b, _ := json.Marshal(c.Value(i))
 		return append(dst, b...), nil
+	case *array.Map: // a ZipMap output: a JSON object, keys as strings
+		start, end := c.ValueOffsets(i)
+		keys, items := c.Keys(), c.Items()
+		dst = append(dst, '{')
+		for j := int(start); j < int(end); j++ {
+			if j > int(start) {
+				dst = append(dst, ',')
+			}
+			k, err := arrowJSON(nil, keys, j)
+			if err != nil {
+				return dst, err
+			}
+			if k[0] != '"' {
+				k = strconv.AppendQuote(nil, string(k)) // an integer key's digits
+			}
+			dst = append(append(dst, k...), ':')
+			if dst, err = arrowJSON(dst, items, j); err != nil {
+				return dst, err
+			}
+		}
+		return append(dst, '}'), nil
 	case array.ListLike:
 		start, end := c.ValueOffsets(i)
 		vals := c.ListValues()

@@ -32,14 +32,19 @@ type layoutInput struct {
 	columns []string // scalar columns, stacked
 	list    string   // or one list column
 	width   int      // values per row; -1 when the model leaves it dynamic
+	// text: string columns (a text input's, or a tensor(string) input's),
+	// given in a request's "text" object; mask_of / zeros_like inputs
+	// are derived by the model and are not in the layout.
+	text bool
 }
 
 // layoutCol is one source column of the record.
 type layoutCol struct {
 	name  string
-	elem  arrow.DataType // float32 | float64 | int32 | int64
+	elem  arrow.DataType // float32 | float64 | int32 | int64 | string
 	list  bool
 	width int // list length; -1 dynamic
+	text  bool
 }
 
 func elemArrowType(t string) (arrow.DataType, error) {
@@ -75,6 +80,22 @@ func newLayout(spec *jobs.Spec, info model.Info) (*layout, error) {
 		}
 		if ti == nil {
 			return nil, fmt.Errorf("model.inputs.%s: the model has no such input", name)
+		}
+		if in.MaskOf != "" || in.ZerosLike != "" {
+			continue // derived from the text input by the model
+		}
+		if len(in.Text) > 0 || ti.Type == "string" {
+			cols := []string(in.Text)
+			if len(cols) == 0 {
+				cols = in.Columns
+			}
+			for i, c := range cols {
+				if err := l.addCol(layoutCol{name: c, elem: arrow.BinaryTypes.String, width: 1, text: true}); err != nil {
+					return nil, fmt.Errorf("model.inputs.%s[%d]: %w", name, i, err)
+				}
+			}
+			l.inputs = append(l.inputs, layoutInput{name: name, columns: cols, width: len(cols), text: true})
+			continue
 		}
 		elem, err := elemArrowType(ti.Type)
 		if err != nil {
@@ -137,20 +158,33 @@ func (c layoutCol) arrowType() arrow.DataType {
 type row struct {
 	key  string
 	vals [][]float64
+	strs []string // text columns' values, by column; nil without any
 }
 
 // rowFromPredict checks a predict request against the layout and returns
 // its row, or a 400 naming the input and the expected length.
 func (l *layout) rowFromPredict(req predictRequest) (row, error) {
 	r := row{key: req.Key, vals: make([][]float64, len(l.cols))}
+	if err := l.textFromPredict(req, &r); err != nil {
+		return row{}, err
+	}
+	if !l.hasNumeric() {
+		if req.Inputs != nil || req.Columns != nil {
+			return row{}, badf(`the model reads only text: give "text" (by source column name: %s)`, l.colNames())
+		}
+		return r, nil
+	}
 	switch {
 	case req.Inputs != nil:
 		for name := range req.Inputs {
-			if l.input(name) == nil {
+			if in := l.input(name); in == nil || in.text {
 				return row{}, badf("inputs.%s: the model has no such input (have: %s)", name, l.inputNames())
 			}
 		}
 		for _, in := range l.inputs {
+			if in.text {
+				continue
+			}
 			v, ok := req.Inputs[in.name]
 			if !ok {
 				return row{}, badf("inputs.%s: missing (want %s)", in.name, in.want())
@@ -171,11 +205,14 @@ func (l *layout) rowFromPredict(req predictRequest) (row, error) {
 		}
 	case req.Columns != nil:
 		for name := range req.Columns {
-			if _, ok := l.byCol[name]; !ok {
+			if i, ok := l.byCol[name]; !ok || l.cols[i].text {
 				return row{}, badf("columns.%s: not an input column of the model spec (have: %s)", name, l.colNames())
 			}
 		}
 		for i, c := range l.cols {
+			if c.text {
+				continue
+			}
 			v, ok := req.Columns[c.name]
 			if !ok {
 				return row{}, badf("columns.%s: missing", c.name)
@@ -261,6 +298,13 @@ func (l *layout) record(mem memory.Allocator, rows []row) arrow.RecordBatch {
 	}
 	for i, c := range l.cols {
 		fb := b.Field(i + 1)
+		if c.text {
+			sb := fb.(*array.StringBuilder)
+			for _, r := range rows {
+				sb.Append(r.strs[i])
+			}
+			continue
+		}
 		for _, r := range rows {
 			v := r.vals[i]
 			if !c.list {

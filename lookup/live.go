@@ -75,6 +75,10 @@ func (lv *live) predict(ctx context.Context, r row) ([]byte, error) {
 		}
 		_ = h.WriteByte(0xff)
 	}
+	for _, s := range r.strs {
+		_, _ = h.WriteString(s)
+		_ = h.WriteByte(0xfe)
+	}
 	id := r.key + "\x00" + strconv.FormatUint(h.Sum64(), 16)
 	ch := lv.flight.DoChan(id, func() (any, error) {
 		// The shared call must not die with the first caller's context:
@@ -154,7 +158,15 @@ func (lv *live) release() error {
 // feature is missing or NULL (the key then has no live prediction).
 func (l *layout) rowFromFeatures(key string, feats map[string]any) (row, error) {
 	r := row{key: key, vals: make([][]float64, len(l.cols))}
+	if hasText(l) {
+		if err := l.textFromFeatures(key, feats, &r); err != nil {
+			return row{}, err
+		}
+	}
 	for i, c := range l.cols {
+		if c.text {
+			continue
+		}
 		v, ok := feats[c.name]
 		if !ok {
 			return row{}, fmt.Errorf("features table has no column %q", c.name)

@@ -50,6 +50,9 @@ func scanFloats(col arrow.Array, bad func(row int, v float64)) {
 				bad(r, f)
 			}
 		}
+	case *array.Map: // a ZipMap output: its values, by row
+		rowOf := func(i int) int { return listRow(c, i) }
+		scanFloats(c.Items(), func(i int, v float64) { bad(rowOf(i), v) })
 	case array.ListLike:
 		inner := c.ListValues()
 		rowOf := func(i int) int { return listRow(c, i) }

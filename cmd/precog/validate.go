@@ -51,6 +51,7 @@ size and prints the estimated wall time of the run, as backfill --dry-run does.`
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "job %s: valid\n", spec.Name)
 			fmt.Fprintf(w, "model %s (version %s)\n", spec.Model.Path, job.Model.Version())
+			printText(w, job.Model)
 			fmt.Fprintf(w, "output schema:\n")
 			for _, f := range job.Output.Fields() {
 				fmt.Fprintf(w, "  %-16s %s\n", f.Name, f.Type)

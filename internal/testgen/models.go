@@ -22,6 +22,10 @@ type IO struct {
 	Elem ElemType
 	Dims []int64
 	Seq  bool
+	// Classes are a ZipMap output's class labels in map order (its keys:
+	// "0", "1" for int64 labels); the map's values are the probabilities
+	// output's columns in the same order.
+	Classes []string
 }
 
 // Tensor is a reference output: Float32 or Int64 holds the row-major data.
@@ -88,7 +92,7 @@ func All() []*Model {
 	return []*Model{
 		NewRanker(s), NewEmbedder(s), NewRecs(s), NewHeavy(s),
 		NewTyped(s, Double), NewTyped(s, Int32), NewTyped(s, Int64),
-		NewClassifierZipMap(s), NewRankerStatic(s, 8),
+		NewClassifierZipMap(s), NewClassifierZipMapStrings(s), NewRankerStatic(s, 8),
 	}
 }
 
@@ -479,29 +483,47 @@ func NewTyped(seed uint64, elem ElemType) *Model {
 // NewClassifierZipMap is `classifier_zipmap`, shaped like an sklearn export:
 // features [N,4] → Gemm 2 → Softmax → `probabilities` float [N,2], ArgMax →
 // `label` int64 [N], and ZipMap → `output_probability`, a sequence of maps
-// that no sink can store: the spec must not map it, and mapping it is an error.
+// from class label to probability (stored as a map field).
 func NewClassifierZipMap(seed uint64) *Model {
-	l := newDense(rng(seed, "classifier_zipmap"), 4, 2)
+	return newClassifierZipMap(seed, "classifier_zipmap", nil)
+}
+
+// NewClassifierZipMapStrings is `classifier_zipmap_str`: the same graph
+// shape as classifier_zipmap with string class labels ("neg", "pos"), so
+// output_probability is a sequence<map<string,float32>>.
+func NewClassifierZipMapStrings(seed uint64) *Model {
+	return newClassifierZipMap(seed, "classifier_zipmap_str", []string{"neg", "pos"})
+}
+
+// newClassifierZipMap builds a ZipMap classifier; labels nil means int64
+// class labels 0 and 1.
+func newClassifierZipMap(seed uint64, name string, labels []string) *Model {
+	l := newDense(rng(seed, name), 4, 2)
+	keyElem, classes, keyName := Int64, []string{"0", "1"}, "int64"
+	zipAttr := AttrInts("classlabels_int64s", 0, 1)
+	if labels != nil {
+		keyElem, classes, keyName = String, labels, "string"
+		zipAttr = AttrStrings("classlabels_strings", labels...)
+	}
 	return &Model{
-		Name:  "classifier_zipmap",
-		Doc:   "features [N,4] → label int64 [N], probabilities [N,2], output_probability seq(map(int64,float))",
+		Name:  name,
+		Doc:   "features [N,4] → label int64 [N], probabilities [N,2], output_probability seq(map(" + keyName + ",float))",
 		Input: IO{Name: "features", Elem: Float, Dims: []int64{-1, 4}},
 		Outputs: []IO{
 			{Name: "label", Elem: Int64, Dims: []int64{-1}},
 			{Name: "probabilities", Elem: Float, Dims: []int64{-1, 2}},
-			{Name: "output_probability", Seq: true},
+			{Name: "output_probability", Seq: true, Classes: classes},
 		},
 		graph: func() *Graph {
-			g := NewGraph("classifier_zipmap")
+			g := NewGraph(name)
 			g.Input("features", Float, -1, 4)
 			y := l.gemm(g, "l1", "features")
 			g.Node("Softmax", []string{y}, []string{"probabilities"}, AttrInt("axis", 1))
 			g.Node("ArgMax", []string{"probabilities"}, []string{"label"}, AttrInt("axis", 1), AttrInt("keepdims", 0))
-			g.NodeDomain(MLDomain, "ZipMap", []string{"probabilities"}, []string{"output_probability"},
-				AttrInts("classlabels_int64s", 0, 1))
+			g.NodeDomain(MLDomain, "ZipMap", []string{"probabilities"}, []string{"output_probability"}, zipAttr)
 			g.Output("label", Int64, -1)
 			g.Output("probabilities", Float, -1, 2)
-			g.OutputTyped("output_probability", SeqType(MapType(Int64, Type{Elem: Float})))
+			g.OutputTyped("output_probability", SeqType(MapType(keyElem, Type{Elem: Float})))
 			return g
 		},
 		ref: func(x []float32, n int) map[string]Tensor {

@@ -45,6 +45,9 @@ type batchBufs struct {
 	bad     []bool
 	rejects []Reject
 	starts  []int
+	// tokens of the text input, row r at tokIDs[tokOff[r]:tokOff[r+1]].
+	tokIDs []int32
+	tokOff []int
 }
 
 // Release returns the batch's buffers to the model for reuse.
@@ -107,6 +110,12 @@ func (m *Model) Encode(rec arrow.RecordBatch) (*Batch, error) {
 	schema := rec.Schema()
 	cols := make([][]colRef, len(m.inputs))
 	for i, in := range m.inputs {
+		if in.text != nil || in.derived != "" {
+			if err := m.encodeText(rec, in, bufs, reject); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if in.list != "" {
 			idx := schema.FieldIndices(in.list)
 			if len(idx) == 0 {
@@ -140,6 +149,12 @@ func (m *Model) Encode(rec arrow.RecordBatch) (*Batch, error) {
 			if err := m.checkScalarType(in, fmt.Sprintf("%s[%d]", in.field(), j), schema.Field(idx[0])); err != nil {
 				return nil, err
 			}
+			if in.kind == kindString {
+				arr := rec.Column(idx[0])
+				cols[i][j] = colRef{c, arr, nil}
+				scanStrings(arr, c, reject)
+				continue
+			}
 			arr, converted := asNumbers(rec.Column(idx[0]))
 			if converted {
 				defer arr.Release()
@@ -169,6 +184,9 @@ func (m *Model) Encode(rec arrow.RecordBatch) (*Batch, error) {
 	kept := len(rows)
 	padded := m.paddedRows(kept)
 	for i, in := range m.inputs {
+		if in.text != nil || in.derived != "" {
+			continue // built per bucket by inferText
+		}
 		w := b.widths[i]
 		switch in.kind {
 		case kindFloat32:
@@ -179,6 +197,8 @@ func (m *Model) Encode(rec arrow.RecordBatch) (*Batch, error) {
 			bufs.data[i] = fillInput[int32](bufs, i, in, cols[i], rows, padded, w)
 		case kindInt64:
 			bufs.data[i] = fillInput[int64](bufs, i, in, cols[i], rows, padded, w)
+		case kindString:
+			bufs.data[i] = fillStrings(bufs, i, cols[i], rows, padded, w)
 		}
 	}
 	ok = true

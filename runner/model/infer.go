@@ -23,6 +23,9 @@ func (m *Model) Infer(ctx context.Context, b *Batch) (arrow.RecordBatch, error) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if m.hasText {
+		return m.inferText(ctx, b)
+	}
 	s, err := m.acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("model %s: wait for a session: %w", m.spec.Path, err)
@@ -94,6 +97,8 @@ func (m *Model) makeInputs(b *Batch, ins []ort.Value, lo, rows int) error {
 			ins[i], err = ort.NewTensor(shape, d[lo*w:(lo+rows)*w])
 		case []int64:
 			ins[i], err = ort.NewTensor(shape, d[lo*w:(lo+rows)*w])
+		case []string:
+			ins[i], err = newStringTensor(shape, d[lo*w:(lo+rows)*w])
 		}
 		if err != nil {
 			return fmt.Errorf("model %s: input %q tensor %v: %w", m.spec.Path, in.name, shape, err)
@@ -136,6 +141,12 @@ type collector interface {
 }
 
 func newCollector(o *output) collector {
+	if o.zipKey != "" {
+		return newMapCollector(o)
+	}
+	if o.kind == kindString {
+		return &stringCollector{o: o, width: o.width}
+	}
 	switch o.kind {
 	case kindFloat32:
 		return &typedCollector[float32]{o: o, width: o.width}

@@ -26,9 +26,12 @@ const (
 	kindFloat64
 	kindInt32
 	kindInt64
+	// kindString is a tensor(string): fed from string columns (a
+	// OneHotEncoder or LabelEncoder pipeline), stored as text.
+	kindString
 )
 
-var kindNames = [...]string{"float32", "float64", "int32", "int64"}
+var kindNames = [...]string{"float32", "float64", "int32", "int64", "string"}
 
 func (k elemKind) String() string { return kindNames[k] }
 
@@ -42,6 +45,8 @@ func (k elemKind) arrowType() arrow.DataType {
 		return arrow.PrimitiveTypes.Float64
 	case kindInt32:
 		return arrow.PrimitiveTypes.Int32
+	case kindString:
+		return arrow.BinaryTypes.String
 	default:
 		return arrow.PrimitiveTypes.Int64
 	}
@@ -56,7 +61,7 @@ func kindOf(typeName string) (elemKind, bool) {
 	return 0, false
 }
 
-const supportedTypes = "float32, float64, int32, int64"
+const supportedTypes = "float32, float64, int32, int64, string"
 
 // input is one model input bound to the spec's columns.
 type input struct {
@@ -67,6 +72,12 @@ type input struct {
 	columns []string // numeric columns stacked into [N, len(columns)]
 	list    string   // or one list / fixed-size-list column -> [N, len]
 	shape   []int64  // as declared, for error text
+	// text is set on a tokenized text input (text.go); derived is "mask"
+	// or "zeros" on a mask_of / zeros_like input, which follows input
+	// textOf.
+	text    *textInput
+	derived string
+	textOf  int
 }
 
 // field is the spec path of this input's column mapping, for errors.
@@ -84,6 +95,12 @@ type output struct {
 	kind  elemKind // element type
 	list  bool     // [N, k] with k != 1 -> list field; else scalar
 	width int      // static k of a list output; -1 dynamic
+	// zipKey is set for a sequence<map<K,V>> output (sklearn's ZipMap):
+	// the key type, "int64" or "string"; kind is then V's type.
+	zipKey string
+	// pool is set for a [N,T,D] output (last_hidden_state) reduced to a
+	// [N,D] list field by model.pooling.
+	pool bool
 }
 
 // Model is a loaded ONNX model with a pool of sessions, checked against a
@@ -108,6 +125,12 @@ type Model struct {
 	closed   bool
 	bufs     sync.Pool // *batchBufs
 	outNames []string
+	// hasText: the model has a tokenized text input; Infer runs it in
+	// length buckets (text.go).
+	hasText bool
+	// padTo, when set (benchmarks only), pads every bucket to this length:
+	// the padding-to-max_length baseline bucketing is measured against.
+	padTo int
 }
 
 // session is one ONNX Runtime session and its reusable run options.
@@ -209,6 +232,12 @@ func (m *Model) bindInputs() error {
 			return m.errorf("model.inputs", "input %q of %s is not mapped to columns (inputs: %s)", t.Name, path, names(m.info.Inputs))
 		}
 		f := "model.inputs." + t.Name
+		if len(is.Text) > 0 || is.MaskOf != "" || is.ZerosLike != "" {
+			if err := m.bindTextInput(t, is); err != nil {
+				return err
+			}
+			continue
+		}
 		if (len(is.Columns) == 0) == (is.Column == "") {
 			return m.errorf(f, "set exactly one of columns (numeric columns) or column (one list column)")
 		}
@@ -218,6 +247,9 @@ func (m *Model) bindInputs() error {
 		kind, ok := kindOf(t.Type)
 		if !ok {
 			return m.errorf(f, "input %q has element type %s; precog feeds %s", t.Name, t.Type, supportedTypes)
+		}
+		if kind == kindString && is.Column != "" {
+			return m.errorf(f+".column", "input %q is a string tensor: feed it string columns with columns: [...]", t.Name)
 		}
 		in := &input{name: t.Name, kind: kind, columns: is.Columns, list: is.Column, shape: t.Shape, rank: 2, width: -1}
 		switch {
@@ -247,7 +279,7 @@ func (m *Model) bindInputs() error {
 		}
 		m.inputs = append(m.inputs, in)
 	}
-	return nil
+	return m.linkTextInputs()
 }
 
 func (m *Model) bindOutputs() error {
@@ -279,14 +311,29 @@ func (m *Model) bindOutputs() error {
 			return m.errorf(f, "field %q is already the field of output %q", fieldName, prev)
 		}
 		seen[fieldName] = t.Name
+		if o, ok := zipMapOutput(t, fieldName); ok {
+			m.outputs = append(m.outputs, o)
+			m.outNames = append(m.outNames, t.Name)
+			m.fields = append(m.fields, arrow.Field{Name: fieldName, Type: o.mapType()})
+			continue
+		}
 		if !t.Tensor {
-			return m.errorf(f, "output %q is %s, not a tensor; precog stores tensors of %s (leave it out of model.outputs to ignore it)", t.Name, t.Type, supportedTypes)
+			return m.errorf(f, "output %q is %s, not a tensor; precog stores tensors of %s and sequence<map<int64|string,float32|float64|int64>> (leave it out of model.outputs to ignore it)", t.Name, t.Type, supportedTypes)
 		}
 		kind, ok := kindOf(t.Type)
 		if !ok {
 			return m.errorf(f, "output %q has element type %s; precog stores %s", t.Name, t.Type, supportedTypes)
 		}
 		o := &output{name: t.Name, field: fieldName, kind: kind, width: -1}
+		if len(t.Shape) == 3 {
+			if err := m.bindPooled(o, t); err != nil {
+				return err
+			}
+			m.outputs = append(m.outputs, o)
+			m.outNames = append(m.outNames, t.Name)
+			m.fields = append(m.fields, arrow.Field{Name: fieldName, Type: arrow.ListOf(kind.arrowType())})
+			continue
+		}
 		switch {
 		case len(t.Shape) == 1:
 		case len(t.Shape) == 2 && t.Shape[1] == 1:
@@ -537,6 +584,11 @@ func (m *Model) InputColumns() []string {
 	for _, in := range m.inputs {
 		if in.list != "" {
 			add(in.list)
+		}
+		if in.text != nil {
+			for _, c := range in.text.columns {
+				add(c)
+			}
 		}
 		for _, c := range in.columns {
 			add(c)

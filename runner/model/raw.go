@@ -62,6 +62,12 @@ func (m *Model) RawRunner(batchRows int) (run func() error, done func(), err err
 				d[j] = int64(r.IntN(10))
 			}
 			ins[i], err = ort.NewTensor(shape, d)
+		case kindString:
+			d := make([]string, size)
+			for j := range d {
+				d[j] = string(rune('a' + r.IntN(10)))
+			}
+			ins[i], err = newStringTensor(shape, d)
 		}
 		if err != nil {
 			destroyAll(ins)

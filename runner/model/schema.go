@@ -21,6 +21,18 @@ func (m *Model) CheckSchema(schema *arrow.Schema) error {
 	have := func() string { return compressNames(fieldNames(schema)) }
 	var errs []error
 	for _, in := range m.inputs {
+		if in.text != nil {
+			for j, c := range in.text.columns {
+				path := fmt.Sprintf("model.inputs.%s.text[%d]", in.name, j)
+				idx := schema.FieldIndices(c)
+				if len(idx) == 0 {
+					errs = append(errs, m.errorf(path, "column %q not in source schema (have: %s)", c, have()))
+				} else if err := m.checkStringType(in, path, schema.Field(idx[0])); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			continue
+		}
 		if in.list != "" {
 			idx := schema.FieldIndices(in.list)
 			if len(idx) == 0 {
@@ -80,6 +92,9 @@ func (m *Model) checkElemType(in *input, path, col string, t, whole arrow.DataTy
 }
 
 func (m *Model) checkScalarType(in *input, path string, f arrow.Field) error {
+	if in.kind == kindString {
+		return m.checkStringType(in, path, f)
+	}
 	return m.checkElemType(in, path, f.Name, f.Type, f.Type)
 }
 

@@ -87,7 +87,15 @@ func columnsFor(schema *arrow.Schema, vector map[string]bool, useVector bool) ([
 		}
 		seen[f.Name] = true
 		c := column{name: f.Name, field: f}
-		if elem, n := listElem(f.Type); elem != nil {
+		if mt, ok := f.Type.(*arrow.MapType); ok {
+			if err := jsonbMapType(mt); err != nil {
+				return nil, fmt.Errorf("output field %q: %w", f.Name, err)
+			}
+			if vector[f.Name] {
+				return nil, fmt.Errorf("output field %q: vector needs a list of float32, have %s", f.Name, f.Type)
+			}
+			c.sqlTyp = "jsonb"
+		} else if elem, n := listElem(f.Type); elem != nil {
 			st, _, ok := scalarType(elem)
 			if !ok || elem.ID() == arrow.TIMESTAMP {
 				return nil, fmt.Errorf("output field %q: list of %s cannot be stored in Postgres", f.Name, elem)
@@ -149,6 +157,9 @@ func appendNull(buf []byte) []byte { return binary.BigEndian.AppendUint32(buf, m
 // encoderFor returns the encoder of one column of a batch. It is built once
 // per batch, so rows are encoded without allocation.
 func encoderFor(c column, arr arrow.Array) (encodeFunc, error) {
+	if m, ok := arr.(*array.Map); ok {
+		return jsonbMapEncoder(c.name, m)
+	}
 	if elem, _ := listElem(arr.DataType()); elem != nil {
 		return listEncoder(c, arr)
 	}

@@ -76,6 +76,8 @@ func encodable(t arrow.DataType) error {
 		return nil
 	case arrow.LIST, arrow.LARGE_LIST, arrow.FIXED_SIZE_LIST:
 		return encodable(t.(arrow.ListLikeType).Elem())
+	case arrow.MAP:
+		return encodableMap(t.(*arrow.MapType))
 	}
 	return fmt.Errorf("type %s has no JSON encoding in the redis sink", t)
 }
@@ -257,6 +259,8 @@ func newValueWriter(a arrow.Array) (valueWriter, error) {
 		return &timestampWriter{a: a, toTime: toTime}, nil
 	case *array.Date32:
 		return dateWriter{a}, nil
+	case *array.Map:
+		return newMapWriter(a)
 	case array.ListLike:
 		elem, err := newValueWriter(a.ListValues())
 		if err != nil {

@@ -142,9 +142,9 @@ func TestEncodeRejects(t *testing.T) {
 	if _, err := newRecordEncoder(arrow.NewSchema([]arrow.Field{{Name: "k", Type: arrow.PrimitiveTypes.Int64}}, nil), "user"); err == nil || !strings.Contains(err.Error(), `key column "user"`) {
 		t.Fatalf("missing key: %v", err)
 	}
-	s := arrow.NewSchema([]arrow.Field{{Name: "k", Type: arrow.PrimitiveTypes.Int64}, {Name: "m", Type: arrow.MapOf(arrow.BinaryTypes.String, arrow.BinaryTypes.String)}}, nil)
+	s := arrow.NewSchema([]arrow.Field{{Name: "k", Type: arrow.PrimitiveTypes.Int64}, {Name: "m", Type: arrow.StructOf(arrow.Field{Name: "a", Type: arrow.BinaryTypes.String})}}, nil)
 	if _, err := newRecordEncoder(s, "k"); err == nil || !strings.Contains(err.Error(), `output field "m"`) {
-		t.Fatalf("map field: %v", err)
+		t.Fatalf("struct field: %v", err)
 	}
 	for _, f := range []float64{math.Inf(1), math.Inf(-1)} {
 		b := array.NewFloat64Builder(memory.DefaultAllocator)

@@ -1,0 +1,474 @@
+package model
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/runner/model/tokenizer"
+)
+
+// Text models (sentence embedders): a text input holds the token ids of a
+// string column, tokenized with the model's tokenizer.json; its attention
+// mask and token type ids are derived inputs. Infer sorts a batch's rows by
+// token length and runs them in buckets of bucketRows, each padded to its
+// own longest row instead of max_length, then puts the outputs back in row
+// order. A [N,T,D] output (last_hidden_state) is pooled over the mask
+// (mean, cls or max) into a [N,D] list field, optionally L2-normalized.
+
+// bucketRows is the rows per run of a text model: small enough that a
+// bucket's rows have similar lengths, large enough to keep runs efficient.
+const bucketRows = 64
+
+// textInput is a tokenized text input.
+type textInput struct {
+	columns   []string
+	tok       *tokenizer.Tokenizer
+	maxLength int
+}
+
+func (m *Model) bindTextInput(t TensorInfo, is jobs.InputSpec) error {
+	f := "model.inputs." + t.Name
+	if !t.Tensor {
+		return m.errorf(f, "input %q is %s, not a tensor", t.Name, t.Type)
+	}
+	kind, ok := kindOf(t.Type)
+	if !ok || (kind != kindInt64 && kind != kindInt32) {
+		return m.errorf(f, "input %q has element type %s; token ids, masks and type ids feed int64 or int32 inputs", t.Name, t.Type)
+	}
+	if t.Shape != nil && len(t.Shape) != 2 {
+		return m.errorf(f, "input %q has shape %s; a text input is [N,T]", t.Name, shapeString(t))
+	}
+	in := &input{name: t.Name, kind: kind, rank: 2, width: -1, shape: t.Shape, textOf: -1}
+	switch {
+	case len(is.Text) > 0:
+		tok, err := tokenizer.Load(is.Tokenizer)
+		if err != nil {
+			return m.errorf(f+".tokenizer", "%v", err)
+		}
+		ml := is.MaxLength
+		if ml == 0 {
+			ml = jobs.DefaultMaxLength
+		}
+		if len(t.Shape) == 2 && t.Shape[1] > 0 {
+			return m.errorf(f, "input %q has a static length %s; precog pads each bucket to its longest row and needs a dynamic one", t.Name, shapeString(t))
+		}
+		if m.hasText {
+			return m.errorf(f, "a second text input; precog feeds one text input per model (join columns with text: [a, b])")
+		}
+		m.hasText = true
+		in.text = &textInput{columns: is.Text, tok: tok, maxLength: ml}
+	case is.MaskOf != "":
+		in.derived, in.list = "mask", is.MaskOf // list holds the name until linked
+	default:
+		in.derived, in.list = "zeros", is.ZerosLike
+	}
+	m.inputs = append(m.inputs, in)
+	return nil
+}
+
+// linkTextInputs points each mask_of / zeros_like input at its text input.
+func (m *Model) linkTextInputs() error {
+	for _, in := range m.inputs {
+		if in.derived == "" {
+			continue
+		}
+		ref := in.list
+		in.list = ""
+		for j, other := range m.inputs {
+			if other.name == ref && other.text != nil {
+				in.textOf = j
+			}
+		}
+		if in.textOf < 0 {
+			field := "mask_of"
+			if in.derived == "zeros" {
+				field = "zeros_like"
+			}
+			return m.errorf("model.inputs."+in.name+"."+field, "%q is not a text input", ref)
+		}
+	}
+	if m.hasText && m.fixedBatch > 0 {
+		return m.errorf("model.inputs", "a text model needs a dynamic batch dimension")
+	}
+	for _, in := range m.inputs {
+		if m.hasText && in.text == nil && in.derived == "" {
+			return m.errorf("model.inputs."+in.name, "column inputs next to a text input are not supported: a text model's inputs are text, mask_of and zeros_like")
+		}
+	}
+	return nil
+}
+
+// bindPooled accepts a [N,T,D] float output when model.pooling reduces it.
+func (m *Model) bindPooled(o *output, t TensorInfo) error {
+	f := "model.outputs." + t.Name
+	switch m.spec.Pooling {
+	case "mean", "cls", "max":
+	default:
+		return m.errorf(f, "output %q has shape %s; set model.pooling (mean, cls or max) to store it as one vector per row", t.Name, shapeString(t))
+	}
+	if !m.hasText {
+		return m.errorf("model.pooling", "pooling needs a text input (its attention mask)")
+	}
+	if o.kind != kindFloat32 {
+		return m.errorf(f, "output %q is %s; pooling reads float32", t.Name, o.kind)
+	}
+	o.pool, o.list, o.width = true, true, int(t.Shape[2])
+	return nil
+}
+
+// TextInfo describes a model's text input for `precog validate`.
+type TextInfo struct {
+	Input, Kind string
+	Columns     []string
+	VocabSize   int
+	MaxLength   int
+	BucketRows  int
+}
+
+// Text describes the text input; ok is false for models without one.
+func (m *Model) Text() (TextInfo, bool) {
+	for _, in := range m.inputs {
+		if in.text != nil {
+			return TextInfo{Input: in.name, Kind: in.text.tok.Kind(), Columns: in.text.columns,
+				VocabSize: in.text.tok.VocabSize(), MaxLength: in.text.maxLength, BucketRows: bucketRows}, true
+		}
+	}
+	return TextInfo{}, false
+}
+
+// encodeText tokenizes every row of the text input's columns into bufs;
+// a null or empty text rejects its row. Derived inputs have nothing to read.
+func (m *Model) encodeText(rec arrow.RecordBatch, in *input, bufs *batchBufs, reject func(row int, col, reason string)) error {
+	if in.text == nil {
+		return nil
+	}
+	schema := rec.Schema()
+	cols := make([]stringArray, len(in.text.columns))
+	for j, c := range in.text.columns {
+		path := fmt.Sprintf("model.inputs.%s.text[%d]", in.name, j)
+		idx := schema.FieldIndices(c)
+		if len(idx) == 0 {
+			return fmt.Errorf("%s: column %q not in batch (have: %s)", path, c, compressNames(fieldNames(schema)))
+		}
+		a, ok := rec.Column(idx[0]).(stringArray)
+		if !ok {
+			return m.errorf(path, "column %q is %s, want strings for text input %q", c, rec.Column(idx[0]).DataType(), in.name)
+		}
+		cols[j] = a
+	}
+	n := int(rec.NumRows())
+	bufs.tokOff = grow(bufs.tokOff, n+1)
+	bufs.tokIDs = bufs.tokIDs[:0]
+	var joined strings.Builder
+	for r := range n {
+		bufs.tokOff[r] = len(bufs.tokIDs)
+		text, col, ok := "", "", true
+		if len(cols) == 1 {
+			if cols[0].IsNull(r) {
+				reject(r, in.text.columns[0], "column "+in.text.columns[0]+": null")
+				continue
+			}
+			text, col = cols[0].Value(r), in.text.columns[0]
+		} else {
+			joined.Reset()
+			for j, a := range cols {
+				if a.IsNull(r) {
+					reject(r, in.text.columns[j], "column "+in.text.columns[j]+": null")
+					ok = false
+					break
+				}
+				if j > 0 {
+					joined.WriteByte(' ')
+				}
+				joined.WriteString(a.Value(r))
+			}
+			text, col = joined.String(), strings.Join(in.text.columns, "+")
+		}
+		if !ok {
+			continue
+		}
+		if strings.TrimSpace(text) == "" {
+			reject(r, col, "column "+col+": empty text")
+			continue
+		}
+		bufs.tokIDs = in.text.tok.Encode(bufs.tokIDs, text, in.text.maxLength)
+	}
+	bufs.tokOff[n] = len(bufs.tokIDs)
+	return nil
+}
+
+// inferText runs a text model's kept rows in length buckets and returns
+// the outputs in row order.
+func (m *Model) inferText(ctx context.Context, b *Batch) (arrow.RecordBatch, error) {
+	n := len(b.Rows)
+	bufs := b.bufs
+	tokens := func(k int) []int32 { r := b.Rows[k]; return bufs.tokIDs[bufs.tokOff[r]:bufs.tokOff[r+1]] }
+	lens := make([]int, n)
+	for k := range lens {
+		lens[k] = len(tokens(k))
+	}
+	order := lengthOrder(lens)
+
+	s, err := m.acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: wait for a session: %w", m.spec.Path, err)
+	}
+	defer m.release(s)
+	collectors := make([]collector, len(m.outputs))
+	for i, o := range m.outputs {
+		switch {
+		case o.pool:
+			collectors[i] = &poolCollector{o: o, mode: m.spec.Pooling}
+		case o.kind == kindFloat32 || o.kind == kindFloat64 || o.kind == kindInt32 || o.kind == kindInt64:
+			collectors[i] = newCollector(o)
+		default:
+			return nil, fmt.Errorf("model %s: output %q: %s outputs are not supported with text inputs", m.spec.Path, o.name, o.kind)
+		}
+	}
+	ins := make([]ort.Value, len(m.inputs))
+	outs := make([]ort.Value, len(m.outputs))
+	for lo := 0; lo < n; lo += bucketRows {
+		bucket := order[lo:min(lo+bucketRows, n)]
+		blens := make([]int, len(bucket))
+		for j, k := range bucket {
+			blens[j] = lens[k]
+		}
+		T := blens[len(blens)-1] // sorted: the bucket's longest row
+		if m.padTo > 0 {
+			T = max(T, m.padTo) // the benchmark's baseline: pad to max_length
+		}
+		if err := m.makeTextInputs(b, ins, bucket, blens, T); err != nil {
+			destroyAll(ins)
+			return nil, err
+		}
+		clear(outs)
+		err := s.run(ctx, ins, outs)
+		destroyAll(ins)
+		if err != nil {
+			destroyAll(outs)
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("model %s: %w", m.spec.Path, ctx.Err())
+			}
+			return nil, fmt.Errorf("model %s: run %d rows × %d tokens: %w", m.spec.Path, len(bucket), T, err)
+		}
+		for i, c := range collectors {
+			if pc, ok := c.(*poolCollector); ok {
+				pc.lens = blens
+			}
+			if err := c.take(outs[i], len(bucket), len(bucket), false); err != nil {
+				destroyAll(outs)
+				return nil, fmt.Errorf("model %s: output %q: %w", m.spec.Path, m.outputs[i].name, err)
+			}
+		}
+		destroyAll(outs)
+	}
+	cols := make([]arrow.Array, len(collectors))
+	for i, c := range collectors {
+		unsort(c, order)
+		if m.spec.Normalize == "l2" && m.outputs[i].list && m.outputs[i].kind == kindFloat32 {
+			l2Normalize(c)
+		}
+		cols[i] = c.array(n)
+	}
+	rec := array.NewRecordBatch(m.schema, cols, int64(n))
+	for _, c := range cols {
+		c.Release()
+	}
+	return rec, nil
+}
+
+// lengthOrder is the kept rows sorted by token length (stable), the order
+// in which inferText cuts buckets of bucketRows.
+func lengthOrder(lens []int) []int {
+	order := make([]int, len(lens))
+	for k := range order {
+		order[k] = k
+	}
+	slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(lens[x], lens[y]) })
+	return order
+}
+
+// paddedTokens is the tensor size (rows × padded length) of running lens in
+// length-sorted buckets of size rows each, against padding every row to the
+// batch's longest: what bucketing saves.
+func paddedTokens(lens []int, size int) (bucketed, flat int) {
+	order := lengthOrder(lens)
+	longest := 0
+	for lo := 0; lo < len(order); lo += size {
+		b := order[lo:min(lo+size, len(order))]
+		bucketed += len(b) * lens[b[len(b)-1]]
+	}
+	for _, l := range lens {
+		longest = max(longest, l)
+	}
+	return bucketed, len(lens) * longest
+}
+
+// makeTextInputs builds a bucket's tensors: token ids padded to T with the
+// tokenizer's pad id, the attention mask and zeros.
+func (m *Model) makeTextInputs(b *Batch, ins []ort.Value, bucket, lens []int, T int) error {
+	bufs := b.bufs
+	rows := len(bucket)
+	for i, in := range m.inputs {
+		shape := ort.NewShape(int64(rows), int64(T))
+		var ids []int64
+		switch {
+		case in.text != nil:
+			ids = make([]int64, rows*T)
+			pad := int64(in.text.tok.PadID())
+			for j, k := range bucket {
+				r := b.Rows[k]
+				row := ids[j*T : (j+1)*T]
+				for x, id := range bufs.tokIDs[bufs.tokOff[r]:bufs.tokOff[r+1]] {
+					row[x] = int64(id)
+				}
+				for x := lens[j]; x < T; x++ {
+					row[x] = pad
+				}
+			}
+		case in.derived == "mask":
+			ids = make([]int64, rows*T)
+			for j := range bucket {
+				for x := range lens[j] {
+					ids[j*T+x] = 1
+				}
+			}
+		case in.derived == "zeros":
+			ids = make([]int64, rows*T)
+		}
+		var err error
+		if in.kind == kindInt32 {
+			d := make([]int32, len(ids))
+			for x, v := range ids {
+				d[x] = int32(v)
+			}
+			ins[i], err = ort.NewTensor(shape, d)
+		} else {
+			ins[i], err = ort.NewTensor(shape, ids)
+		}
+		if err != nil {
+			return fmt.Errorf("model %s: input %q tensor %v: %w", m.spec.Path, in.name, shape, err)
+		}
+	}
+	return nil
+}
+
+// unsort reorders a collector's rows, collected in bucket order (row j of
+// the collector is kept row order[j]), back to kept-row order.
+func unsort(c collector, order []int) {
+	switch c := c.(type) {
+	case *poolCollector:
+		c.data = unsortRows(c.data, order, c.o.width)
+	case *typedCollector[float32]:
+		c.data = unsortRows(c.data, order, c.width)
+	case *typedCollector[float64]:
+		c.data = unsortRows(c.data, order, c.width)
+	case *typedCollector[int32]:
+		c.data = unsortRows(c.data, order, c.width)
+	case *typedCollector[int64]:
+		c.data = unsortRows(c.data, order, c.width)
+	}
+}
+
+func unsortRows[T any](d []T, order []int, w int) []T {
+	if w <= 0 {
+		return d
+	}
+	out := make([]T, len(d))
+	for j, k := range order {
+		copy(out[k*w:(k+1)*w], d[j*w:(j+1)*w])
+	}
+	return out
+}
+
+// l2Normalize scales each row of a float32 list collector to unit length
+// (rows of norm below 1e-12 are divided by 1e-12, as torch's normalize).
+func l2Normalize(c collector) {
+	var d []float32
+	var w int
+	switch c := c.(type) {
+	case *poolCollector:
+		d, w = c.data, c.o.width
+	case *typedCollector[float32]:
+		d, w = c.data, c.width
+	default:
+		return
+	}
+	for lo := 0; w > 0 && lo+w <= len(d); lo += w {
+		row := d[lo : lo+w]
+		var ss float64
+		for _, v := range row {
+			ss += float64(v) * float64(v)
+		}
+		norm := max(math.Sqrt(ss), 1e-12)
+		for x, v := range row {
+			row[x] = float32(float64(v) / norm)
+		}
+	}
+}
+
+// poolCollector reduces [rows, T, D] hidden states to [rows, D] over each
+// row's first lens[j] tokens (its attention mask).
+type poolCollector struct {
+	o    *output
+	mode string // mean | cls | max
+	lens []int  // tokens per row of the current run
+	data []float32
+}
+
+func (c *poolCollector) take(v ort.Value, runRows, keep int, _ bool) error {
+	t, ok := v.(*ort.Tensor[float32])
+	if !ok {
+		return fmt.Errorf("got %T, want a float32 tensor", v)
+	}
+	shape := t.GetShape()
+	if len(shape) != 3 || shape[0] != int64(runRows) || (c.o.width > 0 && shape[2] != int64(c.o.width)) {
+		return fmt.Errorf("shape %v, want [%d,T,%d]", shape, runRows, c.o.width)
+	}
+	T, D := int(shape[1]), int(shape[2])
+	c.o.width = D
+	h := t.GetData()
+	for j := range keep {
+		n := min(c.lens[j], T)
+		base := j * T * D
+		out := make([]float32, D)
+		switch c.mode {
+		case "cls":
+			copy(out, h[base:base+D])
+		case "max":
+			for x := range D {
+				mx := float32(math.Inf(-1))
+				for tk := range n {
+					mx = max(mx, h[base+tk*D+x])
+				}
+				out[x] = mx
+			}
+		default: // mean
+			acc := make([]float64, D)
+			for tk := range n {
+				for x, v := range h[base+tk*D : base+(tk+1)*D] {
+					acc[x] += float64(v)
+				}
+			}
+			for x := range D {
+				out[x] = float32(acc[x] / float64(max(n, 1)))
+			}
+		}
+		c.data = append(c.data, out...)
+	}
+	return nil
+}
+
+func (c *poolCollector) array(n int) arrow.Array {
+	tc := &typedCollector[float32]{o: c.o, width: c.o.width, data: c.data}
+	return tc.array(n)
+}
