@@ -69,6 +69,7 @@ func Exercise(t *testing.T, h Harness) {
 		{"StageChecksRowCounts", testStageChecksRowCounts},
 		{"StagePublishesNothing", testStagePublishesNothing},
 		{"LockOneWriter", testLockOneWriter},
+		{"Inventory", testInventory},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
