@@ -66,8 +66,10 @@ func artifactsDir(t *testing.T, dir string) string {
 }
 
 // TestBrowser drives the pages in headless Chromium over the Postgres
-// ledger while this test advances a running run, then checks that the
-// Cancel button cancelled the run in the ledger.
+// ledger while this test advances a running run (the runs, a run, the
+// jobs and a backfill's page: a cell per date in its run's state, linked
+// to the run), then checks that the Cancel button cancelled the run in
+// the ledger. Any console error fails it.
 func TestBrowser(t *testing.T) {
 	node, dir := browserTools(t)
 	led, src := ledgers(t)["postgres"](t)
@@ -80,6 +82,8 @@ func TestBrowser(t *testing.T) {
 	commit(t, led, running, "w-a", 1000)
 	toCancel := mustCreate(t, led, "recs", 3).ID
 	commit(t, led, toCancel, "w-a", 1000)
+
+	bf := seedBackfill(t, led)
 
 	ts := newServer(t, Options{Source: src, Actions: ledgerActions(led), JobsDir: writeJobsDir(t), Poll: 700 * time.Millisecond})
 
@@ -100,7 +104,8 @@ func TestBrowser(t *testing.T) {
 	cmd := exec.CommandContext(cctx, node, "dashboard.spec.js")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "BASE_URL="+ts.URL, "TOKEN="+token, "RUNNING="+running, "FINISHED="+finished,
-		"CANCEL_RUN="+toCancel, fmt.Sprintf("SHARDS=%d", shards), "ART_DIR="+art, "CHROMIUM="+envOrDefault("PRECOG_CHROMIUM", chromiumPath))
+		"CANCEL_RUN="+toCancel, fmt.Sprintf("SHARDS=%d", shards),
+		"BACKFILL="+bf.ID, "BACKFILL_DATES=2026-11-01,2026-11-02,2026-11-03", "BACKFILL_STATES=succeeded,failed,pending", "BACKFILL_RUN="+bf.Succeeded, "ART_DIR="+art, "CHROMIUM="+envOrDefault("PRECOG_CHROMIUM", chromiumPath))
 	out, err := cmd.Output()
 	var res struct {
 		OK     bool     `json:"ok"`
@@ -129,7 +134,7 @@ func TestBrowser(t *testing.T) {
 	if err != nil || r.State != jobs.RunCancelled {
 		t.Errorf("after clicking Cancel, run %s is %s (%v), want cancelled", toCancel, r.State, err)
 	}
-	for _, f := range []string{"runs.png", "runs-phone.png", "run.png", "jobs.png", "run-cancelled.png"} {
+	for _, f := range []string{"runs.png", "runs-phone.png", "run.png", "jobs.png", "run-cancelled.png", "backfill.png"} {
 		if st, err := os.Stat(filepath.Join(art, f)); err != nil || st.Size() == 0 {
 			t.Errorf("screenshot %s missing: %v", f, err)
 		}

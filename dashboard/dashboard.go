@@ -138,6 +138,8 @@ func New(o Options) (*Server, error) {
 func (s *Server) routes() {
 	static, _ := fs.Sub(staticFS, "static")
 	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	s.mux.HandleFunc("GET /healthz", s.healthz)
+	s.mux.HandleFunc("GET /readyz", s.readyz)
 	s.mux.HandleFunc("GET /login", s.loginPage)
 	s.mux.HandleFunc("POST /login", s.login)
 	s.mux.HandleFunc("POST /logout", s.logout)
@@ -151,6 +153,42 @@ func (s *Server) routes() {
 	s.mux.Handle("POST /runs/{id}/cancel", s.auth.action(s.cancel))
 	s.mux.Handle("POST /runs/{id}/retry", s.auth.action(s.retry))
 	s.backfillRoutes()
+}
+
+// healthz answers 200 while the process serves (a liveness probe): no
+// authentication, no ledger read.
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprintln(w, "ok")
+}
+
+// readyTimeout bounds /readyz's ledger read.
+const readyTimeout = 3 * time.Second
+
+// readyz answers 200 when the ledger answers a read within readyTimeout
+// (a readiness probe: a dashboard that cannot reach its ledger gets no
+// traffic), else 503 with the reason; an embedded ledger held by a run
+// is ready (the pages say it is busy). No authentication, no run data.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+	defer cancel()
+	err := func() error {
+		led, release, err := s.opts.Source.Ledger(ctx)
+		if err != nil {
+			return err
+		}
+		defer release()
+		_, err = led.Runs(ctx, "", 1)
+		return err
+	}()
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if err != nil && !errors.Is(err, ledger.ErrBusy) {
+		s.opts.Logger.Warn("dashboard: not ready", "err", err)
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "ledger: unavailable")
+		return
+	}
+	fmt.Fprintln(w, "ok")
 }
 
 // ServeHTTP implements http.Handler with security headers on every answer.

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"html/template"
@@ -26,9 +27,14 @@ const (
 	sparkRuns = 20
 )
 
-// jobRow is one job spec of --jobs as /jobs shows it.
+// jobRow is one job as /jobs shows it: a spec of --jobs, or a job the
+// ledger knows from its runs (with the spec its newest run recorded).
 type jobRow struct {
-	Name, File     string
+	Name, File string
+	// FromRun is the run whose recorded spec the row shows ("" when the
+	// spec came from --jobs, or no spec could be read).
+	FromRun        string
+	NoSpec         bool
 	Cron, Words    string
 	Zone           string
 	Next           []time.Time
@@ -41,20 +47,74 @@ type jobRow struct {
 	ScheduleErrors string
 }
 
-func (s *Server) jobsPage(w http.ResponseWriter, r *http.Request, v viewer) {
-	if s.opts.JobsDir == "" {
-		s.render(w, http.StatusOK, "jobs", s.page(v, "Jobs", map[string]any{"NoDir": true}))
-		return
+// jobNamer is the Postgres ledger's way to list its jobs without reading
+// every run; other ledgers are read run by run.
+type jobNamer interface {
+	JobNames(ctx context.Context) ([]string, error)
+}
+
+// ledgerJobs lists every job that has a run in the ledger, by name.
+func ledgerJobs(ctx context.Context, led ledger.Ledger) ([]string, error) {
+	if n, ok := led.(jobNamer); ok {
+		return n.JobNames(ctx)
 	}
-	specs, loadErrs := loadViewSpecs(s.opts.JobsDir, s.opts.Now())
+	runs, err := led.Runs(ctx, "", 0)
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	var names []string
+	seen := map[string]bool{}
+	for _, r := range runs {
+		if !seen[r.Job] {
+			seen[r.Job] = true
+			names = append(names, r.Job)
+		}
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// jobsPage lists the specs of --jobs first, then every other job the
+// ledger has runs of, each with the schedule of the spec its newest run
+// recorded.
+func (s *Server) jobsPage(w http.ResponseWriter, r *http.Request, v viewer) {
+	var (
+		specs    []*jobs.Spec
+		loadErrs []error
+	)
+	if s.opts.JobsDir != "" {
+		specs, loadErrs = loadViewSpecs(s.opts.JobsDir, s.opts.Now())
+	}
 	s.withLedger(w, r, v, func(led ledger.Ledger) error {
+		ctx := r.Context()
 		now := s.opts.Now()
+		names, err := ledgerJobs(ctx, led)
+		if err != nil {
+			return fmt.Errorf("jobs of the ledger: %w", err)
+		}
+		have := map[string]bool{}
 		var rows []jobRow
 		for _, spec := range specs {
-			row, err := jobOf(r, led, spec, now)
+			have[spec.Name] = true
+			row, err := jobOf(ctx, led, spec, now)
 			if err != nil {
 				return err
 			}
+			rows = append(rows, row)
+		}
+		for _, name := range names {
+			if have[name] {
+				continue
+			}
+			spec, fromRun, err := recordedSpec(ctx, led, name)
+			if err != nil {
+				return err
+			}
+			row, err := jobOf(ctx, led, spec, now)
+			if err != nil {
+				return err
+			}
+			row.File, row.FromRun, row.NoSpec = "", fromRun, fromRun == ""
 			rows = append(rows, row)
 		}
 		var errs []string
@@ -66,7 +126,27 @@ func (s *Server) jobsPage(w http.ResponseWriter, r *http.Request, v viewer) {
 	})
 }
 
-func jobOf(r *http.Request, led ledger.Ledger, spec *jobs.Spec, now time.Time) (jobRow, error) {
+// recordedSpec is the spec of job's newest run (of its newest sparkRuns)
+// whose recorded spec parses, read for view (no store secret expanded),
+// and that run's id; none gives a bare spec of the name and "".
+func recordedSpec(ctx context.Context, led ledger.Ledger, job string) (*jobs.Spec, string, error) {
+	runs, err := led.Runs(ctx, job, sparkRuns)
+	if err != nil {
+		return nil, "", fmt.Errorf("job %s: runs: %w", job, err)
+	}
+	for _, run := range runs {
+		if len(run.Spec) == 0 {
+			continue
+		}
+		spec, err := jobs.ParseForView(run.Spec, run.SpecFile, run.Params)
+		if err == nil && spec.Name == job {
+			return spec, run.ID, nil
+		}
+	}
+	return &jobs.Spec{Name: job}, "", nil
+}
+
+func jobOf(ctx context.Context, led ledger.Ledger, spec *jobs.Spec, now time.Time) (jobRow, error) {
 	row := jobRow{Name: spec.Name, File: spec.File, Cron: spec.Schedule, Zone: spec.Timezone, MaxStaleness: "-"}
 	if row.Zone == "" {
 		row.Zone = "UTC"
@@ -87,12 +167,12 @@ func jobOf(r *http.Request, led ledger.Ledger, spec *jobs.Spec, now time.Time) (
 			row.Next = append(row.Next, t)
 		}
 	}
-	runs, err := led.Runs(r.Context(), spec.Name, sparkRuns)
+	runs, err := led.Runs(ctx, spec.Name, sparkRuns)
 	if err != nil {
 		return row, fmt.Errorf("job %s: runs: %w", spec.Name, err)
 	}
 	if len(runs) > 0 {
-		shards, err := led.Shards(r.Context(), runs[0].ID)
+		shards, err := led.Shards(ctx, runs[0].ID)
 		if err != nil {
 			return row, fmt.Errorf("run %s: shards: %w", runs[0].ID, err)
 		}
@@ -109,25 +189,13 @@ func jobOf(r *http.Request, led ledger.Ledger, spec *jobs.Spec, now time.Time) (
 	if d := spec.MaxStaleness.Duration; d > 0 {
 		row.MaxStaleness = d.String()
 	}
-	if sl, ok := led.(scheduler.Ledger); ok {
-		st, err := scheduler.StalenessOf(r.Context(), sl, spec, now)
-		if err != nil {
-			return row, fmt.Errorf("job %s: staleness: %w", spec.Name, err)
-		}
-		row.LastSuccess, row.Stale = st.LastSuccess, st.Stale
-		switch {
-		case st.LastSuccess.IsZero() && st.Stale:
-			row.Staleness = "stale: never succeeded"
-		case st.LastSuccess.IsZero():
-			row.Staleness = "never succeeded"
-		case st.Stale:
-			row.Staleness = "stale: " + runview.Duration(st.Age) + " old"
-		case spec.MaxStaleness.Duration > 0:
-			row.Staleness = "fresh: " + runview.Duration(st.Age) + " old"
-		default:
-			row.Staleness = runview.Duration(st.Age) + " old"
-		}
+	// The same function as precog schedule list and the scheduler's
+	// metrics: the three never disagree about a job's staleness.
+	st, err := scheduler.StalenessOf(ctx, led, spec, now)
+	if err != nil {
+		return row, err
 	}
+	row.LastSuccess, row.Stale, row.Staleness = st.LastSuccess, st.Stale, st.String()
 	return row, nil
 }
 

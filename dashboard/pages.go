@@ -249,8 +249,16 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request, v viewer) {
 			s.render(w, http.StatusOK, "runlive", d)
 			return nil
 		}
+		run, err := led.Run(r.Context(), id)
+		if err != nil {
+			return fmt.Errorf("run %s: %w", id, err)
+		}
+		checks, err := loadChecks(r.Context(), led, run)
+		if err != nil {
+			return err
+		}
 		s.render(w, http.StatusOK, "run", s.page(v, "Run "+id, map[string]any{
-			"D": d, "Note": r.URL.Query().Get("note"), "Part": "/runs/" + urlq(id) + "?part=live" + pageQuery(d.Page),
+			"D": d, "Checks": checks, "Note": r.URL.Query().Get("note"), "Part": "/runs/" + urlq(id) + "?part=live" + pageQuery(d.Page),
 			"CanCancel": s.opts.Actions.Cancel != nil && d.Row.Open,
 			"CanRetry":  s.opts.Actions.Retry != nil && (d.Row.Shards.Failed > 0 || d.Row.State == string(jobs.RunFailed)),
 		}))

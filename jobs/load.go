@@ -137,6 +137,12 @@ func Parse(data []byte, file string, params map[string]string, lookupEnv func(st
 	return parseSpec(data, file, params, lookupEnv, false)
 }
 
+// ParseForView is LoadForView on bytes: the dashboard reads the spec a run
+// recorded, to show a job's schedule when no spec file is at hand.
+func ParseForView(data []byte, file string, params map[string]string) (*Spec, error) {
+	return parseSpec(data, file, params, os.LookupEnv, true)
+}
+
 func parseSpec(data []byte, file string, params map[string]string, lookupEnv func(string) (string, bool), view bool) (*Spec, error) {
 	if lookupEnv == nil {
 		lookupEnv = func(string) (string, bool) { return "", false }

@@ -90,6 +90,30 @@ func TestClusterWorkersList(t *testing.T) {
 		!(strings.Contains(st.stdout, "[heartbeat ") || strings.Contains(st.stdout, "[LOST: no heartbeat for")) {
 		t.Errorf("status does not show the holder's heartbeat age:\n%s", st.stdout)
 	}
+	// status --json lists the same holder with its heartbeat age.
+	stj := c.precog("status", "--db", c.dsn, "--json", id)
+	var sj struct {
+		Holders []struct {
+			Worker        string   `json:"worker"`
+			State         string   `json:"state"`
+			HeartbeatAgeS *float64 `json:"heartbeat_age_s"`
+		} `json:"holders"`
+	}
+	if err := json.Unmarshal([]byte(stj.stdout), &sj); err != nil {
+		t.Errorf("status --json: %v\n%s", err, stj.stdout)
+	}
+	found := false
+	for _, h := range sj.Holders {
+		if strings.HasPrefix(h.Worker, w1.workerIDPrefix()) {
+			found = true
+			if (h.State != "up" && h.State != "lost") || h.HeartbeatAgeS == nil || *h.HeartbeatAgeS < 0 {
+				t.Errorf("status --json: holder %+v, want up or lost with a heartbeat age", h)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("status --json lists no holder of w1:\n%s", stj.stdout)
+	}
 	if err := w1.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

@@ -158,16 +158,19 @@ prints one object per change.`,
 					return err
 				}
 				rep := runChecks(ctx, led.Ledger, r.ID)
+				ws, err := listWorkers(ctx, led, "")
+				if err != nil {
+					g.log.Warn("list workers for their heartbeats", "err", err)
+				}
 				if asJSON {
 					st := runview.StatusOf(v, sample)
 					if rep != nil {
 						st.Checks = rep.Checks
 					}
+					if hs := runview.HoldersOf(shards, ws); len(hs) > 0 {
+						st.Holders = hs
+					}
 					return json.NewEncoder(w).Encode(st)
-				}
-				ws, err := listWorkers(ctx, led, "")
-				if err != nil {
-					g.log.Warn("list workers for their heartbeats", "err", err)
 				}
 				if err := (runview.Detail{Run: v, Shards: shards, Rejects: sample, Workers: ws}.Write(w)); err != nil || rep == nil {
 					return err

@@ -18,6 +18,7 @@ import (
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/ledger/bolt"
 	"github.com/precog-ml/precog/jobs/schedule"
+	"github.com/precog-ml/precog/jobs/scheduler"
 )
 
 // maxScheduleNext bounds `schedule next -n`.
@@ -116,61 +117,45 @@ func loadSchedule(path string) (*schedule.Schedule, *jobs.Spec, error) {
 	return sched, spec, nil
 }
 
-// lastRun is a job's newest scheduled run, for `schedule list`.
-type lastRun struct {
-	ID           string
-	State        string
-	ScheduledFor time.Time
-	// PublishedAt is when its predictions were published (zero: not yet).
-	PublishedAt time.Time
-}
-
-// lastRunLookup finds a job's newest scheduled run; ok false when it has none.
-type lastRunLookup func(ctx context.Context, job string) (run lastRun, ok bool, err error)
-
-// scheduleLastRuns reads each job's newest scheduled run from the ledger
-// for `schedule list`: the Postgres ledger of PRECOG_DATABASE_URL, else
+// scheduleLedger opens the ledger `schedule list` reads each job's last
+// run and staleness from: the Postgres ledger of PRECOG_DATABASE_URL, else
 // the embedded one under --state-dir when it exists and is free (an
-// embedded scheduler holds it: then the columns print "-").
-func scheduleLastRuns(g *globals) (lastRunLookup, func(), error) {
-	var led ledger.Ledger
+// embedded scheduler holds it: then the columns print "-"). nil when none.
+func scheduleLedger(g *globals) (ledger.Ledger, func(), error) {
 	if dsn := databaseURL(""); dsn != "" {
 		l, err := openCluster(context.Background(), dsn, cliLedgerOptions(g.log))
 		if err != nil {
 			return nil, nil, err
 		}
-		led = l
-	} else {
-		path := bolt.PathIn(g.stateDir)
-		if _, err := os.Stat(path); err != nil {
-			return nil, func() {}, nil
-		}
-		l, err := bolt.Open(path)
-		if err != nil {
-			g.log.Warn("last runs unavailable", "err", err)
-			return nil, func() {}, nil
-		}
-		led = l
+		return l, func() { l.Close() }, nil
 	}
-	lookup := func(ctx context.Context, job string) (lastRun, bool, error) {
-		runs, err := led.Runs(ctx, job, 100)
-		if err != nil {
-			return lastRun{}, false, err
-		}
-		for _, r := range runs { // newest first
-			at, err := time.Parse(time.RFC3339, r.Params["scheduled_for"])
-			if err != nil {
-				continue // a manual run
-			}
-			lr := lastRun{ID: r.ID, State: string(r.State), ScheduledFor: at}
-			if r.State == jobs.RunSucceeded {
-				lr.PublishedAt = r.UpdatedAt
-			}
-			return lr, true, nil
-		}
-		return lastRun{}, false, nil
+	path := bolt.PathIn(g.stateDir)
+	if _, err := os.Stat(path); err != nil {
+		return nil, func() {}, nil
 	}
-	return lookup, func() { led.Close() }, nil
+	l, err := bolt.Open(path)
+	if err != nil {
+		g.log.Warn("last runs unavailable", "err", err)
+		return nil, func() {}, nil
+	}
+	return l, func() { l.Close() }, nil
+}
+
+// lastScheduledRun is job's newest run a schedule fired (one with a
+// scheduled_for param); ok false when it has none among its newest 100.
+func lastScheduledRun(ctx context.Context, led scheduler.RunLister, job string) (run jobs.Run, at time.Time, ok bool, err error) {
+	runs, err := led.Runs(ctx, job, 100)
+	if err != nil {
+		return jobs.Run{}, time.Time{}, false, fmt.Errorf("last run of job %s: %w", job, err)
+	}
+	for _, r := range runs { // newest first
+		at, err := time.Parse(time.RFC3339, r.Params["scheduled_for"])
+		if err != nil {
+			continue // a manual run
+		}
+		return r, at, true, nil
+	}
+	return jobs.Run{}, time.Time{}, false, nil
 }
 
 func newScheduleListCmd(g *globals) *cobra.Command {
@@ -187,12 +172,16 @@ func newScheduleListCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			lookup, done, err := scheduleLastRuns(g)
+			led, done, err := scheduleLedger(g)
 			if err != nil {
 				return err
 			}
 			defer done()
-			return writeScheduleList(cmd.Context(), cmd.OutOrStdout(), specs, time.Now(), lookup)
+			var runs scheduler.RunLister // a nil ledger stays a nil interface
+			if led != nil {
+				runs = led
+			}
+			return writeScheduleList(cmd.Context(), cmd.OutOrStdout(), specs, time.Now(), runs)
 		},
 	}
 	cmd.Flags().StringVar(&dir, "jobs", "", "directory of job specs (*.yaml, *.yml)")
@@ -226,8 +215,10 @@ func loadScheduledSpecs(dir string) ([]*jobs.Spec, error) {
 	return specs, nil
 }
 
-// writeScheduleList prints one line per job; lookup may be nil.
-func writeScheduleList(ctx context.Context, w io.Writer, specs []*jobs.Spec, now time.Time, lookup lastRunLookup) error {
+// writeScheduleList prints one line per job; led may be nil (no ledger:
+// LAST_RUN and STALE print "-"). STALE is scheduler.StalenessOf's, the
+// same words as the dashboard's jobs page.
+func writeScheduleList(ctx context.Context, w io.Writer, specs []*jobs.Spec, now time.Time, led scheduler.RunLister) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tSCHEDULE\tTIMEZONE\tNEXT\tCATCHUP\tCONCURRENCY\tMAX_STALENESS\tLAST_RUN\tSTALE")
 	for _, spec := range specs {
@@ -248,33 +239,22 @@ func writeScheduleList(ctx context.Context, w io.Writer, specs []*jobs.Spec, now
 			staleness = d.String()
 		}
 		last, stale := "-", "-"
-		if lookup != nil {
-			run, ok, err := lookup(ctx, spec.Name)
+		if led != nil {
+			run, at, ok, err := lastScheduledRun(ctx, led, spec.Name)
 			if err != nil {
-				return fmt.Errorf("last run of job %s: %w", spec.Name, err)
+				return err
 			}
 			if ok {
-				last = run.ScheduledFor.In(sched.Location()).Format(time.RFC3339) + " " + run.State
-				stale = staleState(spec, run, now)
+				last = at.In(sched.Location()).Format(time.RFC3339) + " " + string(run.State)
 			}
+			st, err := scheduler.StalenessOf(ctx, led, spec, now)
+			if err != nil {
+				return err
+			}
+			stale = st.String()
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", spec.Name, spec.Schedule, spec.Timezone, next,
 			catchup, spec.Concurrency, staleness, last, stale)
 	}
 	return tw.Flush()
-}
-
-// staleState says whether a job's last run's predictions are older than
-// its max_staleness ("-" without a bound).
-func staleState(spec *jobs.Spec, run lastRun, now time.Time) string {
-	bound := spec.MaxStaleness.Duration
-	switch {
-	case bound <= 0:
-		return "-"
-	case run.PublishedAt.IsZero():
-		return "unpublished"
-	case now.Sub(run.PublishedAt) > bound:
-		return "stale (" + now.Sub(run.PublishedAt).Round(time.Second).String() + " old)"
-	}
-	return "fresh"
 }

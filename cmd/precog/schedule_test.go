@@ -3,11 +3,20 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"net/http/httptest"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/precog-ml/precog/dashboard"
+	"github.com/precog-ml/precog/internal/testservers"
 	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/ledger/bolt"
+	"github.com/precog-ml/precog/jobs/ledger/postgres"
 )
 
 // TestScheduleNext drives `precog schedule next` through the binary across
@@ -75,31 +84,115 @@ func TestScheduleList(t *testing.T) {
 	}
 }
 
-// TestScheduleListLastRun: the ledger hook's answer fills LAST_RUN and STALE.
+// TestScheduleListLastRun: on both ledgers, LAST_RUN is the newest
+// scheduled run and STALE is scheduler.StalenessOf's answer, the same
+// words as the dashboard's jobs page (served here over the ledger behind
+// openedLedger, as precog dashboard does): a job whose newest scheduled run
+// failed after three successes is stale by its last success's age, not
+// "unpublished".
 func TestScheduleListLastRun(t *testing.T) {
-	now := time.Date(2026, 6, 2, 12, 0, 0, 0, time.UTC)
-	mk := func(name string, staleness time.Duration) *jobs.Spec {
-		return &jobs.Spec{Name: name, Schedule: "0 6 * * *", Timezone: "UTC", Catchup: jobs.CatchupLatest, MaxCatchup: 10,
-			Concurrency: "forbid", MaxStaleness: jobs.Duration{Duration: staleness}}
+	ctx := context.Background()
+	open := map[string]func(t *testing.T) ledger.Ledger{
+		"bolt": func(t *testing.T) ledger.Ledger {
+			l, err := bolt.Open(filepath.Join(t.TempDir(), "ledger.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { l.Close() })
+			return l
+		},
+		"postgres": func(t *testing.T) ledger.Ledger {
+			l, err := postgres.Open(ctx, testservers.Postgres(t).DSN, postgres.Options{PollOnly: true, MaxConns: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { l.Close() })
+			return l
+		},
 	}
-	runs := map[string]lastRun{
-		"fresh": {ID: "r1", State: "succeeded", ScheduledFor: now.Add(-6 * time.Hour), PublishedAt: now.Add(-5 * time.Hour)},
-		"stale": {ID: "r2", State: "succeeded", ScheduledFor: now.Add(-30 * time.Hour), PublishedAt: now.Add(-29 * time.Hour)},
-		"unpub": {ID: "r3", State: "running", ScheduledFor: now.Add(-6 * time.Hour)},
+	for name, openLed := range open {
+		t.Run(name, func(t *testing.T) {
+			l := openLed(t)
+			mk := func(job string, bound time.Duration) *jobs.Spec {
+				return &jobs.Spec{Name: job, Schedule: "0 6 * * *", Timezone: "UTC", Catchup: jobs.CatchupLatest, MaxCatchup: 10,
+					Concurrency: "forbid", MaxStaleness: jobs.Duration{Duration: bound}}
+			}
+			var seq int
+			run := func(job string, st jobs.RunState) jobs.Run {
+				seq++
+				params := map[string]string{"scheduled_for": time.Date(2026, 6, seq, 6, 0, 0, 0, time.UTC).Format(time.RFC3339)}
+				r := jobs.Run{ID: fmt.Sprintf("%s-%d-%d", job, seq, time.Now().UnixNano()), Job: job, Version: fmt.Sprint("v", seq),
+					Params: params, ParamsKey: jobs.ParamsKey(params), SpecHash: "h", ModelVersion: "m"}
+				if err := l.CreateRun(ctx, r, []jobs.Shard{{RunID: r.ID, Plan: []byte("{}")}}); err != nil {
+					t.Fatal(err)
+				}
+				if err := l.SetRunState(ctx, r.ID, st, ""); err != nil {
+					t.Fatal(err)
+				}
+				r, err := l.Run(ctx, r.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return r
+			}
+			var lastOK jobs.Run
+			for range 3 {
+				lastOK = run("daily", jobs.RunSucceeded)
+				run("loose", jobs.RunSucceeded)
+			}
+			run("daily", jobs.RunFailed) // the newest scheduled run
+			now := lastOK.UpdatedAt.Add(30 * time.Hour)
+			specs := []*jobs.Spec{mk("daily", 24*time.Hour), mk("loose", 0), mk("never", time.Hour)}
+			var b bytes.Buffer
+			if err := writeScheduleList(ctx, &b, specs, now, l); err != nil {
+				t.Fatal(err)
+			}
+			list := b.String()
+			flat := regexp.MustCompile(` +`).ReplaceAllString(list, " ")
+			for _, want := range []string{"2026-06-07T06:00:00Z failed stale: 30h0m0s old", "never 0 6 * * * UTC", "- stale: never succeeded"} {
+				if !strings.Contains(flat, want) {
+					t.Errorf("schedule list lacks %q:\n%s", want, list)
+				}
+			}
+
+			dir := t.TempDir()
+			for _, spec := range []string{"daily", "loose", "never"} {
+				bound := map[string]string{"daily": "max_staleness: 24h\n", "never": "max_staleness: 1h\n"}[spec]
+				writeSpec(t, dir, spec+".yaml", strings.Replace(rankerSpec, "name: scores", "name: "+spec, 1)+"schedule: \"0 6 * * *\"\n"+bound)
+			}
+			srv, err := dashboard.New(dashboard.Options{Source: dashboard.Shared{L: &openedLedger{Ledger: l, where: name}, Name: name},
+				InsecureNoAuth: true, JobsDir: dir, Now: func() time.Time { return now }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := httptest.NewRecorder()
+			srv.ServeHTTP(rec, httptest.NewRequest("GET", "/jobs", nil))
+			if rec.Code != 200 {
+				t.Fatalf("/jobs = %d\n%s", rec.Code, rec.Body)
+			}
+			page := rec.Body.String()
+			for job, want := range map[string]string{"daily": "stale: 30h0m0s old", "loose": "old", "never": "stale: never succeeded"} {
+				row := regexp.MustCompile(`(?s)<tr data-job="` + job + `">.*?</tr>`).FindString(page)
+				var listed string
+				for _, line := range strings.Split(list, "\n") {
+					if strings.HasPrefix(line, job+" ") {
+						listed = line
+					}
+				}
+				if !strings.Contains(row, want) || !strings.HasSuffix(strings.TrimSpace(listed), stalenessCell(t, row)) {
+					t.Errorf("job %s: schedule list %q and the dashboard's row disagree (want %q):\n%s", job, listed, want, row)
+				}
+			}
+		})
 	}
-	lookup := func(_ context.Context, job string) (lastRun, bool, error) {
-		r, ok := runs[job]
-		return r, ok, nil
+}
+
+// stalenessCell is the staleness words of a jobs-page row ("… (max)").
+func stalenessCell(t *testing.T, row string) string {
+	t.Helper()
+	m := regexp.MustCompile(`<td>(?:<span class="state st-failed">)?([^<(]+?)(?:</span>)? \([^)]*\)</td>`).FindStringSubmatch(row)
+	if m == nil {
+		t.Fatalf("no staleness cell in %s", row)
 	}
-	var b bytes.Buffer
-	specs := []*jobs.Spec{mk("fresh", 24*time.Hour), mk("stale", 24*time.Hour), mk("unpub", 24*time.Hour), mk("never", 0)}
-	if err := writeScheduleList(context.Background(), &b, specs, now, lookup); err != nil {
-		t.Fatal(err)
-	}
-	out := b.String()
-	for _, want := range []string{"2026-06-02T06:00:00Z succeeded  fresh", "2026-06-01T06:00:00Z succeeded  stale (29h0m0s old)", "running    unpublished", "never  0 6 * * *  UTC       2026-06-03T06:00:00Z"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("list lacks %q:\n%s", want, out)
-		}
-	}
+	return m[1]
 }

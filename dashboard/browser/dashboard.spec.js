@@ -90,6 +90,27 @@ function check(cond, what) {
     check(await page.locator('tr[data-job]').count() > 0, 'the jobs page lists a job');
     await page.screenshot({ path: path.join(art, 'jobs.png'), fullPage: true });
 
+    // The backfill page: one cell per date, coloured by its run's state,
+    // each a link to that run.
+    await page.goto(base + '/backfills/' + env('BACKFILL'));
+    const dates = env('BACKFILL_DATES').split(',');
+    const cells = page.locator('.bf-grid a.bf-cell[data-cell]');
+    check(await cells.count() === dates.length, `the backfill page has ${await cells.count()} cells (want ${dates.length})`);
+    for (const [i, d] of dates.entries()) {
+      const cell = page.locator(`.bf-grid a.bf-cell[data-cell="${d}"]`);
+      check(await cell.count() === 1, `a cell for ${d}`);
+      const want = env('BACKFILL_STATES').split(',')[i];
+      check(await cell.getAttribute('data-state') === want, `cell ${d} is ${await cell.getAttribute('data-state')} (want ${want})`);
+    }
+    const first = page.locator(`.bf-grid a.bf-cell[data-cell="${dates[0]}"]`);
+    const bg = await first.evaluate((el) => getComputedStyle(el).backgroundColor);
+    const bg2 = await page.locator(`.bf-grid a.bf-cell[data-cell="${dates[1]}"]`).evaluate((el) => getComputedStyle(el).backgroundColor);
+    check(bg !== bg2, `cells of different states have different colours (${bg} vs ${bg2})`);
+    await page.screenshot({ path: path.join(art, 'backfill.png'), fullPage: true });
+    await first.click();
+    await page.waitForURL(new RegExp('/runs/' + env('BACKFILL_RUN') + '$'));
+    check(/Run/.test(await page.locator('h1').textContent()), 'a cell links to its run');
+
     // Cancel, clicked, cancels the run (browser_test.go checks the ledger).
     await page.goto(base + '/runs/' + env('CANCEL_RUN'));
     await page.getByRole('button', { name: 'Cancel', exact: true }).click();

@@ -220,8 +220,11 @@ func TestProbesTargetTheServedPort(t *testing.T) {
 				where := fmt.Sprintf("overlay %s: %s/%s", ov, d.Name, c.Name)
 				sub, flags := parseArgs(t, where, c.Args)
 				def := 0
-				if sub == "serve" {
+				switch sub {
+				case "serve":
 					def = 8080 // serve's --addr default
+				case "dashboard":
+					def = 8081 // dashboard's --addr default
 				}
 				port := addrPort(t, where, flags["addr"], def)
 				if port == 0 {
@@ -262,7 +265,7 @@ func containerPort(c corev1.Container, p intstr.IntOrString) int {
 // Every container's args are real flags of its precog subcommand, and every
 // Deployment runs the subcommand its component says.
 func TestContainerArgsAreRealFlags(t *testing.T) {
-	want := map[string]string{"worker": "worker", "scheduler": "scheduler", "api": "serve"}
+	want := map[string]string{"worker": "worker", "scheduler": "scheduler", "api": "serve", "dashboard": "dashboard"}
 	for _, ov := range overlays {
 		for _, d := range ofKind[appsv1.Deployment](render(t, ov)) {
 			for _, c := range d.Spec.Template.Spec.Containers {
@@ -271,8 +274,70 @@ func TestContainerArgsAreRealFlags(t *testing.T) {
 				if want[comp] != sub {
 					t.Errorf("overlay %s: %s (component %q) runs precog %s", ov, d.Name, comp, sub)
 				}
-				if (sub == "scheduler" || sub == "serve") && flags["jobs"] != "/jobs" {
+				if _, ok := flags["insecure-no-auth"]; ok {
+					t.Errorf("overlay %s: %s serves without authentication", ov, d.Name)
+				}
+				if sub == "dashboard" {
+					checkDashboard(t, fmt.Sprintf("overlay %s: %s", ov, d.Name), c, flags)
+				}
+				if (sub == "scheduler" || sub == "serve" || sub == "dashboard") && flags["jobs"] != "/jobs" {
 					t.Errorf("overlay %s: %s: --jobs %q, want /jobs (the precog-jobs mount)", ov, d.Name, flags["jobs"])
+				}
+			}
+		}
+	}
+}
+
+// checkDashboard: the dashboard reads the Postgres ledger (no embedded
+// one in a pod) and takes its tokens from precog-api-tokens or a mounted
+// --tokens-file: without either it refuses to start.
+func checkDashboard(t *testing.T, where string, c corev1.Container, flags map[string]string) {
+	secrets := map[string]bool{}
+	for _, e := range c.EnvFrom {
+		if e.SecretRef != nil {
+			secrets[e.SecretRef.Name] = true
+		}
+	}
+	if !secrets["precog-ledger"] && flags["db"] == "" {
+		t.Errorf("%s: no ledger: want envFrom precog-ledger (PRECOG_DATABASE_URL)", where)
+	}
+	if !secrets["precog-api-tokens"] && flags["tokens-file"] == "" {
+		t.Errorf("%s: no tokens: want envFrom precog-api-tokens (PRECOG_API_TOKENS) or --tokens-file", where)
+	}
+}
+
+// TestDashboardDeployed: every overlay runs the dashboard behind a Service
+// and a PodDisruptionBudget.
+func TestDashboardDeployed(t *testing.T) {
+	for _, ov := range overlays {
+		objs := render(t, ov)
+		found := map[string]bool{}
+		for _, d := range ofKind[appsv1.Deployment](objs) {
+			found["Deployment"] = found["Deployment"] || d.Spec.Template.Labels["app.kubernetes.io/component"] == "dashboard"
+		}
+		for _, s := range ofKind[corev1.Service](objs) {
+			found["Service"] = found["Service"] || s.Spec.Selector["app.kubernetes.io/component"] == "dashboard"
+		}
+		for _, p := range ofKind[policyv1.PodDisruptionBudget](objs) {
+			found["PodDisruptionBudget"] = found["PodDisruptionBudget"] || p.Spec.Selector.MatchLabels["app.kubernetes.io/component"] == "dashboard"
+		}
+		for _, kind := range []string{"Deployment", "Service", "PodDisruptionBudget"} {
+			if !found[kind] {
+				t.Errorf("overlay %s: no %s for the dashboard", ov, kind)
+			}
+		}
+	}
+}
+
+// TestWorkersKeepNoState: rejects are stored in the ledger, so a worker
+// pod has no state volume (an emptyDir would be lost with the pod, and
+// suggest that something lives there).
+func TestWorkersKeepNoState(t *testing.T) {
+	for _, ov := range overlays {
+		for _, w := range workers(t, render(t, ov)) {
+			for _, m := range w.c.VolumeMounts {
+				if m.MountPath == "/var/lib/precog" {
+					t.Errorf("overlay %s: worker %s mounts %s at PRECOG_STATE_DIR; a worker keeps nothing there", ov, w.dep.Name, m.Name)
 				}
 			}
 		}
@@ -520,5 +585,46 @@ func TestReadmeWalkthroughMatchesManifests(t *testing.T) {
 		if !strings.Contains(section, w.dep.Name) {
 			t.Errorf("README: the walk-through never mentions worker pool %s", w.dep.Name)
 		}
+	}
+}
+
+// The README's own overlay (step 1: an images: entry, applied with kubectl
+// alone) renders with the kubectl this test uses, and every container of
+// every Deployment then runs an image of the registry it names.
+func TestReadmeImagesOverlay(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(data), "Create `deploy/k8s/overlays/prod/kustomization.yaml`:\n\n```yaml\n")
+	if !ok {
+		t.Fatal("README: no kustomization.yaml of an overlay of one's own (images:) in the Kubernetes walk-through")
+	}
+	body, _, ok := strings.Cut(rest, "```")
+	if !ok {
+		t.Fatal("README: unterminated yaml block")
+	}
+	if strings.Contains(string(data), "kustomize edit") {
+		t.Error("README: `kustomize edit` needs a kustomize binary that kubectl users do not have")
+	}
+	dir, err := os.MkdirTemp("overlays", "readme-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var images int
+	for _, d := range ofKind[appsv1.Deployment](render(t, filepath.Base(dir))) {
+		for _, c := range d.Spec.Template.Spec.Containers {
+			images++
+			if !strings.HasPrefix(c.Image, "REGISTRY/precog") || !strings.HasSuffix(c.Image, ":TAG") {
+				t.Errorf("README overlay: %s/%s runs image %q, not the overlay's REGISTRY/…:TAG", d.Name, c.Name, c.Image)
+			}
+		}
+	}
+	if images == 0 {
+		t.Fatal("README overlay renders no Deployment")
 	}
 }

@@ -181,3 +181,41 @@ func TestIntKeysHashLikeStrings(t *testing.T) {
 		t.Fatalf("churn between the same keys: %+v", e)
 	}
 }
+
+// TestHistograms: a shifted field's shares move up the shared bins, and
+// each side's shares sum to 1.
+func TestHistograms(t *testing.T) {
+	mk := func(from float64) *Field {
+		f := newField()
+		for i := range 1000 {
+			v := from + float64(i)/1000
+			f.dd.Add(v)
+			f.Values++
+			f.Min, f.Max = math.Min(f.Min, v), math.Max(f.Max, v)
+		}
+		return f
+	}
+	h := Histograms(mk(1), mk(2), 10)
+	if len(h.Edges) != 11 || h.Edges[0] != 1 || math.Abs(h.Edges[10]-2.999) > 1e-9 {
+		t.Fatalf("edges %v, want 10 bins over [1, 2.999]", h.Edges)
+	}
+	var so, sn, low, high float64
+	for i := range h.Old {
+		so += h.Old[i]
+		sn += h.New[i]
+		if i < 5 {
+			low += h.Old[i] - h.New[i]
+		} else {
+			high += h.New[i] - h.Old[i]
+		}
+	}
+	if math.Abs(so-1) > 1e-9 || math.Abs(sn-1) > 1e-9 {
+		t.Errorf("shares sum to %v and %v, want 1", so, sn)
+	}
+	if low < 0.95 || high < 0.95 {
+		t.Errorf("old %v / new %v: the new values do not sit in the upper bins", h.Old, h.New)
+	}
+	if h := Histograms(nil, &Field{}, 10); h.Edges != nil {
+		t.Errorf("no values: %+v, want no bins", h)
+	}
+}

@@ -154,11 +154,27 @@ func (d Detail) writeFailed(w io.Writer) error {
 	return nil
 }
 
-// workers lists who holds running shards: "host-a-12/cpu (2)", with each
-// holder's heartbeat age when the ledger lists workers: "host-a-12/cpu (2)
-// [heartbeat 3s ago]", "host-b-7/cpu (1) [LOST: no heartbeat for 41s, its
-// leases expiring]", or "[not registered]" for a holder the list lacks.
-func workers(shards []jobs.Shard, list []ledger.WorkerInfo) string {
+// Holder is a worker claim loop holding running shards of a run, with
+// its heartbeat as the ledger's list of workers has it: what `status`
+// prints after "workers" and `status --json` lists under "holders".
+type Holder struct {
+	// Worker is the lease holder's name (worker id/device).
+	Worker string `json:"worker"`
+	// Shards is how many of the run's running shards it holds.
+	Shards int `json:"shards"`
+	// State is "up", "lost" (no heartbeat for one lease: its leases are
+	// expiring), "not registered" (the list lacks it), or "" when the
+	// ledger lists no workers.
+	State string `json:"state,omitempty"`
+	// HeartbeatAgeS is the seconds since its last heartbeat (by the
+	// ledger's clock); absent when unknown.
+	HeartbeatAgeS *float64 `json:"heartbeat_age_s,omitempty"`
+}
+
+// HoldersOf lists who holds the running shards, by name, with each
+// holder's heartbeat from list (the ledger's workers; nil when the ledger
+// has no list).
+func HoldersOf(shards []jobs.Shard, list []ledger.WorkerInfo) []Holder {
 	held := map[string]int{}
 	for _, s := range shards {
 		if s.State == jobs.ShardRunning && s.Worker != "" {
@@ -169,24 +185,46 @@ func workers(shards []jobs.Shard, list []ledger.WorkerInfo) string {
 	for _, w := range list {
 		byID[w.ID] = w
 	}
-	names := make([]string, 0, len(held))
-	for n := range held {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for i, n := range names {
-		beat := ""
+	out := make([]Holder, 0, len(held))
+	for n, k := range held {
+		h := Holder{Worker: n, Shards: k}
 		if list != nil {
 			switch w, ok := byID[ledger.WorkerOf(n)]; {
 			case !ok:
-				beat = " [not registered]"
-			case w.Lost:
-				beat = fmt.Sprintf(" [LOST: no heartbeat for %s, its leases expiring]", Duration(w.HeartbeatAge))
+				h.State = "not registered"
 			default:
-				beat = fmt.Sprintf(" [heartbeat %s ago]", Duration(max(w.HeartbeatAge, time.Millisecond)))
+				h.State = "up"
+				if w.Lost {
+					h.State = "lost"
+				}
+				age := w.HeartbeatAge.Seconds()
+				h.HeartbeatAgeS = &age
 			}
 		}
-		names[i] = fmt.Sprintf("%s (%d)%s", n, held[n], beat)
+		out = append(out, h)
+	}
+	slices.SortFunc(out, func(a, b Holder) int { return strings.Compare(a.Worker, b.Worker) })
+	return out
+}
+
+// workers lists who holds running shards: "host-a-12/cpu (2)", with each
+// holder's heartbeat age when the ledger lists workers: "host-a-12/cpu (2)
+// [heartbeat 3s ago]", "host-b-7/cpu (1) [LOST: no heartbeat for 41s, its
+// leases expiring]", or "[not registered]" for a holder the list lacks.
+func workers(shards []jobs.Shard, list []ledger.WorkerInfo) string {
+	hs := HoldersOf(shards, list)
+	names := make([]string, len(hs))
+	for i, h := range hs {
+		beat := ""
+		switch h.State {
+		case "not registered":
+			beat = " [not registered]"
+		case "lost":
+			beat = fmt.Sprintf(" [LOST: no heartbeat for %s, its leases expiring]", Duration(time.Duration(*h.HeartbeatAgeS*float64(time.Second))))
+		case "up":
+			beat = fmt.Sprintf(" [heartbeat %s ago]", Duration(max(time.Duration(*h.HeartbeatAgeS*float64(time.Second)), time.Millisecond)))
+		}
+		names[i] = fmt.Sprintf("%s (%d)%s", h.Worker, h.Shards, beat)
 	}
 	return strings.Join(names, ", ")
 }

@@ -66,6 +66,10 @@ type Status struct {
 	// Checks are the run's checks before its publish (absent when its
 	// spec has none or they did not run yet).
 	Checks []profile.Check `json:"checks,omitempty"`
+	// Holders are the workers holding the run's running shards, with their
+	// heartbeat ages (absent when none holds any): the "workers" line of
+	// the text view.
+	Holders []Holder `json:"holders,omitempty"`
 }
 
 // StatusOf is the status view of v with its reject sample (nil reads as

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,31 +34,72 @@ func Metrics() []prometheus.Collector {
 }
 
 // Staleness is a job's freshness: its newest succeeded run and whether
-// that is older than the spec's max_staleness.
+// that is older than the spec's max_staleness. It is the one answer to
+// "when did this job last succeed, and is it stale?": the scheduler's
+// metrics, `precog schedule list` and the dashboard's jobs page all read
+// it from StalenessOf, so they never disagree.
 type Staleness struct {
+	// LastSuccess is when the newest succeeded run finished (zero: none).
 	LastSuccess time.Time
-	Age         time.Duration
-	Stale       bool
+	// Run is that run's id ("" when none).
+	Run string
+	Age time.Duration
+	// Bound is the spec's max_staleness (0: none).
+	Bound time.Duration
+	Stale bool
 }
 
-// StalenessOf reads the job's newest succeeded run from the ledger.
-func StalenessOf(ctx context.Context, led Ledger, spec *jobs.Spec, now time.Time) (Staleness, error) {
-	runs, err := led.Runs(ctx, spec.Name, 200)
-	if err != nil {
-		return Staleness{}, err
+// String says the staleness in words, the same on every surface:
+// "fresh: 5h0m0s old", "stale: 29h0m0s old", "stale: never succeeded",
+// and without a bound "5h0m0s old" or "never succeeded".
+func (st Staleness) String() string {
+	age := st.Age.Round(time.Second).String()
+	switch {
+	case st.LastSuccess.IsZero() && st.Stale:
+		return "stale: never succeeded"
+	case st.LastSuccess.IsZero():
+		return "never succeeded"
+	case st.Stale:
+		return "stale: " + age + " old"
+	case st.Bound > 0:
+		return "fresh: " + age + " old"
 	}
-	var st Staleness
-	for _, r := range runs { // newest first
-		if r.State == jobs.RunSucceeded {
-			st.LastSuccess = r.UpdatedAt
+	return age + " old"
+}
+
+// RunLister is what StalenessOf reads: any ledger (ledger.Ledger has it).
+type RunLister interface {
+	Runs(ctx context.Context, job string, limit int) ([]jobs.Run, error)
+}
+
+// stalenessPage is how many runs StalenessOf reads at a time, newest
+// first, until it finds a success.
+const stalenessPage = 200
+
+// StalenessOf reads the job's newest succeeded run from the ledger: a job
+// whose last success lies behind many failed runs is still found.
+func StalenessOf(ctx context.Context, led RunLister, spec *jobs.Spec, now time.Time) (Staleness, error) {
+	st := Staleness{Bound: spec.MaxStaleness.Duration}
+	for limit := stalenessPage; ; limit *= 4 {
+		runs, err := led.Runs(ctx, spec.Name, limit)
+		if err != nil {
+			return Staleness{}, fmt.Errorf("staleness of job %s: %w", spec.Name, err)
+		}
+		for _, r := range runs { // newest first
+			if r.State == jobs.RunSucceeded {
+				st.LastSuccess, st.Run = r.UpdatedAt, r.ID
+				break
+			}
+		}
+		if !st.LastSuccess.IsZero() || len(runs) < limit {
 			break
 		}
 	}
 	if !st.LastSuccess.IsZero() {
 		st.Age = now.Sub(st.LastSuccess)
 	}
-	if max := spec.MaxStaleness.Duration; max > 0 {
-		st.Stale = st.LastSuccess.IsZero() || st.Age > max
+	if st.Bound > 0 {
+		st.Stale = st.LastSuccess.IsZero() || st.Age > st.Bound
 	}
 	return st, nil
 }

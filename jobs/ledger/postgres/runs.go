@@ -284,3 +284,17 @@ func (l *Ledger) RetryRun(ctx context.Context, runID string) (int, error) {
 	}
 	return n, nil
 }
+
+// JobNames lists every job that has a run in the ledger, by name: the
+// dashboard's jobs page lists them without reading every run.
+func (l *Ledger) JobNames(ctx context.Context) ([]string, error) {
+	rows, err := l.pool.Query(ctx, `SELECT DISTINCT job FROM precog_runs ORDER BY job`)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: job names: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("ledger: job names: %w", err)
+	}
+	return names, nil
+}
