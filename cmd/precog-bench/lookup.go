@@ -234,7 +234,17 @@ func (h *harness) liveFallback(gen, name, data, redisAddr string, common []strin
 			return live, err
 		}
 		args[1] = url
+		// PRECOG_BENCH_LIVE_CPUPROFILE=PREFIX profiles the server during
+		// each model's batched live run into PREFIX-MODEL.pprof.
+		stopProf := func() {}
+		if p := os.Getenv("PRECOG_BENCH_LIVE_CPUPROFILE"); p != "" && batch == 0 {
+			if stopProf, err = startCPUProfile(p + "-" + name + ".pprof"); err != nil {
+				stop()
+				return live, fmt.Errorf("PRECOG_BENCH_LIVE_CPUPROFILE: %w", err)
+			}
+		}
 		live[i], err = h.load(gen, append([]string{"-mode", "predict", "-dim", strconv.Itoa(dim), "-conc", strconv.Itoa(lookupConc)}, args...)...)
+		stopProf()
 		if err == nil {
 			live[i].MeanBatch = meanLiveBatch(url)
 			slog.Info("live batches", "model", name, "max_batch", max(batch, 64), "mean_rows_per_run", fmt.Sprintf("%.1f", live[i].MeanBatch))
