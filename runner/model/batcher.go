@@ -25,8 +25,9 @@ type batcherConfig struct {
 // WithAdaptiveWait makes maxWait a ceiling instead of a fixed window: the
 // first request of a batch waits for others only while requests keep
 // joining batches (the queue builds), the wait doubling towards maxWait
-// batch after batch, and it drops to zero as soon as a batch gathers
-// nobody beyond its first request (idle, where any wait is pure latency).
+// batch after batch, and it halves with each batch that gathers nobody
+// beyond its first request, down to zero (idle, where any wait is pure
+// latency).
 // Live inference wants large batches under load and no added latency when
 // quiet; one fixed wait is right for only one of the two.
 func WithAdaptiveWait() BatcherOption {
@@ -45,10 +46,16 @@ func (a *adaptiveWait) wait() time.Duration { return a.cur }
 
 // observe takes the size of the batch just formed: requests beyond the
 // first mean the queue builds (grow the wait, from a sixteenth of the
-// ceiling, doubling); a batch of one means nobody came (drop it to zero).
+// ceiling, doubling); a batch of one means nobody came in the window
+// (halve it, and below a sixteenth of the ceiling drop it to zero). Halving
+// rather than zeroing keeps a steady stream whose gaps are longer than the
+// smallest window from resetting the wait on every unlucky batch; an idle
+// stream reaches zero within five lone requests.
 func (a *adaptiveWait) observe(size int) {
 	if size <= 1 {
-		a.cur = 0
+		if a.cur /= 2; a.cur < a.max/16 {
+			a.cur = 0
+		}
 		return
 	}
 	a.cur = min(a.max, max(2*a.cur, a.max/16))

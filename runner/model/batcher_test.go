@@ -429,8 +429,8 @@ func TestBatcherWithoutCallerWatchRunsToCompletion(t *testing.T) {
 }
 
 // The adaptive policy under controlled arrival patterns: batches that
-// gather others grow the wait (doubling, capped), a batch of one drops it
-// to zero at once.
+// gather others grow the wait (doubling, capped), batches of one halve it
+// down to zero.
 func TestAdaptiveWaitGrowsWhileQueueBuildsAndDropsWhenIdle(t *testing.T) {
 	a := adaptiveWait{max: 1600 * time.Microsecond}
 	if a.wait() != 0 {
@@ -447,10 +447,13 @@ func TestAdaptiveWaitGrowsWhileQueueBuildsAndDropsWhenIdle(t *testing.T) {
 			t.Fatalf("after %d building batches: wait %v, want %v", i+1, a.wait(), w*time.Microsecond)
 		}
 	}
-	a.observe(1)
-	if a.wait() != 0 {
-		t.Fatalf("after a batch of one: wait %v, want 0", a.wait())
+	for i, w := range []time.Duration{800, 400, 200, 100, 0, 0} {
+		a.observe(1)
+		if a.wait() != w*time.Microsecond {
+			t.Fatalf("after %d batches of one: wait %v, want %v", i+1, a.wait(), w*time.Microsecond)
+		}
 	}
+	a.observe(5)
 	a.observe(0) // every caller of the batch had left
 	if a.wait() != 0 {
 		t.Fatalf("after an empty batch: wait %v, want 0", a.wait())
@@ -459,7 +462,7 @@ func TestAdaptiveWaitGrowsWhileQueueBuildsAndDropsWhenIdle(t *testing.T) {
 
 // In the batcher: one request at a time never waits (its ceiling is an
 // hour, so a wait would show as a test timeout); a queue that builds while
-// the runner is busy grows the wait; a lone request after that drops it.
+// the runner is busy grows the wait; lone requests after that drop it.
 func TestBatcherAdaptiveWait(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -511,11 +514,13 @@ func TestBatcherAdaptiveWait(t *testing.T) {
 	if w := b.adaptive.cur; w <= 0 || w > 50*time.Millisecond {
 		t.Fatalf("wait after a queue built: %v, want in (0, 50ms]", w)
 	}
-	if got, err := b.Do(ctx, 5); err != nil || got != 10 {
-		t.Fatalf("lone Do = %d, %v", got, err)
+	for i := range 5 {
+		if got, err := b.Do(ctx, i); err != nil || got != 2*i {
+			t.Fatalf("lone Do(%d) = %d, %v", i, got, err)
+		}
 	}
 	if w := b.adaptive.cur; w != 0 {
-		t.Fatalf("wait after a lone request: %v, want 0", w)
+		t.Fatalf("wait after 5 lone requests: %v, want 0", w)
 	}
 }
 
