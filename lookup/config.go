@@ -51,8 +51,10 @@ type Config struct {
 	MaxInFlight int
 	// LiveBatchSize is the most rows one live inference runs. Default 64.
 	LiveBatchSize int
-	// LiveBatchWait is how long the first live request of a batch waits for
-	// others to join. Default 200µs.
+	// LiveBatchWait is the most the first live request of a batch waits for
+	// others to join. The wait adapts below it: zero while requests come
+	// one at a time, doubling towards LiveBatchWait while they queue up
+	// (model.WithAdaptiveWait). Default 500µs.
 	LiveBatchWait time.Duration
 	// VersionPoll is the safety-net poll of {namespace}:current behind the
 	// pub/sub notice. Default 1s.
@@ -100,7 +102,7 @@ func (c *Config) defaults() {
 		c.LiveBatchSize = 64
 	}
 	if c.LiveBatchWait <= 0 {
-		c.LiveBatchWait = 200 * time.Microsecond
+		c.LiveBatchWait = 500 * time.Microsecond
 	}
 	if c.VersionPoll <= 0 {
 		c.VersionPoll = time.Second

@@ -93,14 +93,20 @@ func strictObject(body []byte, what string, allowed ...string) (map[string]json.
 	// A valid body (the common case) decodes in one call; only an invalid
 	// one needs the decoder's finer diagnosis (empty, trailing data).
 	if json.Valid(body) {
+		if isObject(body) {
+			// The hot path (every :predict): a scan of the validated body,
+			// no reflection and no second validation.
+			obj, err := objectMembers(body, "")
+			if err != nil {
+				return nil, err
+			}
+			return obj, checkFields(obj, allowed)
+		}
 		if err := json.Unmarshal(body, &obj); err != nil {
 			return nil, badf("malformed JSON: want a %s object: %v", what, err)
 		}
 		if obj == nil {
 			return nil, badf("malformed JSON: want a %s object, got null", what)
-		}
-		if err := checkDuplicates(body, len(obj), ""); err != nil {
-			return nil, err
 		}
 		return obj, checkFields(obj, allowed)
 	}
@@ -121,60 +127,70 @@ func strictObject(body []byte, what string, allowed ...string) (map[string]json.
 	return obj, checkFields(obj, allowed)
 }
 
-// checkDuplicates rejects an object with a repeated member name, which
-// encoding/json would accept with the last value winning: a client that
-// sends {"keys":[1],"keys":[2]} has a bug worth hearing about. raw is a
-// valid JSON object and distinct the number of names it decoded to, so the
-// common case (no duplicate) costs one scan that counts members; only when
-// the counts differ are the names decoded to name the repeated one. where
-// prefixes the message ("" at the top level).
-func checkDuplicates(raw []byte, distinct int, where string) error {
-	members := 0
-	forEachMember(raw, func([]byte) bool { members++; return true })
-	if members == distinct {
-		return nil
-	}
-	seen := make(map[string]bool, members)
-	var dup string
-	forEachMember(raw, func(name []byte) bool {
-		var s string
-		if json.Unmarshal(name, &s) != nil {
-			return true
-		}
-		if seen[s] {
-			dup = s
-			return false
-		}
-		seen[s] = true
-		return true
-	})
-	if where != "" {
-		where += ": "
-	}
-	return badf("%sduplicate field %q (each field may appear once)", where, dup)
+// isObject reports whether raw, valid JSON, is an object.
+func isObject(raw []byte) bool {
+	i := skipWS(raw, 0)
+	return i < len(raw) && raw[i] == '{'
 }
 
-// forEachMember calls f with the quoted name of each top-level member of
-// raw, a valid JSON object, until f returns false.
-func forEachMember(raw []byte, f func(name []byte) bool) {
-	i := skipWS(raw, 0)
-	if i >= len(raw) || raw[i] != '{' {
-		return
-	}
-	i = skipWS(raw, i+1)
-	for i < len(raw) && raw[i] == '"' {
+// objectMembers splits raw, a valid JSON object, into its members like
+// json.Unmarshal into a map of raw values does, but with one scan and no
+// reflection. A repeated member name, which encoding/json would accept
+// with the last value winning, is an error: a client that sends
+// {"keys":[1],"keys":[2]} has a bug worth hearing about. where prefixes
+// the message ("" at the top level).
+func objectMembers(raw []byte, where string) (map[string]json.RawMessage, error) {
+	obj := make(map[string]json.RawMessage, 4)
+	var err error
+	i := skipWS(raw, 0) + 1 // after '{'
+	for {
+		i = skipWS(raw, i)
+		if i >= len(raw) || raw[i] != '"' {
+			return obj, err
+		}
 		end := skipString(raw, i)
-		if !f(raw[i:end]) {
-			return
+		name := raw[i:end]
+		var key string
+		if bytes.IndexByte(name, '\\') < 0 && utf8.Valid(name) {
+			key = string(name[1 : len(name)-1])
+		} else if json.Unmarshal(name, &key) != nil {
+			return nil, badf("malformed JSON: member name %s", truncate(string(name), 40))
 		}
-		i = skipWS(raw, end)
-		i = skipWS(raw, i+1) // the colon
-		i = skipWS(raw, skipValue(raw, i))
+		i = skipWS(raw, skipWS(raw, end)+1) // past the colon
+		vend := skipValue(raw, i)
+		if _, dup := obj[key]; dup && err == nil {
+			w := where
+			if w != "" {
+				w += ": "
+			}
+			err = badf("%sduplicate field %q (each field may appear once)", w, key)
+		}
+		obj[key] = json.RawMessage(raw[i:vend])
+		i = skipWS(raw, vend)
 		if i < len(raw) && raw[i] == ',' {
-			i = skipWS(raw, i+1)
-			continue
+			i++
 		}
-		return
+	}
+}
+
+// arrayElems yields the elements of raw, a valid JSON array.
+func arrayElems(raw []byte) func(yield func(int, []byte) bool) {
+	return func(yield func(int, []byte) bool) {
+		i := skipWS(raw, 0) + 1 // after '['
+		for n := 0; ; n++ {
+			i = skipWS(raw, i)
+			if i >= len(raw) || raw[i] == ']' {
+				return
+			}
+			end := skipValue(raw, i)
+			if !yield(n, raw[i:end]) {
+				return
+			}
+			i = skipWS(raw, end)
+			if i < len(raw) && raw[i] == ',' {
+				i++
+			}
+		}
 	}
 }
 
@@ -287,11 +303,12 @@ func decodePredict(body []byte, lim keyLimits) (predictRequest, error) {
 // decodeNumbers reads an object whose values are arrays of numbers (or, when
 // scalars is set, also bare numbers).
 func decodeNumbers(field string, raw json.RawMessage, scalars bool) (map[string][]float64, map[string]bool, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
+	// raw is part of a body json.Valid accepted: scanned, not re-decoded.
+	if !isObject(raw) {
 		return nil, nil, badf("field %q: want an object of number arrays", field)
 	}
-	if err := checkDuplicates(raw, len(m), "field "+strconv.Quote(field)); err != nil {
+	m, err := objectMembers(raw, "field "+strconv.Quote(field))
+	if err != nil {
 		return nil, nil, err
 	}
 	out := make(map[string][]float64, len(m))
@@ -310,20 +327,19 @@ func decodeNumbers(field string, raw json.RawMessage, scalars bool) (map[string]
 			isScalar[name] = true
 			continue
 		}
-		var arr []json.RawMessage
-		if err := json.Unmarshal(v, &arr); err != nil || arr == nil {
+		if len(v) == 0 || v[0] != '[' {
 			return nil, nil, badf("%s.%s: want an array of numbers, got %s", field, name, truncate(string(v), 40))
 		}
-		fs := make([]float64, len(arr))
-		for i, e := range arr {
+		fs := make([]float64, 0, bytes.Count(v, []byte{','})+1)
+		for i, e := range arrayElems(v) {
 			f, ok := jsonNumber(e)
 			if !ok {
 				return nil, nil, badf("%s.%s[%d]: want a number, got %s", field, name, i, truncate(string(e), 40))
 			}
-			fs[i] = f
-			if math.IsNaN(fs[i]) || math.IsInf(fs[i], 0) {
+			if math.IsNaN(f) || math.IsInf(f, 0) {
 				return nil, nil, badf("%s.%s[%d]: not a finite number", field, name, i)
 			}
+			fs = append(fs, f)
 		}
 		out[name] = fs
 	}

@@ -78,7 +78,7 @@ func (e *env) sinkPublish(encoding, version string, keys []string) {
 
 // answers is what the API and the client return for keys: the raw GET
 // bodies, the batchGet results without their ages, and the client's
-// predictions.
+// predictions without their ages.
 func (e *env) answers(keys []string) (gets []string, batch []any, preds []client.Result) {
 	e.t.Helper()
 	for _, k := range keys {

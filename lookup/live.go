@@ -55,7 +55,7 @@ type live struct {
 func newLive(ns string, l *layout, m LiveModel, maxBatch int, maxWait time.Duration, concurrency int, timeout time.Duration, onBatch func(int)) *live {
 	lv := &live{ns: ns, layout: l, model: m, seed: maphash.MakeSeed(), onBatch: onBatch, timeout: timeout}
 	lv.batcher = model.NewBatcher(maxBatch, maxWait, lv.run,
-		model.WithConcurrency(concurrency), model.WithQueue(4*maxBatch*concurrency))
+		model.WithConcurrency(concurrency), model.WithQueue(4*maxBatch*concurrency), model.WithAdaptiveWait())
 	return lv
 }
 

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -717,4 +718,29 @@ func duplicateName(b []byte) string {
 		return ""
 	}
 	return walk(0)
+}
+
+// decodePredict scans the validated body instead of decoding it with
+// encoding/json: whatever it accepts must read as encoding/json reads it.
+func FuzzDecodePredictMatchesEncodingJSON(f *testing.F) {
+	for _, s := range []string{`{"key":"a","inputs":{"x":[1,2]}}`, ` { "key" : "a\u0062" , "inputs" : { "x\n" : [ 1.5e3 , -0 ] , "y" : [ ] } } `,
+		`{"key":7,"inputs":{"é":[1E-2,3]}}`, `{"key":"a","inputs":{"x":[1,2],"x\u0079":[3]}}`} {
+		f.Add([]byte(s))
+	}
+	lim := keyLimits{maxKeyLen: 64, maxKeys: 4}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		req, err := decodePredict(b, lim)
+		if err != nil || req.Inputs == nil {
+			return
+		}
+		var ref struct {
+			Inputs map[string][]float64 `json:"inputs"`
+		}
+		if err := json.Unmarshal(b, &ref); err != nil {
+			t.Fatalf("accepted %q, which encoding/json rejects: %v", b, err)
+		}
+		if !reflect.DeepEqual(req.Inputs, ref.Inputs) && !(len(req.Inputs) == 0 && len(ref.Inputs) == 0) {
+			t.Fatalf("%q: inputs %v, encoding/json %v", b, req.Inputs, ref.Inputs)
+		}
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,7 +61,7 @@ type redisConn struct {
 	// next requests queue and go out together, so under load the server
 	// and redis-server make one read and one write syscall per batch
 	// instead of per request; at low load a GET goes out alone at once.
-	gets *model.Batcher[string, []byte]
+	gets *model.Batcher[getReq, getRes]
 	brk  *breaker
 	// redact removes the connection's password from a message.
 	redact func(string) string
@@ -112,11 +113,36 @@ func newRedisConn(rc sinkredis.Conn, stepTimeout, requestTimeout time.Duration, 
 	return c
 }
 
+// getReq is one coalesced read: a record key and, when set, the
+// namespace's {ns}:current key, read in the same MGET so that a miss is
+// confirmed against the published version of the same instant without a
+// round trip of its own. A batch reads each distinct current key once.
+type getReq struct {
+	key, current string
+}
+
+// getRes answers a getReq: rec is nil for a missing key; cur is the value
+// of the current key ("" when it is missing), valid when the request named
+// one.
+type getRes struct {
+	rec []byte
+	cur string
+}
+
 // mget is the coalescer's batch function: one MGET (one pipeline of GETs
-// on a cluster, whose keys may live on several nodes); a nil result is a
-// missing key.
-func (c *redisConn) mget(ctx context.Context, keys []string) ([][]byte, error) {
-	out := make([][]byte, len(keys))
+// on a cluster, whose keys may live on several nodes) of the requests'
+// keys, then their distinct current keys; a nil result is a missing key.
+func (c *redisConn) mget(ctx context.Context, reqs []getReq) ([]getRes, error) {
+	keys := make([]string, len(reqs), len(reqs)+1)
+	var curs []string // distinct current keys, usually one
+	for i, r := range reqs {
+		keys[i] = r.key
+		if r.current != "" && !slices.Contains(curs, r.current) {
+			curs = append(curs, r.current)
+		}
+	}
+	keys = append(keys, curs...)
+	vals := make([][]byte, len(keys))
 	if _, cluster := c.client.(*goredis.ClusterClient); cluster {
 		cmds, err := c.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 			for _, k := range keys {
@@ -129,21 +155,28 @@ func (c *redisConn) mget(ctx context.Context, keys []string) ([][]byte, error) {
 		}
 		for i, cmd := range cmds {
 			if b, err := cmd.(*goredis.StringCmd).Bytes(); err == nil {
-				out[i] = b
+				vals[i] = b
 			}
 		}
-		return out, nil
+	} else {
+		got, err := c.client.MGet(ctx, keys...).Result()
+		if err != nil {
+			return nil, err
+		}
+		if len(got) != len(keys) {
+			return nil, fmt.Errorf("MGET of %d keys answered %d values", len(keys), len(got))
+		}
+		for i, v := range got {
+			if s, ok := v.(string); ok {
+				vals[i] = []byte(s)
+			}
+		}
 	}
-	vals, err := c.client.MGet(ctx, keys...).Result()
-	if err != nil {
-		return nil, err
-	}
-	if len(vals) != len(keys) {
-		return nil, fmt.Errorf("MGET of %d keys answered %d values", len(keys), len(vals))
-	}
-	for i, v := range vals {
-		if s, ok := v.(string); ok {
-			out[i] = []byte(s)
+	out := make([]getRes, len(reqs))
+	for i, r := range reqs {
+		out[i].rec = vals[i]
+		if r.current != "" {
+			out[i].cur = string(vals[len(reqs)+slices.Index(curs, r.current)])
 		}
 	}
 	return out, nil
@@ -257,34 +290,26 @@ func (s *redisStore) errLost(version string) error {
 		s.conn.where, version, s.ns, noFault)
 }
 
-// confirmMiss is called when the record of a published version is
-// missing: it re-reads {ns}:current so that a Redis emptied by a restart
-// reads as unavailable, not as a miss of every key. It reports whether the
-// version moved on (then the caller reads again under the new one).
-func (s *redisStore) confirmMiss(ctx context.Context, version string) (moved bool, err error) {
-	if err := s.refresh(ctx); err != nil {
-		return false, err
-	}
-	if lost := s.lostVersion(); lost != "" {
-		return false, s.errLost(lost)
-	}
-	now, _ := s.version()
-	return now != version, nil
-}
-
 // get fetches the records of keys: a nil entry is a miss. With writeback
 // set, a miss on the versioned key is looked up under the live key in the
 // same pipeline. live reports which hits came from a live write-back.
+//
+// The read carries {ns}:current in the same round trip, so a miss is
+// confirmed (contract 2: a Redis emptied by a restart reads as
+// unavailable, a new publish is read again) without a GET of its own.
 func (s *redisStore) get(ctx context.Context, keys []string, writeback bool) (recs [][]byte, live []bool, err error) {
-	recs, live, version, err := s.read(ctx, keys, writeback)
+	recs, live, version, cur, err := s.read(ctx, keys, writeback)
 	if err != nil || s.inPlace || version == "" || !anyMissing(recs) {
 		return asJSONRecords(recs), live, err
 	}
-	moved, err := s.confirmMiss(ctx, version)
-	if err != nil || !moved {
-		return asJSONRecords(recs), live, err
+	s.observe(cur)
+	if lost := s.lostVersion(); lost != "" {
+		return asJSONRecords(recs), live, s.errLost(lost)
 	}
-	recs, live, _, err = s.read(ctx, keys, writeback)
+	if now, _ := s.version(); now == version {
+		return asJSONRecords(recs), live, nil
+	}
+	recs, live, _, _, err = s.read(ctx, keys, writeback)
 	return asJSONRecords(recs), live, err
 }
 
@@ -317,45 +342,47 @@ func anyMissing(recs [][]byte) bool {
 }
 
 // read is one lookup of keys under the cached published version, which it
-// returns ("" when none is published).
-func (s *redisStore) read(ctx context.Context, keys []string, writeback bool) (recs [][]byte, live []bool, version string, err error) {
+// returns ("" when none is published), with the value of {ns}:current read
+// in the same round trip (when version is not "").
+func (s *redisStore) read(ctx context.Context, keys []string, writeback bool) (recs [][]byte, live []bool, version, cur string, err error) {
 	if lost := s.lostVersion(); lost != "" {
 		now := time.Now().UnixNano()
 		if last := s.lostChecked.Load(); now-last < int64(lostRecheck) || !s.lostChecked.CompareAndSwap(last, now) {
-			return nil, nil, "", s.errLost(lost)
+			return nil, nil, "", "", s.errLost(lost)
 		}
 		if err := s.refresh(ctx); err != nil {
-			return nil, nil, "", err
+			return nil, nil, "", "", err
 		}
 		if lost := s.lostVersion(); lost != "" {
-			return nil, nil, "", s.errLost(lost)
+			return nil, nil, "", "", s.errLost(lost)
 		}
 	}
 	if !s.inPlace && s.current.Load() == nil {
 		// Not "nothing published": Redis has not answered yet, so a key
 		// may well exist. Failing the step keeps it from reading as a miss.
-		return nil, nil, "", fmt.Errorf("redis %s: published version of %s not known yet (Redis not reached since start)%w", s.conn.where, s.ns, noFault)
+		return nil, nil, "", "", fmt.Errorf("redis %s: published version of %s not known yet (Redis not reached since start)%w", s.conn.where, s.ns, noFault)
 	}
 	version, ok := s.version()
 	recs = make([][]byte, len(keys))
 	live = make([]bool, len(keys))
 	if !ok && !writeback {
-		return recs, live, version, nil
+		return recs, live, version, "", nil
+	}
+	curKey := ""
+	if ok && !s.inPlace {
+		curKey = s.layout().Current()
 	}
 	if len(keys) == 1 && (!writeback || !ok) {
 		k := s.liveKey(version, keys[0])
 		if ok {
 			k = s.recordKey(version, keys[0])
 		}
-		b, err := s.conn.gets.Do(ctx, k)
+		res, err := s.conn.gets.Do(ctx, getReq{key: k, current: curKey})
 		if err != nil {
-			return nil, nil, "", s.conn.errorf("redis %s: GET %s: %w", s.conn.where, k, err)
+			return nil, nil, "", "", s.conn.errorf("redis %s: GET %s: %w", s.conn.where, k, err)
 		}
-		if b == nil {
-			return recs, live, version, nil
-		}
-		recs[0], live[0] = b, !ok
-		return recs, live, version, nil
+		recs[0], live[0] = res.rec, res.rec != nil && !ok
+		return recs, live, version, res.cur, nil
 	}
 	pipe := s.conn.client.Pipeline()
 	main := make([]*goredis.StringCmd, len(keys))
@@ -368,8 +395,12 @@ func (s *redisStore) read(ctx context.Context, keys []string, writeback bool) (r
 			lives[i] = pipe.Get(ctx, s.liveKey(version, k))
 		}
 	}
+	var curCmd *goredis.StringCmd
+	if curKey != "" {
+		curCmd = pipe.Get(ctx, curKey)
+	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
-		return nil, nil, "", s.conn.errorf("redis %s: GET %d keys of %s: %w", s.conn.where, len(keys), s.ns, err)
+		return nil, nil, "", "", s.conn.errorf("redis %s: GET %d keys of %s: %w", s.conn.where, len(keys), s.ns, err)
 	}
 	for i := range keys {
 		if main[i] != nil {
@@ -384,7 +415,10 @@ func (s *redisStore) read(ctx context.Context, keys []string, writeback bool) (r
 			}
 		}
 	}
-	return recs, live, version, nil
+	if curCmd != nil {
+		cur = curCmd.Val() // "" when missing
+	}
+	return recs, live, version, cur, nil
 }
 
 // writeBack stores a live result under the live key with ttl.

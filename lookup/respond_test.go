@@ -1,6 +1,7 @@
 package lookup
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -200,5 +202,53 @@ func TestMarkStale(t *testing.T) {
 		if got := rec.Header().Get(StaleAgeHeader); got != tc.want {
 			t.Errorf("computed_at %s: header %q, want %q", tc.ca, got, tc.want)
 		}
+	}
+}
+
+// A miss is confirmed against {ns}:current read in the same MGET as the
+// record, not by a GET of its own: under live load (every :predict of a
+// new key misses) that GET was a second Redis round trip per request. A
+// version published without a notice is still found by the miss.
+func TestMissConfirmedInTheSameRoundTrip(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{privateRedis: true, noPostgres: true})
+	rec := `{"score":0.5,"model_version":"v-model","computed_at":"2026-01-01T00:00:00Z"}`
+	e.publishRedis("r1", map[string]string{"user-1": rec})
+	waitUntil(t, "published", func() bool { v, ok := e.srv.ns[e.ns].redis.version(); return ok && v == "r1" })
+	c := e.redis.Client(t)
+	ctx := context.Background()
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const misses = 10
+	for i := range misses {
+		if code, b := e.get("absent-" + strconv.Itoa(i)); code != http.StatusNotFound {
+			t.Fatalf("absent key: %d %v", code, b)
+		}
+	}
+	stats, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(stats, "cmdstat_get:") {
+		t.Fatalf("a miss sent a GET of its own:\n%s", stats)
+	}
+	if !strings.Contains(stats, "cmdstat_mget:calls="+strconv.Itoa(misses)+",") {
+		t.Fatalf("want %d MGETs (record and current together):\n%s", misses, stats)
+	}
+
+	// r2 published without a notice: the miss under r1 reads r2's current
+	// in the same MGET and reads the key again under r2.
+	if err := c.Set(ctx, e.layout().Record("r2", "user-2"), rec, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, e.layout().Current(), "r2", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if code, b := e.get("user-2"); code != http.StatusOK || b["source"] != "redis" {
+		t.Fatalf("key of a version published without a notice: %d %v", code, b)
+	}
+	if v, _ := e.srv.ns[e.ns].redis.version(); v != "r2" {
+		t.Fatalf("version after the miss: %q, want r2", v)
 	}
 }

@@ -85,6 +85,6 @@ separated) or --tokens-file. Without tokens the server refuses to start unless
 	f.DurationVar(&cfg.RequestTimeout, "request-timeout", 2*time.Second, "deadline of one request")
 	f.DurationVar(&cfg.StoreTimeout, "store-timeout", 100*time.Millisecond, "deadline of one store lookup before falling through")
 	f.IntVar(&cfg.LiveBatchSize, "live-batch-size", 64, "most rows in one live inference")
-	f.DurationVar(&cfg.LiveBatchWait, "live-batch-wait", 200*time.Microsecond, "how long a live miss waits for others to batch with")
+	f.DurationVar(&cfg.LiveBatchWait, "live-batch-wait", 500*time.Microsecond, "the most a live miss waits for others to batch with (adaptive: no wait while requests come one at a time)")
 	return cmd
 }

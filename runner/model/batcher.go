@@ -19,6 +19,46 @@ type batcherConfig struct {
 	queue       int
 	concurrency int
 	noWatch     bool
+	adaptive    bool
+}
+
+// WithAdaptiveWait makes maxWait a ceiling instead of a fixed window: the
+// first request of a batch waits for others only while requests keep
+// joining batches (the queue builds), the wait doubling towards maxWait
+// batch after batch, and it halves with each batch that gathers nobody
+// beyond its first request, down to zero (idle, where any wait is pure
+// latency).
+// Live inference wants large batches under load and no added latency when
+// quiet; one fixed wait is right for only one of the two.
+func WithAdaptiveWait() BatcherOption {
+	return func(c *batcherConfig) { c.adaptive = true }
+}
+
+// adaptiveWait is WithAdaptiveWait's policy, apart from the batcher's
+// timers so that it is tested with arrival counts, not with a clock.
+type adaptiveWait struct {
+	max time.Duration
+	cur time.Duration
+}
+
+// wait is the window the next batch's first request waits for others.
+func (a *adaptiveWait) wait() time.Duration { return a.cur }
+
+// observe takes the size of the batch just formed: requests beyond the
+// first mean the queue builds (grow the wait, from a sixteenth of the
+// ceiling, doubling); a batch of one means nobody came in the window
+// (halve it, and below a sixteenth of the ceiling drop it to zero). Halving
+// rather than zeroing keeps a steady stream whose gaps are longer than the
+// smallest window from resetting the wait on every unlucky batch; an idle
+// stream reaches zero within five lone requests.
+func (a *adaptiveWait) observe(size int) {
+	if size <= 1 {
+		if a.cur /= 2; a.cur < a.max/16 {
+			a.cur = 0
+		}
+		return
+	}
+	a.cur = min(a.max, max(2*a.cur, a.max/16))
 }
 
 // WithoutCallerWatch runs every batch to completion with a context that is
@@ -63,6 +103,7 @@ func WithConcurrency(n int) BatcherOption {
 type Batcher[In, Out any] struct {
 	maxBatch int
 	maxWait  time.Duration
+	adaptive *adaptiveWait // nil: a fixed maxWait; only the loop uses it
 	noWatch  bool
 	run      func(context.Context, []In) ([]Out, error)
 
@@ -107,6 +148,9 @@ func NewBatcher[In, Out any](maxBatch int, maxWait time.Duration, run func(ctx c
 		closing:  make(chan struct{}),
 		done:     make(chan struct{}),
 		sem:      make(chan struct{}, cfg.concurrency),
+	}
+	if cfg.adaptive {
+		b.adaptive = &adaptiveWait{max: maxWait}
 	}
 	go b.loop()
 	return b
@@ -173,9 +217,13 @@ func (b *Batcher[In, Out]) loop() {
 		batch := make([]*batchCall[In, Out], 0, b.maxBatch)
 		batch = appendLive(batch, first)
 		open := true
-		// Phase 1: gather for at most maxWait, or until full.
-		if b.maxWait > 0 {
-			timer.Reset(b.maxWait)
+		wait := b.maxWait
+		if b.adaptive != nil {
+			wait = b.adaptive.wait()
+		}
+		// Phase 1: gather for at most wait, or until full.
+		if wait > 0 {
+			timer.Reset(wait)
 		gather:
 			for len(batch) < b.maxBatch {
 				select {
@@ -228,6 +276,9 @@ func (b *Batcher[In, Out]) loop() {
 				}
 				batch = appendLive(batch, c)
 			}
+		}
+		if b.adaptive != nil {
+			b.adaptive.observe(len(batch))
 		}
 		if len(batch) == 0 {
 			<-b.sem

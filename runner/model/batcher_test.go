@@ -427,3 +427,111 @@ func TestBatcherWithoutCallerWatchRunsToCompletion(t *testing.T) {
 		t.Fatal("batch never finished")
 	}
 }
+
+// The adaptive policy under controlled arrival patterns: batches that
+// gather others grow the wait (doubling, capped), batches of one halve it
+// down to zero.
+func TestAdaptiveWaitGrowsWhileQueueBuildsAndDropsWhenIdle(t *testing.T) {
+	a := adaptiveWait{max: 1600 * time.Microsecond}
+	if a.wait() != 0 {
+		t.Fatalf("initial wait %v, want 0 (no latency before any load)", a.wait())
+	}
+	a.observe(1)
+	if a.wait() != 0 {
+		t.Fatalf("after lone requests: %v, want 0", a.wait())
+	}
+	want := []time.Duration{100, 200, 400, 800, 1600, 1600}
+	for i, w := range want {
+		a.observe(3 + i)
+		if a.wait() != w*time.Microsecond {
+			t.Fatalf("after %d building batches: wait %v, want %v", i+1, a.wait(), w*time.Microsecond)
+		}
+	}
+	for i, w := range []time.Duration{800, 400, 200, 100, 0, 0} {
+		a.observe(1)
+		if a.wait() != w*time.Microsecond {
+			t.Fatalf("after %d batches of one: wait %v, want %v", i+1, a.wait(), w*time.Microsecond)
+		}
+	}
+	a.observe(5)
+	a.observe(0) // every caller of the batch had left
+	if a.wait() != 0 {
+		t.Fatalf("after an empty batch: wait %v, want 0", a.wait())
+	}
+}
+
+// In the batcher: one request at a time never waits (its ceiling is an
+// hour, so a wait would show as a test timeout); a queue that builds while
+// the runner is busy grows the wait; lone requests after that drop it.
+func TestBatcherAdaptiveWait(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	idle := NewBatcher(64, time.Hour, batcherDouble, WithAdaptiveWait())
+	defer idle.Close()
+	for i := range 20 {
+		if got, err := idle.Do(ctx, i); err != nil || got != 2*i {
+			t.Fatalf("sequential Do(%d) = %d, %v: a lone request waited", i, got, err)
+		}
+	}
+	// The loop observes a batch before it runs it, and the run ends before
+	// Do returns: reading the wait here is ordered after that.
+	if w := idle.adaptive.cur; w != 0 {
+		t.Fatalf("wait after sequential requests: %v, want 0", w)
+	}
+
+	gate := make(chan struct{})
+	var running atomic.Int32
+	run := func(ctx context.Context, in []int) ([]int, error) {
+		running.Add(1)
+		if in[0] < 0 {
+			<-gate
+		}
+		return batcherDouble(ctx, in)
+	}
+	b := NewBatcher(4, 50*time.Millisecond, run, WithAdaptiveWait())
+	defer b.Close()
+	// A batch blocks the only runner; 10 requests arrive behind it: the
+	// loop gathers 4 into the next batch and 6 stay queued.
+	first := make(chan error, 1)
+	go func() { _, err := b.Do(ctx, -1); first <- err }()
+	waitFor(t, "the blocking batch runs", func() bool { return running.Load() == 1 })
+	var wg sync.WaitGroup
+	for i := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if got, err := b.Do(ctx, 100+i); err != nil || got != 200+2*i {
+				t.Errorf("queued Do(%d) = %d, %v", 100+i, got, err)
+			}
+		}()
+	}
+	waitFor(t, "a full batch gathered and 6 queued", func() bool { return len(b.queue) == 6 })
+	close(gate)
+	wg.Wait()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if w := b.adaptive.cur; w <= 0 || w > 50*time.Millisecond {
+		t.Fatalf("wait after a queue built: %v, want in (0, 50ms]", w)
+	}
+	for i := range 5 {
+		if got, err := b.Do(ctx, i); err != nil || got != 2*i {
+			t.Fatalf("lone Do(%d) = %d, %v", i, got, err)
+		}
+	}
+	if w := b.adaptive.cur; w != 0 {
+		t.Fatalf("wait after 5 lone requests: %v, want 0", w)
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
