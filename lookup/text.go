@@ -14,11 +14,11 @@ import (
 
 // decodeText reads the "text" object: source column → string.
 func decodeText(raw json.RawMessage) (map[string]string, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
+	if !isObject(raw) {
 		return nil, badf(`field "text": want an object of strings by source column name`)
 	}
-	if err := checkDuplicates(raw, len(m), `field "text"`); err != nil {
+	m, err := objectMembers(raw, `field "text"`)
+	if err != nil {
 		return nil, err
 	}
 	out := make(map[string]string, len(m))
