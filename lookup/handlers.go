@@ -271,13 +271,24 @@ func (s *Server) handleGet(ctx context.Context, w *reqInfo, r *http.Request) {
 		writeErr(ctx, w, err)
 		return
 	}
-	s.answerOne(ctx, w, n, n.live.Load(), key, nil, "")
+	s.answerOne(ctx, w, oneKey{n: n, lv: n.live.Load(), key: key})
 }
 
 // answerOne resolves one key and writes it as a Prediction, or the 404 of
 // a key no store holds (in, the live inputs of a predict, or nil; why
 // ends the 404 message).
-func (s *Server) answerOne(ctx context.Context, w *reqInfo, n *namespace, lv *live, key string, in *row, why string) {
+// oneKey is a single-key request: its namespace, live model (nil: live
+// off), key, live inputs (predict) and what ends its 404 message.
+type oneKey struct {
+	n   *namespace
+	lv  *live
+	key string
+	in  *row
+	why string
+}
+
+func (s *Server) answerOne(ctx context.Context, w *reqInfo, q oneKey) {
+	n, lv, key, in, why := q.n, q.lv, q.key, q.in, q.why
 	keys := [1]string{key}
 	var ans [1]answer
 	if err := s.resolve(ctx, n, lv, keys[:], in, ans[:]); err != nil {
@@ -453,7 +464,7 @@ func (s *Server) predict(ctx context.Context, w *reqInfo, n *namespace, body []b
 		}
 		rw = &x
 	}
-	s.answerOne(ctx, w, n, lv, req.Key, rw, " and no inputs to compute one")
+	s.answerOne(ctx, w, oneKey{n: n, lv: lv, key: req.Key, in: rw, why: " and no inputs to compute one"})
 }
 
 // resolve answers keys into ans (len(ans) == len(keys)) through the
@@ -463,109 +474,141 @@ func (s *Server) predict(ctx context.Context, w *reqInfo, n *namespace, body []b
 // (nil: live off). When a store step failed and keys stay unanswered, the error is
 // an *errUnavailable: those keys may exist in the store that failed.
 func (s *Server) resolve(ctx context.Context, n *namespace, lv *live, keys []string, in *row, ans []answer) error {
-	var missing []int
-	var one [1]int
+	q := lookupReq{n: n, lv: lv, keys: keys, in: in, ans: ans}
 	if len(keys) == 1 {
-		missing = one[:1]
+		q.missing = q.one[:1]
 	} else {
-		missing = make([]int, len(keys))
+		q.missing = make([]int, len(keys))
 	}
-	for i := range missing {
-		missing[i] = i
+	for i := range q.missing {
+		q.missing[i] = i
 	}
-	rest := func() []string {
-		left := missing[:0]
-		for _, i := range missing {
-			if ans[i].source == "" {
-				left = append(left, i)
-			}
-		}
-		missing = left
-		if len(missing) == 0 {
-			return nil
-		}
-		ks := make([]string, len(missing))
-		for j, i := range missing {
-			ks[j] = keys[i]
-		}
-		return ks
-	}
-	var failed error
-
 	if n.redis != nil {
-		// Without a later step that could answer, a slow Redis gets the
-		// whole request budget: a fall-through would only turn a hit into
-		// a spurious miss.
-		sctx, cancel := ctx, context.CancelFunc(nil)
-		if n.pg != nil || (lv != nil && (in != nil || n.features != nil)) {
-			sctx, cancel = context.WithTimeout(ctx, s.cfg.StoreTimeout)
-		}
-		var recs [][]byte
-		var live []bool
-		err := n.redis.conn.brk.allow()
-		if err == nil {
-			recs, live, err = n.redis.get(sctx, keys, n.writebackTTL > 0)
-			stepDone(ctx, n.redis.conn.brk, err)
-		}
-		if cancel != nil {
-			cancel()
-		}
-		if err != nil {
-			failed = err
-			s.storeFailed(ctx, n, "redis", err)
-		} else {
-			for i, rec := range recs {
-				if rec != nil {
-					if !isRecord(rec) {
-						s.cfg.Logger.Warn("unreadable stored record; falling through", "namespace", n.name, "key", keys[i], "store", "redis")
-						continue
-					}
-					ans[i] = answer{rec: rec, source: SourceRedis}
-					if live[i] {
-						ans[i].source = SourceLive
-					}
-				}
-			}
-		}
+		s.redisStep(ctx, &q)
 	}
-	if ks := rest(); len(ks) > 0 && n.pg != nil {
-		rows, err := s.pgStep(ctx, n.pg, ks, nil, "computed_at")
-		if err != nil {
-			failed = err
-			s.storeFailed(ctx, n, "postgres", err)
-		} else {
-			for _, i := range missing {
-				if m, ok := rows[keys[i]]; ok {
-					rec, col, err := pgRecord(m)
-					if err != nil {
-						s.cfg.Logger.Warn("unreadable Postgres value", "namespace", n.name, "key", keys[i], "column", col, "err", err)
-						continue
-					}
-					ans[i] = answer{rec: rec, source: SourcePostgres}
-				}
-			}
-		}
+	if ks := q.rest(); len(ks) > 0 && n.pg != nil {
+		s.postgresStep(ctx, &q, ks)
 	}
-	if ks := rest(); len(ks) > 0 && lv != nil {
-		if err := s.resolveLive(ctx, n, lv, keys, missing, in, ans); err != nil {
+	if ks := q.rest(); len(ks) > 0 && lv != nil {
+		if err := s.resolveLive(ctx, &q); err != nil {
 			return err
 		}
 	}
+	return q.tally(ctx)
+}
+
+// lookupReq is one request's keys on their way down the fallback chain:
+// each key's answer, the indexes still unanswered and the first failed
+// store step.
+type lookupReq struct {
+	n       *namespace
+	lv      *live // nil: live off
+	keys    []string
+	in      *row // the live inputs of a single-key predict, or nil
+	ans     []answer
+	missing []int
+	one     [1]int // missing's storage for a single key
+	failed  error
+}
+
+// rest drops answered keys from missing and returns the keys left.
+func (q *lookupReq) rest() []string {
+	left := q.missing[:0]
+	for _, i := range q.missing {
+		if q.ans[i].source == "" {
+			left = append(left, i)
+		}
+	}
+	q.missing = left
+	if len(q.missing) == 0 {
+		return nil
+	}
+	ks := make([]string, len(q.missing))
+	for j, i := range q.missing {
+		ks[j] = q.keys[i]
+	}
+	return ks
+}
+
+// redisStep reads every key from Redis.
+func (s *Server) redisStep(ctx context.Context, q *lookupReq) {
+	n := q.n
+	// Without a later step that could answer, a slow Redis gets the whole
+	// request budget: a fall-through would only turn a hit into a
+	// spurious miss.
+	sctx, cancel := ctx, context.CancelFunc(nil)
+	if n.pg != nil || (q.lv != nil && (q.in != nil || n.features != nil)) {
+		sctx, cancel = context.WithTimeout(ctx, s.cfg.StoreTimeout)
+	}
+	var recs [][]byte
+	var live []bool
+	err := n.redis.conn.brk.allow()
+	if err == nil {
+		recs, live, err = n.redis.get(sctx, q.keys, n.writebackTTL > 0)
+		stepDone(ctx, n.redis.conn.brk, err)
+	}
+	if cancel != nil {
+		cancel()
+	}
+	if err != nil {
+		q.failed = err
+		s.storeFailed(ctx, n, "redis", err)
+		return
+	}
+	for i, rec := range recs {
+		if rec == nil {
+			continue
+		}
+		if !isRecord(rec) {
+			s.cfg.Logger.Warn("unreadable stored record; falling through", "namespace", n.name, "key", q.keys[i], "store", "redis")
+			continue
+		}
+		q.ans[i] = answer{rec: rec, source: SourceRedis}
+		if live[i] {
+			q.ans[i].source = SourceLive
+		}
+	}
+}
+
+// postgresStep reads the keys ks still missing from the Postgres view.
+func (s *Server) postgresStep(ctx context.Context, q *lookupReq, ks []string) {
+	n := q.n
+	rows, err := s.pgStep(ctx, n.pg, ks, nil, "computed_at")
+	if err != nil {
+		q.failed = err
+		s.storeFailed(ctx, n, "postgres", err)
+		return
+	}
+	for _, i := range q.missing {
+		if m, ok := rows[q.keys[i]]; ok {
+			rec, col, err := pgRecord(m)
+			if err != nil {
+				s.cfg.Logger.Warn("unreadable Postgres value", "namespace", n.name, "key", q.keys[i], "column", col, "err", err)
+				continue
+			}
+			q.ans[i] = answer{rec: rec, source: SourcePostgres}
+		}
+	}
+}
+
+// tally counts each key by source; keys left unanswered after a failed
+// step are unavailable (an *errUnavailable), else misses.
+func (q *lookupReq) tally(ctx context.Context) error {
 	left := 0
-	for i := range ans {
-		src := ans[i].source
+	for i := range q.ans {
+		src := q.ans[i].source
 		if src == "" {
 			left++
 			continue
 		}
-		n.keys[src].Inc()
+		q.n.keys[src].Inc()
 	}
 	if left > 0 {
-		if failed != nil && ctx.Err() == nil {
-			n.keys["unavailable"].Add(float64(left))
-			return &errUnavailable{cause: failed}
+		if q.failed != nil && ctx.Err() == nil {
+			q.n.keys["unavailable"].Add(float64(left))
+			return &errUnavailable{cause: q.failed}
 		}
-		n.keys["miss"].Add(float64(left))
+		q.n.keys["miss"].Add(float64(left))
 	}
 	return ctx.Err()
 }
@@ -597,7 +640,8 @@ func (s *Server) storeFailed(ctx context.Context, n *namespace, store string, er
 
 // resolveLive computes the missing keys live: from the request's inputs
 // (predict) or from the features table (get, batchGet).
-func (s *Server) resolveLive(ctx context.Context, n *namespace, lv *live, keys []string, missing []int, in *row, ans []answer) error {
+func (s *Server) resolveLive(ctx context.Context, q *lookupReq) error {
+	n, lv, keys, missing, in, ans := q.n, q.lv, q.keys, q.missing, q.in, q.ans
 	if in != nil {
 		rec, err := lv.predict(ctx, *in)
 		if err != nil {

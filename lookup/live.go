@@ -52,10 +52,20 @@ type live struct {
 	timeout time.Duration // bounds a shared inference its callers left
 }
 
-func newLive(ns string, l *layout, m LiveModel, maxBatch int, maxWait time.Duration, concurrency int, timeout time.Duration, onBatch func(int)) *live {
-	lv := &live{ns: ns, layout: l, model: m, seed: maphash.MakeSeed(), onBatch: onBatch, timeout: timeout}
-	lv.batcher = model.NewBatcher(maxBatch, maxWait, lv.run,
-		model.WithConcurrency(concurrency), model.WithQueue(4*maxBatch*concurrency), model.WithAdaptiveWait())
+// liveBatching is how a namespace's live inferences are batched: at most
+// maxBatch rows a run, waiting at most maxWait (adaptive) for more,
+// concurrency runs at once; timeout bounds a shared inference its callers
+// left, and onBatch observes each run's size.
+type liveBatching struct {
+	maxBatch, concurrency int
+	maxWait, timeout      time.Duration
+	onBatch               func(int)
+}
+
+func newLive(ns string, l *layout, m LiveModel, b liveBatching) *live {
+	lv := &live{ns: ns, layout: l, model: m, seed: maphash.MakeSeed(), onBatch: b.onBatch, timeout: b.timeout}
+	lv.batcher = model.NewBatcher(b.maxBatch, b.maxWait, lv.run,
+		model.WithConcurrency(b.concurrency), model.WithQueue(4*b.maxBatch*b.concurrency), model.WithAdaptiveWait())
 	return lv
 }
 

@@ -27,8 +27,10 @@ func (s *Server) loadModel(n *namespace, file string) (LiveModel, *layout, error
 // newLive starts live inference for n with model m.
 func (s *Server) newLive(n *namespace, l *layout, m LiveModel) *live {
 	ns := n.name
-	return newLive(ns, l, m, s.cfg.LiveBatchSize, s.cfg.LiveBatchWait, max(n.spec.Model.Sessions, 1), s.cfg.RequestTimeout,
-		func(size int) { s.metrics.liveBatch.WithLabelValues(ns).Observe(float64(size)) })
+	return newLive(ns, l, m, liveBatching{
+		maxBatch: s.cfg.LiveBatchSize, maxWait: s.cfg.LiveBatchWait, concurrency: max(n.spec.Model.Sessions, 1), timeout: s.cfg.RequestTimeout,
+		onBatch: func(size int) { s.metrics.liveBatch.WithLabelValues(ns).Observe(float64(size)) },
+	})
 }
 
 // reloader checks n's model each time a new version is published, until

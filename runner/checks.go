@@ -214,6 +214,22 @@ type HeldOptions struct {
 	Log   *slog.Logger
 }
 
+func (o HeldOptions) withDefaults() HeldOptions {
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	return o
+}
+
+// checks is the ledger's part that holds runs.
+func (o HeldOptions) checks() (ledger.Checks, error) {
+	ck, ok := o.Ledger.(ledger.Checks)
+	if !ok {
+		return nil, fmt.Errorf("the ledger %T has no held runs", o.Ledger)
+	}
+	return ck, nil
+}
+
 // heldRun opens a held run's spec and sinks.
 func heldRun(ctx context.Context, o HeldOptions) (jobs.Run, *jobs.Spec, []sinks.Sink, func(), error) {
 	none := func() {}
@@ -248,12 +264,10 @@ func heldRun(ctx context.Context, o HeldOptions) (jobs.Run, *jobs.Spec, []sinks.
 // accepted it and why, and makes it the version later runs are checked
 // against.
 func PublishHeld(ctx context.Context, o HeldOptions) (jobs.Run, error) {
-	if o.Log == nil {
-		o.Log = slog.Default()
-	}
-	ck, ok := o.Ledger.(ledger.Checks)
-	if !ok {
-		return jobs.Run{}, fmt.Errorf("the ledger %T has no held runs", o.Ledger)
+	o = o.withDefaults()
+	ck, err := o.checks()
+	if err != nil {
+		return jobs.Run{}, err
 	}
 	run, spec, snks, closeSinks, err := heldRun(ctx, o)
 	if err != nil {
@@ -293,12 +307,10 @@ func PublishHeld(ctx context.Context, o HeldOptions) (jobs.Run, error) {
 // DiscardHeld discards a held run (`precog cancel RUN`): it is marked
 // cancelled with who and why, and its staged data is removed from every sink.
 func DiscardHeld(ctx context.Context, o HeldOptions) (jobs.Run, error) {
-	if o.Log == nil {
-		o.Log = slog.Default()
-	}
-	ck, ok := o.Ledger.(ledger.Checks)
-	if !ok {
-		return jobs.Run{}, fmt.Errorf("the ledger %T has no held runs", o.Ledger)
+	o = o.withDefaults()
+	ck, err := o.checks()
+	if err != nil {
+		return jobs.Run{}, err
 	}
 	run, spec, snks, closeSinks, err := heldRun(ctx, o)
 	if err != nil {

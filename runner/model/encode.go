@@ -106,66 +106,10 @@ func (m *Model) Encode(rec arrow.RecordBatch) (*Batch, error) {
 			bufs.rejects = append(bufs.rejects, Reject{Row: row, Column: col, Reason: reason})
 		}
 	}
-
-	schema := rec.Schema()
-	cols := make([][]colRef, len(m.inputs))
-	for i, in := range m.inputs {
-		if in.text != nil || in.derived != "" {
-			if err := m.encodeText(rec, in, bufs, reject); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if in.list != "" {
-			idx := schema.FieldIndices(in.list)
-			if len(idx) == 0 {
-				return nil, fmt.Errorf("%s: column %q not in batch (have: %s)", in.field(), in.list, compressNames(fieldNames(schema)))
-			}
-			arr := rec.Column(idx[0])
-			w, err := m.listWidth(in, schema.Field(idx[0]))
-			if err != nil {
-				return nil, err
-			}
-			ll := arr.(array.ListLike)
-			if w < 0 {
-				w = firstListLen(ll)
-			}
-			b.widths[i] = w
-			child, converted := asNumbers(ll.ListValues())
-			if converted {
-				defer child.Release()
-			}
-			checkList(ll, child, in, w, reject)
-			cols[i] = []colRef{{in.list, arr, child}}
-			continue
-		}
-		b.widths[i] = len(in.columns)
-		cols[i] = make([]colRef, len(in.columns))
-		for j, c := range in.columns {
-			idx := schema.FieldIndices(c)
-			if len(idx) == 0 {
-				return nil, fmt.Errorf("%s[%d]: column %q not in batch (have: %s)", in.field(), j, c, compressNames(fieldNames(schema)))
-			}
-			if err := m.checkScalarType(in, fmt.Sprintf("%s[%d]", in.field(), j), schema.Field(idx[0])); err != nil {
-				return nil, err
-			}
-			if in.kind == kindString {
-				arr := rec.Column(idx[0])
-				cols[i][j] = colRef{c, arr, nil}
-				scanStrings(arr, c, reject)
-				continue
-			}
-			arr, converted := asNumbers(rec.Column(idx[0]))
-			if converted {
-				defer arr.Release()
-			}
-			cols[i][j] = colRef{c, arr, nil}
-			name := c
-			scan(arr, in.kind)(0, n, func(row int, why string) bool {
-				reject(row, name, "column "+name+": "+why)
-				return true
-			})
-		}
+	g := gathered{cols: make([][]colRef, len(m.inputs))}
+	defer g.release()
+	if err := m.gatherInputs(rec, b, &g, reject); err != nil {
+		return nil, err
 	}
 
 	rows := bufs.rows[:0]
@@ -180,29 +124,126 @@ func (m *Model) Encode(rec arrow.RecordBatch) (*Batch, error) {
 		slices.SortFunc(rejects, cmpReject)
 	}
 	b.Rows, b.Rejects = rows, rejects
+	m.fillInputs(b, g.cols, rows)
+	ok = true
+	return b, nil
+}
 
-	kept := len(rows)
-	padded := m.paddedRows(kept)
+// gathered is every input's source columns for one batch, and the
+// converted arrays Encode owns until its tensors are filled.
+type gathered struct {
+	cols  [][]colRef
+	owned []arrow.Array
+}
+
+func (g *gathered) own(a arrow.Array) { g.owned = append(g.owned, a) }
+
+func (g *gathered) release() {
+	for _, a := range g.owned {
+		a.Release()
+	}
+}
+
+// gatherInputs finds each input's columns in rec, checks their types and
+// rejects rows whose values cannot feed the model; text inputs are encoded
+// here (tokenized), the others are filled by fillInputs.
+func (m *Model) gatherInputs(rec arrow.RecordBatch, b *Batch, g *gathered, reject func(row int, col, reason string)) error {
+	schema := rec.Schema()
+	for i, in := range m.inputs {
+		var err error
+		switch {
+		case in.text != nil || in.derived != "":
+			err = m.encodeText(rec, in, b.bufs, reject)
+		case in.list != "":
+			err = m.gatherList(rec, i, in, b, g, reject)
+		default:
+			b.widths[i] = len(in.columns)
+			g.cols[i] = make([]colRef, len(in.columns))
+			for j, c := range in.columns {
+				idx := schema.FieldIndices(c)
+				if len(idx) == 0 {
+					return fmt.Errorf("%s[%d]: column %q not in batch (have: %s)", in.field(), j, c, compressNames(fieldNames(schema)))
+				}
+				if err := m.checkScalarType(in, fmt.Sprintf("%s[%d]", in.field(), j), schema.Field(idx[0])); err != nil {
+					return err
+				}
+				g.cols[i][j] = gatherScalar(rec.Column(idx[0]), c, in.kind, g, reject)
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gatherList is a list (or fixed-size list) column feeding input i.
+func (m *Model) gatherList(rec arrow.RecordBatch, i int, in *input, b *Batch, g *gathered, reject func(row int, col, reason string)) error {
+	schema := rec.Schema()
+	idx := schema.FieldIndices(in.list)
+	if len(idx) == 0 {
+		return fmt.Errorf("%s: column %q not in batch (have: %s)", in.field(), in.list, compressNames(fieldNames(schema)))
+	}
+	arr := rec.Column(idx[0])
+	w, err := m.listWidth(in, schema.Field(idx[0]))
+	if err != nil {
+		return err
+	}
+	ll := arr.(array.ListLike)
+	if w < 0 {
+		w = firstListLen(ll)
+	}
+	b.widths[i] = w
+	child, converted := asNumbers(ll.ListValues())
+	if converted {
+		g.own(child)
+	}
+	checkList(ll, child, in, w, reject)
+	g.cols[i] = []colRef{{in.list, arr, child}}
+	return nil
+}
+
+// gatherScalar is one scalar column of an input, converted to the
+// numbers the tensor takes (strings as they are), its bad rows rejected.
+func gatherScalar(col arrow.Array, name string, kind elemKind, g *gathered, reject func(row int, col, reason string)) colRef {
+	if kind == kindString {
+		scanStrings(col, name, reject)
+		return colRef{name, col, nil}
+	}
+	arr, converted := asNumbers(col)
+	if converted {
+		g.own(arr)
+	}
+	scan(arr, kind)(0, arr.Len(), func(row int, why string) bool {
+		reject(row, name, "column "+name+": "+why)
+		return true
+	})
+	return colRef{name, arr, nil}
+}
+
+// fillInputs fills each non-text input's tensor buffer from its columns,
+// for the kept rows, padded to the model's batch size.
+func (m *Model) fillInputs(b *Batch, cols [][]colRef, rows []int) {
+	bufs := b.bufs
+	padded := m.paddedRows(len(rows))
 	for i, in := range m.inputs {
 		if in.text != nil || in.derived != "" {
 			continue // built per bucket by inferText
 		}
-		w := b.widths[i]
+		f := fill{bufs: bufs, i: i, in: in, cols: cols[i], rows: rows, padded: padded, width: b.widths[i]}
 		switch in.kind {
 		case kindFloat32:
-			bufs.data[i] = fillInput[float32](bufs, i, in, cols[i], rows, padded, w)
+			bufs.data[i] = fillInput[float32](f)
 		case kindFloat64:
-			bufs.data[i] = fillInput[float64](bufs, i, in, cols[i], rows, padded, w)
+			bufs.data[i] = fillInput[float64](f)
 		case kindInt32:
-			bufs.data[i] = fillInput[int32](bufs, i, in, cols[i], rows, padded, w)
+			bufs.data[i] = fillInput[int32](f)
 		case kindInt64:
-			bufs.data[i] = fillInput[int64](bufs, i, in, cols[i], rows, padded, w)
+			bufs.data[i] = fillInput[int64](f)
 		case kindString:
-			bufs.data[i] = fillStrings(bufs, i, cols[i], rows, padded, w)
+			bufs.data[i] = fillStrings(bufs, i, cols[i], rows, padded, b.widths[i])
 		}
 	}
-	ok = true
-	return b, nil
 }
 
 func cmpReject(a, b Reject) int { return a.Row - b.Row }
@@ -226,7 +267,19 @@ func grow[T any](s []T, n int) []T {
 
 // fillInput writes input i's tensor data for the kept rows into its reused
 // buffer and zeroes the padding rows.
-func fillInput[D elem](bufs *batchBufs, i int, in *input, cols []colRef, rows []int, padded, w int) []D {
+// fill is one input's tensor fill: input i's columns, the kept rows, the
+// padded row count and the values per row.
+type fill struct {
+	bufs          *batchBufs
+	i             int
+	in            *input
+	cols          []colRef
+	rows          []int
+	padded, width int
+}
+
+func fillInput[D elem](f fill) []D {
+	bufs, i, in, cols, rows, padded, w := f.bufs, f.i, f.in, f.cols, f.rows, f.padded, f.width
 	dst, _ := bufs.data[i].([]D)
 	dst = grow(dst, padded*w)
 	if in.list != "" {

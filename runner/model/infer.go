@@ -49,15 +49,8 @@ func (m *Model) Infer(ctx context.Context, b *Batch) (arrow.RecordBatch, error) 
 			destroyAll(ins)
 			return nil, err
 		}
-		clear(outs)
-		err := s.run(ctx, ins, outs)
-		destroyAll(ins)
-		if err != nil {
-			destroyAll(outs)
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("model %s: %w", m.spec.Path, ctx.Err())
-			}
-			return nil, fmt.Errorf("model %s: run %d rows: %w", m.spec.Path, runRows, err)
+		if err := m.runOnce(ctx, s, ins, outs, runRows, 0); err != nil {
+			return nil, err
 		}
 		for i, c := range collectors {
 			if err := c.take(outs[i], runRows, keep, chunk == n); err != nil {
@@ -235,3 +228,23 @@ func (c *typedCollector[T]) array(n int) arrow.Array {
 // maxListValues bounds the values of one list column so its int32 offsets
 // cannot overflow.
 const maxListValues = math.MaxInt32
+
+// runOnce runs the session on ins, which it destroys, into outs (cleared
+// first; destroyed on error). The error names the model and the run's
+// shape: rows, and tokens per row for text models (0: none).
+func (m *Model) runOnce(ctx context.Context, s *session, ins, outs []ort.Value, rows, tokens int) error {
+	clear(outs)
+	err := s.run(ctx, ins, outs)
+	destroyAll(ins)
+	if err == nil {
+		return nil
+	}
+	destroyAll(outs)
+	if ctx.Err() != nil {
+		return fmt.Errorf("model %s: %w", m.spec.Path, ctx.Err())
+	}
+	if tokens > 0 {
+		return fmt.Errorf("model %s: run %d rows × %d tokens: %w", m.spec.Path, rows, tokens, err)
+	}
+	return fmt.Errorf("model %s: run %d rows: %w", m.spec.Path, rows, err)
+}

@@ -250,15 +250,8 @@ func (m *Model) inferText(ctx context.Context, b *Batch) (arrow.RecordBatch, err
 			destroyAll(ins)
 			return nil, err
 		}
-		clear(outs)
-		err := s.run(ctx, ins, outs)
-		destroyAll(ins)
-		if err != nil {
-			destroyAll(outs)
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("model %s: %w", m.spec.Path, ctx.Err())
-			}
-			return nil, fmt.Errorf("model %s: run %d rows × %d tokens: %w", m.spec.Path, len(bucket), T, err)
+		if err := m.runOnce(ctx, s, ins, outs, len(bucket), T); err != nil {
+			return nil, err
 		}
 		for i, c := range collectors {
 			if pc, ok := c.(*poolCollector); ok {
