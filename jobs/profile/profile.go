@@ -86,7 +86,6 @@ type Builder struct {
 	opts    Options
 	p       *Profile
 	sampled map[string]bool
-	err     error
 }
 
 // NewBuilder starts an empty profile.

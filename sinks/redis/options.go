@@ -122,9 +122,6 @@ func newConfig(spec jobs.RedisSinkSpec) (config, error) {
 	return c, nil
 }
 
-// clusterMode reports whether the config addresses a Redis Cluster.
-func (c config) clusterMode() bool { return len(c.addrs) > 1 }
-
 // where names the server(s) in errors and logs, without credentials.
 func (c config) where() string { return strings.Join(c.addrs, ",") }
 
