@@ -18,6 +18,7 @@ import (
 
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/ledger/bolt"
+	"github.com/precog-ml/precog/jobs/runview"
 )
 
 //go:embed templates/*.html
@@ -92,6 +93,18 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// BusySnapshot, when set, returns what the process holding a busy
+	// embedded ledger last wrote of its runs (precog backfill writes one);
+	// the busy page lists them, saying whose snapshot it is and how old.
+	BusySnapshot func() (BusySnapshot, bool)
+}
+
+// BusySnapshot is a running process's own view of the embedded ledger it
+// holds: its newest runs as status shows them.
+type BusySnapshot struct {
+	PID       int
+	WrittenAt time.Time
+	Runs      []runview.Run
 }
 
 // ErrNoTokens: no token configured and InsecureNoAuth not set.

@@ -348,6 +348,40 @@ func TestInsecureBanner(t *testing.T) {
 	}
 }
 
+// TestBusyShowsSnapshot: while another process holds the embedded ledger,
+// the busy page lists the runs of that process's snapshot (a local
+// backfill writes one), saying whose it is and how old; without a
+// snapshot it is the plain busy page.
+func TestBusyShowsSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Date(2026, 11, 26, 6, 0, 0, 0, time.UTC)
+	snap := BusySnapshot{PID: 4242, WrittenAt: now.Add(-1500 * time.Millisecond), Runs: []runview.Run{
+		{ID: "daily-20261126t055900-ab12", Job: "daily", State: "running", RowsDone: 300, RowsTotal: 800, Backfill: "bf-7"},
+		{ID: "daily-20261126t055800-cd34", Job: "daily", State: "succeeded", RowsDone: 800, RowsTotal: 800, Backfill: "bf-7"},
+	}}
+	have := true
+	ts := newServer(t, Options{Source: BoltDir{StateDir: dir}, Now: func() time.Time { return now },
+		BusySnapshot: func() (BusySnapshot, bool) { return snap, have }})
+	held, err := bolt.Open(filepath.Join(dir, "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	code, body, _ := get(t, ts, "/", token)
+	if code != 503 || !strings.Contains(body, "The ledger is busy") || !strings.Contains(body, "process 4242") ||
+		!strings.Contains(body, "1.5s ago") || !strings.Contains(body, `data-run="daily-20261126t055900-ab12"`) ||
+		!strings.Contains(body, "300 of 800") || !strings.Contains(body, "bf-7") {
+		t.Errorf("busy page with a snapshot: %d\n%s", code, body)
+	}
+	if code, body, _ := get(t, ts, "/api/runs", token); code != 503 || strings.Contains(body, "daily-") {
+		t.Errorf("the API while busy: %d %s (a snapshot is for people, not the contract's JSON)", code, body)
+	}
+	have = false
+	if code, body, _ := get(t, ts, "/", token); code != 503 || strings.Contains(body, "data-snapshot") {
+		t.Errorf("busy page without a snapshot: %d\n%s", code, body)
+	}
+}
+
 // TestBoltBusy: the embedded ledger held by a run makes pages say so (503)
 // instead of hanging or failing obscurely; once released they read it.
 func TestBoltBusy(t *testing.T) {

@@ -74,8 +74,7 @@ func (s *Server) withLedger(w http.ResponseWriter, r *http.Request, v viewer, fn
 	case errors.Is(err, ledger.ErrNotFound):
 		s.renderError(w, r, v, http.StatusNotFound, "Not found", err.Error())
 	case errors.Is(err, ledger.ErrBusy):
-		s.renderError(w, r, v, http.StatusServiceUnavailable, "The ledger is busy",
-			"A precog run holds "+s.opts.Source.Where()+"; these pages show it again once that run ends (precog run --ui shows a run while it executes). This page retries by itself.")
+		s.renderBusy(w, r, v)
 	default:
 		s.opts.Logger.Warn("dashboard: ledger read failed", "path", r.URL.Path, "err", err)
 		s.renderError(w, r, v, http.StatusServiceUnavailable, "The ledger could not be read", err.Error())
@@ -341,6 +340,27 @@ func (s *Server) renderError(w http.ResponseWriter, r *http.Request, v viewer, c
 		return
 	}
 	s.render(w, code, "error", s.page(v, title, map[string]any{"Message": msg, "Retry": code == http.StatusServiceUnavailable}))
+}
+
+// renderBusy is the 503 of an embedded ledger another process holds, with
+// that process's snapshot of its runs when it wrote one.
+func (s *Server) renderBusy(w http.ResponseWriter, r *http.Request, v viewer) {
+	const title = "The ledger is busy"
+	msg := "A precog run holds " + s.opts.Source.Where() + "; these pages show it again once that run ends (precog run --ui shows a run while it executes). This page retries by itself."
+	var snap BusySnapshot
+	ok := false
+	if s.opts.BusySnapshot != nil {
+		snap, ok = s.opts.BusySnapshot()
+	}
+	if !ok || strings.HasPrefix(r.URL.Path, "/api/") || r.URL.Query().Get("part") != "" {
+		s.renderError(w, r, v, http.StatusServiceUnavailable, title, msg)
+		return
+	}
+	age := s.opts.Now().Sub(snap.WrittenAt).Round(100 * time.Millisecond)
+	s.render(w, http.StatusServiceUnavailable, "error", s.page(v, title, map[string]any{
+		"Message": msg, "Retry": true,
+		"Snapshot": map[string]any{"PID": snap.PID, "Age": age.String(), "Runs": snap.Runs},
+	}))
 }
 
 // render executes a template into a buffer first, so that a failure is a

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -152,6 +154,24 @@ func TestBackfillLocalParallelVisible(t *testing.T) {
 	one := precog(t, dir, "status", list[0].ID)
 	if one.code != 0 || !strings.Contains(one.stdout, list[0].ID) || !strings.Contains(one.stderr, "snapshot from") {
 		t.Errorf("status RUN while it runs: exit %d\n%s%s", one.code, one.stdout, one.stderr)
+	}
+	// The dashboard over the same state dir lists the snapshot's runs on
+	// its busy page.
+	dashAddr := freeAddr(t)
+	startPrecogCollecting(t, dir, "dashboard", "--addr", dashAddr, "--insecure-no-auth")
+	var page string
+	waitForSecretsTest(t, 30*time.Second, "the dashboard's busy page with the snapshot", func() bool {
+		resp, err := http.Get("http://" + dashAddr + "/")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		page = string(b)
+		return resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(page, "data-snapshot")
+	})
+	if len(list) > 0 && !strings.Contains(page, `data-run="`+list[0].ID+`"`) {
+		t.Errorf("the busy page does not list run %s of the snapshot:\n%s", list[0].ID, page)
 	}
 	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)

@@ -68,6 +68,12 @@ token. Without tokens the dashboard refuses to start unless
 				opts.Actions = clusterActions(led, drain, g.log)
 			} else {
 				opts.Source = dashboard.BoltDir{StateDir: g.stateDir}
+				// While a local backfill holds the ledger, the busy page
+				// lists the runs of its snapshot.
+				opts.BusySnapshot = func() (dashboard.BusySnapshot, bool) {
+					snap, ok := readSnapshot(g.stateDir)
+					return dashboard.BusySnapshot{PID: snap.PID, WrittenAt: snap.WrittenAt, Runs: snap.Runs}, ok
+				}
 				opts.Actions = localActions(g)
 			}
 			opts.BackfillActions = backfillActions(g, db, drain)
