@@ -15,6 +15,7 @@ command -v psql >/dev/null 2>&1 || need+=(postgresql-client)
 command -v curl >/dev/null 2>&1 || need+=(curl)  # make demo queries the API with it
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)  # promtool; the daemon is not started
 command -v ip >/dev/null 2>&1 || need+=(iproute2)  # the cluster partition test (ip netns)
+command -v jq >/dev/null 2>&1 || need+=(jq)  # scripts/cluster-quickstart.sh (the README's walkthrough, run by a test)
 [ -x /usr/bin/chromium ] || need+=(chromium)  # the dashboard's browser tests (driven by playwright-core)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
