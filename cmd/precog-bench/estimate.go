@@ -76,7 +76,7 @@ func (h *harness) estimate(ctx context.Context) (*section, error) {
 	}{
 		{"ranker", h.cfg.backfillRows, 1},
 		{"ranker", h.cfg.backfillRows, 2},
-		{"heavy", h.cfg.backfillRows / 5, 1},
+		{"heavy", h.cfg.backfillRows / 20, 1},
 	} {
 		if err := h.estimateOne(ctx, s, c.model, c.rows, c.parallel); err != nil {
 			return s, fmt.Errorf("%s --parallel %d: %w", c.model, c.parallel, err)

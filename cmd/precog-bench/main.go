@@ -79,7 +79,7 @@ func main() {
 	flag.Int64Var(&c.checkKeys, "check-keys", 10_000_000, "keys of the checks section's runs (issue 21 asks for the check step at 10M keys)")
 	flag.Int64Var(&c.wideRows, "wide-rows", 100_000, "rows of the wide section's 1 KB (100-dim) records; its 4 KB (384-dim) records are as many bytes in all")
 	flag.Int64Var(&c.textRows, "text-rows", 100_000, "rows of the text section's embedding job (length-skewed titles)")
-	flag.Int64Var(&c.backfillRows, "backfill-rows", 250_000, "rows of each of the estimate section's 4 dates (ranker; the heavy model's backfill uses a fifth)")
+	flag.Int64Var(&c.backfillRows, "backfill-rows", 1_000_000, "rows of each of the estimate section's 4 dates (ranker; the heavy model's backfill uses a twentieth)")
 	flag.StringVar(&c.live, "live-models", "heavy,ranker,recs", "models of the live-fallback comparison, comma-separated (heavy, ranker, recs)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the scratch directory")
 	flag.Parse()

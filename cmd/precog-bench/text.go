@@ -84,9 +84,9 @@ func writeTitles(dir string, n int) error {
 		tbl := array.NewTableFromRecords(titleSchema, []arrow.RecordBatch{rec})
 		fh, err := os.Create(filepath.Join(dir, fmt.Sprintf("part-%05d.parquet", f)))
 		if err == nil {
-			err = pqarrow.WriteTable(tbl, fh, 10_000, props, pqarrow.DefaultWriterProps())
-			if cerr := fh.Close(); err == nil {
-				err = cerr
+			// WriteTable closes the file when it succeeds.
+			if err = pqarrow.WriteTable(tbl, fh, 10_000, props, pqarrow.DefaultWriterProps()); err != nil {
+				fh.Close()
 			}
 		}
 		tbl.Release()
