@@ -80,7 +80,7 @@ fuzz:
 
 ## bench: the benchmark table (ratios against raw limits measured in the same run),
 ## written to bench-results.md and into README.md's bench-table block.
-## BENCH_FLAGS="-big=false" skips the 10M-row peak-RSS run; -rows N, -sections core,sinks,lookup.
+## BENCH_FLAGS="-big=false" skips the 10M-row peak-RSS run; -rows N, -sections core,sinks,lookup,cluster,checks,wide,text,estimate.
 BENCH_FLAGS ?=
 bench: ort servers build
 	$(GO) run ./cmd/precog-bench -out bench-results.md -readme README.md $(BENCH_FLAGS)

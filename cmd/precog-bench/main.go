@@ -51,6 +51,15 @@ type config struct {
 	sections string
 	keep     bool
 	live     string
+	// checkKeys is the keys of the checks section's runs.
+	checkKeys int64
+	// wideRows is the rows of the wide section's 100-dim payload (the
+	// 384-dim one writes wideRows*100/384).
+	wideRows int64
+	// textRows is the rows of the text section's embedding job.
+	textRows int64
+	// backfillRows is the rows of each date of the estimate section.
+	backfillRows int64
 }
 
 func main() {
@@ -66,7 +75,11 @@ func main() {
 	flag.BoolVar(&c.big, "big", true, "run the peak-RSS comparison on -big-rows rows (false: skip it)")
 	flag.Int64Var(&c.sinkRows, "sink-rows", 200_000, "rows written by the sink benchmarks")
 	flag.DurationVar(&c.measure, "measure", 3*time.Second, "how long each raw-limit loop runs")
-	flag.StringVar(&c.sections, "sections", "core,sinks,lookup,cluster", "comma-separated sections to run (core, sinks, lookup, cluster)")
+	flag.StringVar(&c.sections, "sections", "core,sinks,lookup,cluster,checks,wide,text,estimate", "comma-separated sections to run (core, sinks, lookup, cluster, checks, wide, text, estimate)")
+	flag.Int64Var(&c.checkKeys, "check-keys", 10_000_000, "keys of the checks section's runs (issue 21 asks for the check step at 10M keys)")
+	flag.Int64Var(&c.wideRows, "wide-rows", 100_000, "rows of the wide section's 1 KB (100-dim) records; its 4 KB (384-dim) records are as many bytes in all")
+	flag.Int64Var(&c.textRows, "text-rows", 100_000, "rows of the text section's embedding job (length-skewed titles)")
+	flag.Int64Var(&c.backfillRows, "backfill-rows", 1_000_000, "rows of each of the estimate section's 4 dates (ranker; the heavy model's backfill uses a twentieth)")
 	flag.StringVar(&c.live, "live-models", "heavy,ranker,recs", "models of the live-fallback comparison, comma-separated (heavy, ranker, recs)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the scratch directory")
 	flag.Parse()
@@ -133,6 +146,10 @@ func run(ctx context.Context, c config) error {
 		{"sinks", h.sinks},
 		{"lookup", h.lookup},
 		{"cluster", h.cluster},
+		{"checks", h.checks},
+		{"wide", h.wide},
+		{"text", h.text},
+		{"estimate", h.estimate},
 	}
 	var secs []*section
 	for _, st := range steps {

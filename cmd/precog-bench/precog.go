@@ -69,6 +69,8 @@ type specOptions struct {
 	RowsPerShard int64
 	// Threads is model.threads (0: the runtime's default).
 	Threads int
+	// Extra is top-level YAML appended to the spec (e.g. a checks: block).
+	Extra string
 }
 
 // writeSpecWith is writeSpec with the fields of o.
@@ -97,8 +99,8 @@ model:
   outputs:
 %s  batch_size: %d
 %ssinks:
-%s`, name, data, testgen.KeyColumn, o.RowsPerShard, filepath.Join(h.models, modelName+".onnx"),
-		strings.Join(featureColumns(), ", "), outs.String(), batchSize, threads, sinksYAML)
+%s%s`, name, data, testgen.KeyColumn, o.RowsPerShard, filepath.Join(h.models, modelName+".onnx"),
+		strings.Join(featureColumns(), ", "), outs.String(), batchSize, threads, sinksYAML, o.Extra)
 	p := filepath.Join(h.cfg.work, "jobs", name+".yaml")
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return "", fmt.Errorf("spec %s: %w", p, err)
@@ -122,6 +124,8 @@ type runStats struct {
 	// Stages is the summary's stage busy-time line ("infer 1.2s, write
 	// parquet 0.3s, …"), busiest first: the busiest stage bounds the run.
 	Stages string
+	// Log is the command's stderr (its slog lines).
+	Log string
 }
 
 var (
@@ -175,6 +179,7 @@ func (h *harness) runPrecog(ctx context.Context, spec, stateDir string, killWhen
 	if err != nil {
 		return st, fmt.Errorf("precog run %s: %w\n%s%s", spec, err, out.String(), tail(errb.String(), 2000))
 	}
+	st.Log = errb.String()
 	s := out.String()
 	if m := reRate.FindStringSubmatch(s); m != nil {
 		st.SummaryRPS, _ = strconv.ParseFloat(m[1], 64)

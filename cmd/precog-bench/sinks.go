@@ -224,26 +224,40 @@ func rawPipelinedSet(ctx context.Context, c *goredis.Client, keys []string, vals
 }
 
 func (h *harness) pgSink(ctx context.Context, s *section, dsn string) error {
-	const table = "bench_sink"
-	sk, err := pgsink.New(ctx, "bench", jobs.PostgresSinkSpec{DSN: dsn, Table: table, Mode: pgsink.ModeReplace, Retain: reps + 1})
+	best, bestRaw, err := pgVsRaw(ctx, dsn, "bench_sink", int(h.cfg.sinkRows), func(version string) (sinks.RunInfo, []arrow.RecordBatch) {
+		run := sinktest.NewRun(version, false, nil)
+		return run, h.batches(run)
+	})
 	if err != nil {
 		return err
+	}
+	n := float64(h.cfg.sinkRows)
+	s.add(atLeast("Postgres sink rows/s vs raw pgx CopyFrom (identical table and rows)",
+		n/best.Seconds(), n/bestRaw.Seconds(), "rows/s", 0.9))
+	return nil
+}
+
+// pgVsRaw writes n rows through the Postgres sink (replace mode: COPY into
+// the run's own table) and copies the very rows it wrote, read back, into
+// an identical table with raw pgx CopyFrom, alternating reps times; it
+// returns the best time of each. mk builds a version's run and batches.
+func pgVsRaw(ctx context.Context, dsn, table string, n int, mk func(version string) (sinks.RunInfo, []arrow.RecordBatch)) (best, bestRaw time.Duration, err error) {
+	sk, err := pgsink.New(ctx, "bench", jobs.PostgresSinkSpec{DSN: dsn, Table: table, Mode: pgsink.ModeReplace, Retain: reps + 1})
+	if err != nil {
+		return 0, 0, err
 	}
 	defer sk.Close()
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	defer conn.Close(context.Background())
-	var best, bestRaw time.Duration
-	n := int(h.cfg.sinkRows)
 	for rep := 0; rep < reps; rep++ {
-		run := sinktest.NewRun(fmt.Sprintf("r%d", rep), false, nil)
-		bs := h.batches(run)
+		run, bs := mk(fmt.Sprintf("r%d", rep))
 		d, err := writeShard(ctx, sk, run, bs)
 		release(bs)
 		if err != nil {
-			return err
+			return 0, 0, err
 		}
 		if best == 0 || d < best {
 			best = d
@@ -253,34 +267,32 @@ func (h *harness) pgSink(ctx context.Context, s *section, dsn string) error {
 		runTable := table + "__" + run.Version
 		rows, cols, err := readTable(ctx, conn, runTable)
 		if err != nil {
-			return err
+			return 0, 0, err
 		}
 		if len(rows) != n {
-			return fmt.Errorf("run table %s holds %d rows, want %d", runTable, len(rows), n)
+			return 0, 0, fmt.Errorf("run table %s holds %d rows, want %d", runTable, len(rows), n)
 		}
-		raw := "bench_raw_" + run.Version
+		raw := "bench_raw_" + table + "_" + run.Version
 		if _, err := conn.Exec(ctx, fmt.Sprintf("CREATE TABLE %s (LIKE %s)", raw, runTable)); err != nil {
-			return fmt.Errorf("create %s: %w", raw, err)
+			return 0, 0, fmt.Errorf("create %s: %w", raw, err)
 		}
 		t0 := time.Now()
 		got, err := conn.CopyFrom(ctx, pgx.Identifier{raw}, cols, pgx.CopyFromRows(rows))
 		if err != nil {
-			return fmt.Errorf("copy into %s: %w", raw, err)
+			return 0, 0, fmt.Errorf("copy into %s: %w", raw, err)
 		}
 		if dr := time.Since(t0); bestRaw == 0 || dr < bestRaw {
 			bestRaw = dr
 		}
 		if got != int64(n) {
-			return fmt.Errorf("raw copy wrote %d rows, want %d", got, n)
+			return 0, 0, fmt.Errorf("raw copy wrote %d rows, want %d", got, n)
 		}
 		if _, err := conn.Exec(ctx, "DROP TABLE "+raw); err != nil {
-			return err
+			return 0, 0, err
 		}
 	}
-	slog.Info("postgres sink", "sink", best, "raw", bestRaw)
-	s.add(atLeast("Postgres sink rows/s vs raw pgx CopyFrom (identical table and rows)",
-		float64(n)/best.Seconds(), float64(n)/bestRaw.Seconds(), "rows/s", 0.9))
-	return nil
+	slog.Info("postgres sink", "table", table, "sink", best, "raw", bestRaw)
+	return best, bestRaw, nil
 }
 
 // readTable reads every row of table as pgx values, with its column names.
@@ -300,9 +312,46 @@ func readTable(ctx context.Context, conn *pgx.Conn, table string) ([][]any, []st
 		if err != nil {
 			return nil, nil, fmt.Errorf("read %s: %w", table, err)
 		}
+		for i, x := range v {
+			v[i] = typedList(x)
+		}
 		rows = append(rows, v)
 	}
 	return rows, cols, rs.Err()
+}
+
+// typedList turns a list read back as []any of one element type into that
+// type's slice ([]float32, []int64…), the form a program hands CopyFrom.
+func typedList(x any) any {
+	l, ok := x.([]any)
+	if !ok || len(l) == 0 {
+		return x
+	}
+	switch l[0].(type) {
+	case float32:
+		return typedSlice[float32](l, x)
+	case float64:
+		return typedSlice[float64](l, x)
+	case int64:
+		return typedSlice[int64](l, x)
+	case int32:
+		return typedSlice[int32](l, x)
+	}
+	return x
+}
+
+// typedSlice converts l to []T, or returns orig when an element is not a T
+// (a null, or mixed types).
+func typedSlice[T any](l []any, orig any) any {
+	out := make([]T, len(l))
+	for i, e := range l {
+		v, ok := e.(T)
+		if !ok {
+			return orig
+		}
+		out[i] = v
+	}
+	return out
 }
 
 // recsE2E runs the recs job into Redis, Postgres and Parquet and compares it
