@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -145,15 +146,24 @@ func (p *shardPipeline) run(ctx context.Context) error {
 		sinkChs[i] = make(chan arrow.RecordBatch, queueDepth)
 	}
 	var wg, inferWG sync.WaitGroup
+	outs := sinkChs
+	if p.t.Profile != nil {
+		// The checks' profile is one more consumer of the output records,
+		// beside the sinks, so building it overlaps inference instead of
+		// running in series with it.
+		profCh := make(chan arrow.RecordBatch, queueDepth)
+		outs = append(slices.Clip(sinkChs), profCh)
+		wg.Go(func() { p.profile(ctx, profCh) })
+	}
 	wg.Go(func() { p.readEncode(ctx, encCh) })
 	consts := newConstColumns(p.j.Output, p.t.Run, p.j.Model.Version(), p.t.ComputedAt, p.j.Spec.Model.BatchSize)
 	defer consts.release()
 	for range max(p.j.Spec.Model.Sessions, 1) {
-		inferWG.Go(func() { p.infer(ctx, encCh, sinkChs, consts) })
+		inferWG.Go(func() { p.infer(ctx, encCh, outs, consts) })
 	}
 	go func() {
 		inferWG.Wait()
-		for _, ch := range sinkChs {
+		for _, ch := range outs {
 			close(ch)
 		}
 	}()
@@ -243,9 +253,6 @@ func (p *shardPipeline) infer(ctx context.Context, in <-chan encoded, outs []cha
 		if out == nil {
 			continue
 		}
-		if t.Profile != nil {
-			t.Profile.Add(out, 0)
-		}
 		p.mu.Lock()
 		p.counts.RowsOut += out.NumRows()
 		p.counts.Rejected += int64(bad)
@@ -259,6 +266,17 @@ func (p *shardPipeline) infer(ctx context.Context, in <-chan encoded, outs []cha
 			}
 		}
 		out.Release()
+	}
+}
+
+// profile adds each output record to the checks' profile (stage 3 beside
+// the writers); after a failure it drains its queue.
+func (p *shardPipeline) profile(ctx context.Context, in <-chan arrow.RecordBatch) {
+	for rec := range in {
+		if ctx.Err() == nil {
+			p.t.Profile.Add(rec, 0)
+		}
+		rec.Release()
 	}
 }
 
