@@ -165,7 +165,24 @@ func b2u(b bool) uint32 {
 
 // f2d is Ryū's shortest decimal: f = mant × 10^exp, mant with the fewest
 // digits that reads back to f, the closest such to f (ties to even).
+// ryuInterval is step 3 of Ryū: the float's halfway interval scaled to a
+// power of ten (vm < vr < vp at exponent e10), and what step 4 needs to
+// round the shortest digits in it correctly.
+type ryuInterval struct {
+	vr, vp, vm   uint32
+	e10          int32
+	vmTZ, vrTZ   bool // vm, vr have trailing decimal zeros removed so far
+	lastRemoved  uint32
+	acceptBounds bool
+}
+
+// f2d is Ryū's float32 to shortest decimal: mant × 10^exp.
 func f2d(ieeeMant, ieeeExp uint32) (mant uint32, exp int32) {
+	return ryuInterval32(ieeeMant, ieeeExp).shortest()
+}
+
+// ryuInterval32 computes the interval of the float (steps 1 to 3).
+func ryuInterval32(ieeeMant, ieeeExp uint32) ryuInterval {
 	var e2 int32
 	var m2 uint32
 	if ieeeExp == 0 {
@@ -231,7 +248,14 @@ func f2d(ieeeMant, ieeeExp uint32) (mant uint32, exp int32) {
 			vrTrailingZeros = multipleOfPow2(mv, q-1)
 		}
 	}
+	return ryuInterval{vr: vr, vp: vp, vm: vm, e10: e10, vmTZ: vmTrailingZeros, vrTZ: vrTrailingZeros, lastRemoved: lastRemoved, acceptBounds: acceptBounds}
+}
 
+// shortest is step 4: the shortest digits in the interval, correctly
+// rounded, and their exponent.
+func (iv ryuInterval) shortest() (mant uint32, exp int32) {
+	vr, vp, vm, e10 := iv.vr, iv.vp, iv.vm, iv.e10
+	vmTrailingZeros, vrTrailingZeros, lastRemoved, acceptBounds := iv.vmTZ, iv.vrTZ, iv.lastRemoved, iv.acceptBounds
 	var removed int32
 	var out uint32
 	if vmTrailingZeros || vrTrailingZeros {

@@ -213,61 +213,11 @@ func appendMsgpackJSON(dst, b []byte, depth int) ([]byte, []byte, error) {
 	var err error
 	switch msgp.NextType(b) {
 	case msgp.MapType:
-		var n uint32
-		if n, b, err = msgp.ReadMapHeaderBytes(b); err != nil {
-			return dst, b, err
-		}
-		dst = append(dst, '{')
-		for i := uint32(0); i < n; i++ {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			var k []byte
-			if k, b, err = msgp.ReadStringZC(b); err != nil {
-				return dst, b, fmt.Errorf("map key: %w", err)
-			}
-			dst = appendJSONString(dst, unsafe.String(unsafe.SliceData(k), len(k)))
-			dst = append(dst, ':')
-			if dst, b, err = appendMsgpackJSON(dst, b, depth+1); err != nil {
-				return dst, b, fmt.Errorf("field %q: %w", k, err)
-			}
-		}
-		return append(dst, '}'), b, nil
+		return appendMsgpackMap(dst, b, depth)
 	case msgp.ArrayType:
-		var n uint32
-		if n, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
-			return dst, b, err
-		}
-		dst = append(dst, '[')
-		for i := uint32(0); i < n; i++ {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			if dst, b, err = appendMsgpackJSON(dst, b, depth+1); err != nil {
-				return dst, b, err
-			}
-		}
-		return append(dst, ']'), b, nil
+		return appendMsgpackArray(dst, b, depth)
 	case msgp.BinType: // a float32 vector
-		var v []byte
-		if v, b, err = msgp.ReadBytesZC(b); err != nil {
-			return dst, b, err
-		}
-		if len(v)%4 != 0 {
-			return dst, b, fmt.Errorf("float32 vector of %d bytes (not a multiple of 4)", len(v))
-		}
-		dst = append(dst, '[')
-		for i := 0; i < len(v); i += 4 {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			f := math.Float32frombits(binary.LittleEndian.Uint32(v[i:]))
-			if !finite32(f) {
-				return dst, b, errNonFinite(f)
-			}
-			dst = appendFloat32(dst, f)
-		}
-		return append(dst, ']'), b, nil
+		return appendFloat32Bin(dst, b)
 	case msgp.StrType:
 		var s []byte
 		if s, b, err = msgp.ReadStringZC(b); err != nil {
@@ -319,4 +269,74 @@ func appendMsgpackJSON(dst, b []byte, depth int) ([]byte, []byte, error) {
 		return dst, b, fmt.Errorf("truncated or invalid value")
 	}
 	return dst, b, fmt.Errorf("msgpack type %s has no JSON form in a record", msgp.NextType(b))
+}
+
+// appendMsgpackMap transcodes the msgpack map at the start of b to a JSON
+// object (keys are strings, as the record's fields are).
+func appendMsgpackMap(dst, b []byte, depth int) ([]byte, []byte, error) {
+	var err error
+	var n uint32
+	if n, b, err = msgp.ReadMapHeaderBytes(b); err != nil {
+		return dst, b, err
+	}
+	dst = append(dst, '{')
+	for i := uint32(0); i < n; i++ {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		var k []byte
+		if k, b, err = msgp.ReadStringZC(b); err != nil {
+			return dst, b, fmt.Errorf("map key: %w", err)
+		}
+		dst = appendJSONString(dst, unsafe.String(unsafe.SliceData(k), len(k)))
+		dst = append(dst, ':')
+		if dst, b, err = appendMsgpackJSON(dst, b, depth+1); err != nil {
+			return dst, b, fmt.Errorf("field %q: %w", k, err)
+		}
+	}
+	return append(dst, '}'), b, nil
+}
+
+// appendMsgpackArray transcodes the msgpack array at the start of b.
+func appendMsgpackArray(dst, b []byte, depth int) ([]byte, []byte, error) {
+	var err error
+	var n uint32
+	if n, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
+		return dst, b, err
+	}
+	dst = append(dst, '[')
+	for i := uint32(0); i < n; i++ {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		if dst, b, err = appendMsgpackJSON(dst, b, depth+1); err != nil {
+			return dst, b, err
+		}
+	}
+	return append(dst, ']'), b, nil
+}
+
+// appendFloat32Bin transcodes a bin of little-endian float32s (a vector) to
+// a JSON array of shortest float32 texts.
+func appendFloat32Bin(dst, b []byte) ([]byte, []byte, error) {
+	var err error
+	var v []byte
+	if v, b, err = msgp.ReadBytesZC(b); err != nil {
+		return dst, b, err
+	}
+	if len(v)%4 != 0 {
+		return dst, b, fmt.Errorf("float32 vector of %d bytes (not a multiple of 4)", len(v))
+	}
+	dst = append(dst, '[')
+	for i := 0; i < len(v); i += 4 {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		f := math.Float32frombits(binary.LittleEndian.Uint32(v[i:]))
+		if !finite32(f) {
+			return dst, b, errNonFinite(f)
+		}
+		dst = appendFloat32(dst, f)
+	}
+	return append(dst, ']'), b, nil
 }
