@@ -7,8 +7,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -62,7 +64,12 @@ func TestTextEmbeddingsToAllSinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	words := []string{"blue", "shoe", "Café", "naïve", "東京", "😀", "usb-c", "cable", "wireless", "headset", "the", "quick", "fox", "Résumé", "iPhone"}
-	const n = 3000
+	// 3,000 titles in make test; PRECOG_TEXT_ROWS=1000000 runs the issue's
+	// 1M-row job with the same checks.
+	n := 3000
+	if v, err := strconv.Atoi(os.Getenv("PRECOG_TEXT_ROWS")); err == nil && v > 0 {
+		n = v
+	}
 	schema := arrow.NewSchema([]arrow.Field{
 		{Name: "id", Type: arrow.BinaryTypes.String},
 		{Name: "title", Type: arrow.BinaryTypes.String, Nullable: true},
@@ -70,7 +77,7 @@ func TestTextEmbeddingsToAllSinks(t *testing.T) {
 	rb := array.NewRecordBuilder(memory.DefaultAllocator, schema)
 	want := map[string][]float64{}
 	for r := range n {
-		key := fmt.Sprintf("p%05d", r)
+		key := fmt.Sprintf("p%07d", r)
 		rb.Field(0).(*array.StringBuilder).Append(key)
 		// Most titles 2-4 words, every 10th a long one (past max_length).
 		k := 2 + r%3
@@ -117,9 +124,11 @@ func TestTextEmbeddingsToAllSinks(t *testing.T) {
 	if v.code != 0 || !strings.Contains(v.stdout, fmt.Sprintf("tokenizer WordPiece, vocabulary %d, max_length 32", len(testgen.BertVocab()))) {
 		t.Fatalf("validate: exit %d\n%s\n%s", v.code, v.stdout, v.stderr)
 	}
+	began := time.Now()
 	if r := precogEnv(t, dir, env, "run", spec); r.code != 0 {
 		t.Fatalf("run: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
+	t.Logf("precog run: %d titles into Parquet, Postgres and Redis in %s", n, time.Since(began).Round(time.Millisecond))
 	check := func(sink, key string, got []float32) {
 		t.Helper()
 		w, ok := want[key]
