@@ -49,7 +49,9 @@ var errStalled = errors.New("no progress")
 // or the run was cancelled) or a stall cancels the attempt before it can
 // commit. It returns the attempt's counts and its rejects (up to
 // keepRejects) to commit with them (Ledger.Complete).
-func runAttempt(ctx context.Context, a attempt) (jobs.Counts, []jobs.Reject, error) {
+// The profile it returns (the spec's checks:, "" without) goes into the
+// ledger with the shard's commit, in the same transaction.
+func runAttempt(ctx context.Context, a attempt) (jobs.Counts, []jobs.Reject, string, error) {
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var lastRows atomic.Int64
@@ -67,7 +69,7 @@ func runAttempt(ctx context.Context, a attempt) (jobs.Counts, []jobs.Reject, err
 		if err := a.led.Heartbeat(ctx, ledger.HeartbeatParams{RunID: a.run.ID, Shard: a.shard.Index, Worker: a.worker, Lease: a.lease}); err != nil {
 			return fmt.Errorf("shard %d: lease check before commit: %w", a.shard.Index, err)
 		}
-		return putProfile(ctx, a.led, a.run.ID, a.shard.Index, prof)
+		return nil
 	}
 	counts, err := a.job.ExecShard(sctx, ShardTask{Run: a.info, Shard: a.shard, Sinks: a.snks, Rejects: rejects,
 		ComputedAt: a.run.CreatedAt, OnRows: onRows, Stats: a.stats, BeforeCommit: beforeCommit, Profile: prof})
@@ -80,12 +82,16 @@ func runAttempt(ctx context.Context, a attempt) (jobs.Counts, []jobs.Reject, err
 	}
 	if err != nil {
 		rejects.abort()
-		return counts, nil, fmt.Errorf("shard %d: %w", a.shard.Index, err)
+		return counts, nil, "", fmt.Errorf("shard %d: %w", a.shard.Index, err)
 	}
 	if err := rejects.commit(); err != nil {
-		return counts, nil, fmt.Errorf("shard %d: rejects: %w", a.shard.Index, err)
+		return counts, nil, "", fmt.Errorf("shard %d: rejects: %w", a.shard.Index, err)
 	}
-	return counts, rejects.sample, nil
+	var profile string
+	if prof != nil {
+		profile = prof.Profile().Encode()
+	}
+	return counts, rejects.sample, profile, nil
 }
 
 // keepAlive heartbeats the lease and runs the stall watchdog until ctx ends.

@@ -187,22 +187,6 @@ func CurrentUser() string {
 	return "unknown"
 }
 
-// putProfile stores a shard attempt's output profile before it commits
-// (nothing when the spec has no checks).
-func putProfile(ctx context.Context, led ledger.Ledger, runID string, shard int, b *profile.Builder) error {
-	if b == nil {
-		return nil
-	}
-	ck, ok := led.(ledger.Checks)
-	if !ok {
-		return fmt.Errorf("shard %d: checks: the ledger %T cannot store output profiles", shard, led)
-	}
-	if err := ck.PutShardProfile(ctx, runID, shard, b.Profile().Encode()); err != nil {
-		return fmt.Errorf("shard %d: %w", shard, err)
-	}
-	return nil
-}
-
 // HeldOptions says which held run to resolve and who resolves it.
 type HeldOptions struct {
 	Ledger ledger.Ledger

@@ -527,12 +527,12 @@ func (l *shardLoop) claimLoop(ctx context.Context) {
 			return
 		}
 		began := time.Now()
-		counts, sample, err := runAttempt(ctx, attempt{led: lr.led, job: lr.job, snks: lr.snks, info: lr.info, run: l.run, shard: sh, worker: l.worker,
+		counts, sample, profile, err := runAttempt(ctx, attempt{led: lr.led, job: lr.job, snks: lr.snks, info: lr.info, run: l.run, shard: sh, worker: l.worker,
 			lease: lr.opts.Lease, stall: lr.opts.StallTimeout, rejectsDir: filepath.Join(lr.opts.StateDir, "rejects", l.run.ID),
 			keepRejects: ledger.DefaultRejectsPerRun, stats: lr.res.Stages, onRows: l.onRows})
 		if err == nil {
 			streak.reset()
-			if !l.committed(ctx, sh, began, counts, sample) {
+			if !l.committed(ctx, sh, began, ledger.CompleteParams{Counts: counts, Sample: sample, Profile: profile}) {
 				return
 			}
 			continue
@@ -544,7 +544,10 @@ func (l *shardLoop) claimLoop(ctx context.Context) {
 }
 
 // committed records a shard whose sinks committed; false stops the loop.
-func (l *shardLoop) committed(ctx context.Context, sh jobs.Shard, began time.Time, counts jobs.Counts, sample []jobs.Reject) bool {
+// done holds the attempt's counts, reject sample and profile; committed
+// fills in the run, shard and worker.
+func (l *shardLoop) committed(ctx context.Context, sh jobs.Shard, began time.Time, done ledger.CompleteParams) bool {
+	counts := done.Counts
 	shardsTotal.WithLabelValues("committed").Inc()
 	shardSeconds.Observe(time.Since(began).Seconds())
 	rowsTotal.WithLabelValues("read").Add(float64(counts.RowsIn))
@@ -553,7 +556,8 @@ func (l *shardLoop) committed(ctx context.Context, sh jobs.Shard, began time.Tim
 	// The sinks committed: record it even when interrupted meanwhile, or
 	// the shard would be computed again.
 	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	err := l.lr.led.Complete(cctx, ledger.CompleteParams{RunID: l.run.ID, Shard: sh.Index, Worker: l.worker, Counts: counts, Sample: sample})
+	done.RunID, done.Shard, done.Worker = l.run.ID, sh.Index, l.worker
+	err := l.lr.led.Complete(cctx, done)
 	ccancel()
 	if err != nil {
 		l.cancel(fmt.Errorf("shard %d: complete: %w", sh.Index, err))

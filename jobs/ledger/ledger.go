@@ -83,6 +83,10 @@ type CompleteParams struct {
 	// fenced by the same lease, capped by jobs.CapSample, and replacing
 	// (never adding to) the sample of an earlier attempt of the shard.
 	Sample []jobs.Reject
+	// Profile is the shard's encoded output profile (the spec's checks:),
+	// stored in the same commit, replacing an earlier attempt's; "" when
+	// the spec has no checks.
+	Profile string
 }
 
 // FailParams record a failed attempt (Ledger.Fail).

@@ -587,6 +587,15 @@ func (l *Ledger) Complete(ctx context.Context, p ledger.CompleteParams) error {
 		if err := l.storeRejects(tx, runID, shard, sample); err != nil {
 			return err
 		}
+		if p.Profile != "" {
+			b, err := tx.CreateBucketIfNotExists(bucketProfiles)
+			if err != nil {
+				return err
+			}
+			if err := b.Put(profileKey(runID, shard), []byte(p.Profile)); err != nil {
+				return err
+			}
+		}
 		s.Worker, s.LeaseUntil = worker, time.Time{}
 		s.Worker2, s.Lease2, s.Claimed2At = "", time.Time{}, time.Time{}
 		s.Error = ""

@@ -218,7 +218,7 @@ func (l *Ledger) Complete(ctx context.Context, p ledger.CompleteParams) error {
 	args := []any{runID, shard, worker, c.RowsIn, c.RowsOut, c.Rejected, c.KeySketch, rejects}
 	committed := false
 	var err error
-	if len(sample) == 0 {
+	if len(sample) == 0 && p.Profile == "" {
 		var n int
 		err = l.pool.QueryRow(ctx, `WITH u AS (`+commit+` RETURNING 1),
 			d AS (DELETE FROM precog_rejects WHERE run_id = $1 AND shard = $2 AND EXISTS (SELECT 1 FROM u))
@@ -231,6 +231,12 @@ func (l *Ledger) Complete(ctx context.Context, p ledger.CompleteParams) error {
 				return err
 			}
 			committed = true
+			if p.Profile != "" {
+				if _, err := tx.Exec(ctx, `INSERT INTO precog_shard_profiles (run_id, idx, profile) VALUES ($1, $2, $3)
+					ON CONFLICT (run_id, idx) DO UPDATE SET profile = EXCLUDED.profile`, runID, shard, p.Profile); err != nil {
+					return err
+				}
+			}
 			return l.storeRejects(ctx, tx, runID, shard, sample)
 		})
 	}
