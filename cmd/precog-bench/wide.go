@@ -82,8 +82,7 @@ func (h *harness) wide(ctx context.Context) (*section, error) {
 	if err != nil {
 		return s, err
 	}
-	type result struct{ bytes, mem float64 }
-	res := map[string]result{}
+	res := map[string]wideMem{}
 	for _, p := range []struct {
 		dim, n int
 	}{{100, n100}, {384, n384}} {
@@ -92,7 +91,7 @@ func (h *harness) wide(ctx context.Context) (*section, error) {
 			if err != nil {
 				return s, fmt.Errorf("redis %d-dim %s: %w", p.dim, enc, err)
 			}
-			res[fmt.Sprint(p.dim, enc)] = result{m.bytes, m.mem}
+			res[fmt.Sprint(p.dim, enc)] = m
 		}
 		j, mp := res[fmt.Sprint(p.dim, redissink.EncodingJSON)], res[fmt.Sprint(p.dim, redissink.EncodingMsgpack)]
 		r := atMost(fmt.Sprintf("%d-dim record bytes: msgpack (precog) vs JSON (raw-limit column)", p.dim),
