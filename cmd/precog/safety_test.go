@@ -254,7 +254,7 @@ func TestDuplicateKeyPublishesNothing(t *testing.T) {
 		"  postgres: { dsn: \"${TEST_DATABASE_URL}\", table: scores }\n" +
 		"  redis: { addr: \"${TEST_REDIS_ADDR}\", db: \"${TEST_REDIS_DB}\", namespace: \"${TEST_NS}\", ttl: 1h }\n"
 	spec := writeSpec(t, dir, "job.yaml", body)
-	env := []string{"TEST_DATABASE_URL=" + pg.DSN, "TEST_REDIS_ADDR=" + rd.Addr, fmt.Sprintf("TEST_REDIS_DB=%d", rd.DB), "TEST_NS=" + ns}
+	env := sinkEnv(pg.DSN, rd, ns)
 	r := precogEnv(t, dir, env, "run", spec)
 	if r.code != 1 || !strings.Contains(r.stderr, `duplicate key "a-7"`) || !strings.Contains(r.stderr, "nothing was published") {
 		t.Fatalf("run with a key in two shards: exit %d, want 1 naming a-7:\n%s", r.code, r.stderr)

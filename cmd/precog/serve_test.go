@@ -27,8 +27,7 @@ func TestServeDuringRefresh(t *testing.T) {
 	ns := rd.Prefix + "recs"
 	dir := workdir(t)
 	spec := writeSpec(t, dir, "jobs/recs.yaml", recsSpec)
-	env := []string{"TEST_DATABASE_URL=" + pg.DSN, "TEST_REDIS_ADDR=" + rd.Addr,
-		fmt.Sprintf("TEST_REDIS_DB=%d", rd.DB), "TEST_NS=" + ns, "PRECOG_API_TOKENS=tok"}
+	env := append(sinkEnv(pg.DSN, rd, ns), "PRECOG_API_TOKENS=tok")
 	for _, sub := range []string{"models", "data"} {
 		if err := symlink(filepath.Join(fixtures, sub), filepath.Join(dir, "jobs", sub)); err != nil {
 			t.Fatal(err)
@@ -205,8 +204,7 @@ func TestServeWithoutParamsReloadsModel(t *testing.T) {
 	if err := testgen.NewRecs(testgen.DefaultSeed).WriteONNX(modelPath); err != nil {
 		t.Fatal(err)
 	}
-	env := []string{"TEST_DATABASE_URL=" + pg.DSN, "TEST_REDIS_ADDR=" + rd.Addr,
-		fmt.Sprintf("TEST_REDIS_DB=%d", rd.DB), "TEST_NS=" + ns, "PRECOG_API_TOKENS=tok"}
+	env := append(sinkEnv(pg.DSN, rd, ns), "PRECOG_API_TOKENS=tok")
 	if r := precogEnv(t, dir, env, "run", spec, "--param", "date=2026-11-01"); r.code != 0 {
 		t.Fatalf("run with model A: %d %s", r.code, r.stderr)
 	}

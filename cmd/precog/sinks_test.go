@@ -42,8 +42,7 @@ func TestRecsToAllSinks(t *testing.T) {
 	ns := rd.Prefix + "recs"
 	dir := workdir(t)
 	spec := writeSpec(t, dir, "recs.yaml", recsSpec)
-	env := []string{"TEST_DATABASE_URL=" + pg.DSN, "TEST_REDIS_ADDR=" + rd.Addr,
-		fmt.Sprintf("TEST_REDIS_DB=%d", rd.DB), "TEST_NS=" + ns}
+	env := sinkEnv(pg.DSN, rd, ns)
 
 	r := precogEnv(t, dir, env, "run", spec, "--param", "date=2026-11-01")
 	if r.code != 0 {
@@ -223,4 +222,10 @@ sinks:
 			t.Errorf("user %d: score %v, want %v", k, got, want)
 		}
 	}
+}
+
+// sinkEnv is the environment of the tests' all-sinks specs: the Postgres
+// sink's DSN and the Redis server, database and namespace they expand.
+func sinkEnv(dsn string, rd *testservers.RedisServer, ns string) []string {
+	return []string{"TEST_DATABASE_URL=" + dsn, "TEST_REDIS_ADDR=" + rd.Addr, fmt.Sprintf("TEST_REDIS_DB=%d", rd.DB), "TEST_NS=" + ns}
 }

@@ -96,8 +96,7 @@ func TestStringInputsToAllSinks(t *testing.T) {
 	rec.Release()
 
 	spec := writeSpec(t, dir, "devices.yaml", stringsSpec)
-	env := []string{"TEST_DATABASE_URL=" + pg.DSN, "TEST_REDIS_ADDR=" + rd.Addr,
-		fmt.Sprintf("TEST_REDIS_DB=%d", rd.DB), "TEST_NS=" + ns}
+	env := sinkEnv(pg.DSN, rd, ns)
 	if r := precogEnv(t, dir, env, "run", spec); r.code != 0 {
 		t.Fatalf("run: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}

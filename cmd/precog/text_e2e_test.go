@@ -118,8 +118,7 @@ func TestTextEmbeddingsToAllSinks(t *testing.T) {
 	rec.Release()
 
 	spec := writeSpec(t, dir, "titles.yaml", textSpecYAML)
-	env := []string{"TEST_DATABASE_URL=" + pg.DSN, "TEST_REDIS_ADDR=" + rd.Addr,
-		fmt.Sprintf("TEST_REDIS_DB=%d", rd.DB), "TEST_NS=" + ns}
+	env := sinkEnv(pg.DSN, rd, ns)
 	v := precogEnv(t, dir, env, "validate", spec)
 	if v.code != 0 || !strings.Contains(v.stdout, fmt.Sprintf("tokenizer WordPiece, vocabulary %d, max_length 32", len(testgen.BertVocab()))) {
 		t.Fatalf("validate: exit %d\n%s\n%s", v.code, v.stdout, v.stderr)

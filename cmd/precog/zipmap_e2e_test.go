@@ -48,8 +48,7 @@ func TestZipMapToAllSinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := writeSpec(t, dir, "classes.yaml", zipMapSpec)
-	env := []string{"TEST_DATABASE_URL=" + pg.DSN, "TEST_REDIS_ADDR=" + rd.Addr,
-		fmt.Sprintf("TEST_REDIS_DB=%d", rd.DB), "TEST_NS=" + ns}
+	env := sinkEnv(pg.DSN, rd, ns)
 	if r := precogEnv(t, dir, env, "run", spec, "--param", "date=2026-11-01"); r.code != 0 {
 		t.Fatalf("run: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
