@@ -2,6 +2,7 @@ package runner
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -24,16 +25,23 @@ import (
 type keyGuard struct {
 	column string
 	reject bool // duplicate_keys: reject
-	strs   map[string]uint64
-	ints   map[int64]uint64
+	// hint is the shard's planned rows: the key map is sized for them at
+	// the first batch, not grown (and rehashed) row by row.
+	hint int
+	strs map[string]uint64
+	ints map[int64]uint64
 	// locs[b] names the rows of the shard's batch b (for duplicates).
 	locs   []func(int) string
 	sketch *hll.Sketch
 }
 
-func newKeyGuard(column, duplicatePolicy string) *keyGuard {
+// maxKeyHint caps a key map's presizing (a plan's row estimate is
+// metadata, not a promise).
+const maxKeyHint = 1 << 22
+
+func newKeyGuard(column, duplicatePolicy string, estRows int64) *keyGuard {
 	return &keyGuard{column: column, reject: duplicatePolicy == "reject",
-		strs: map[string]uint64{}, ints: map[int64]uint64{}, sketch: hll.New()}
+		hint: int(min(max(estRows, 0), maxKeyHint)), sketch: hll.New()}
 }
 
 // keptRows is a source batch with its rejected-key rows left out.
@@ -61,6 +69,11 @@ func (g *keyGuard) check(rec arrow.RecordBatch, keyIdx int, loc func(int) string
 	g.locs = append(g.locs, loc)
 	col := rec.Column(keyIdx)
 	text := isStringKey(col.DataType())
+	if text && g.strs == nil {
+		g.strs = make(map[string]uint64, g.hint)
+	} else if !text && g.ints == nil {
+		g.ints = make(map[int64]uint64, g.hint)
+	}
 	var drop []int
 	for r := range int(rec.NumRows()) {
 		place := batchNo<<32 | uint64(r)
@@ -77,12 +90,17 @@ func (g *keyGuard) check(rec arrow.RecordBatch, keyIdx int, loc func(int) string
 			}
 		} else {
 			v, err := keyInt(col, r)
-			key = fmt.Sprint(v)
 			if err != nil {
 				reason = err.Error()
 			} else if first, dup = g.ints[v]; !dup {
 				g.ints[v] = place
 				g.sketch.AddInt(v)
+			}
+			switch {
+			case err != nil:
+				key = col.ValueStr(r) // the value as the source holds it
+			case dup:
+				key = strconv.FormatInt(v, 10) // only an error or a reject names it
 			}
 		}
 		if dup {

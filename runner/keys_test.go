@@ -52,7 +52,7 @@ func TestKeyGuardRejectsBadKeys(t *testing.T) {
 	keys := []*string{ptr("a"), nil, ptr(""), ptr("b\x00c"), ptr("\xff\xfe"), ptr(strings.Repeat("k", sinks.MaxKeyBytes+1)), ptr("z")}
 	rec := stringBatch(t, keys, []float64{0, 1, 2, 3, 4, 5, 6})
 	defer rec.Release()
-	g := newKeyGuard("id", "fail")
+	g := newKeyGuard("id", "fail", 0)
 	rej := &memRejects{}
 	kept, n, err := g.check(rec, 0, loc("f.parquet"), rej)
 	if err != nil {
@@ -84,7 +84,7 @@ func TestKeyGuardDuplicates(t *testing.T) {
 	defer b1.Release()
 	defer b2.Release()
 
-	g := newKeyGuard("id", "fail")
+	g := newKeyGuard("id", "fail", 0)
 	k1, _, err := g.check(b1, 0, loc("p1"), &memRejects{})
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +96,7 @@ func TestKeyGuardDuplicates(t *testing.T) {
 		t.Fatalf("err = %v, want duplicate key a at p1 row 0 and p2 row 1", err)
 	}
 
-	g = newKeyGuard("id", "reject")
+	g = newKeyGuard("id", "reject", 0)
 	rej := &memRejects{}
 	k1, _, _ = g.check(b1, 0, loc("p1"), rej)
 	k1.rec.Release()

@@ -71,7 +71,7 @@ func (j *Job) ExecShard(ctx context.Context, t ShardTask) (jobs.Counts, error) {
 	}
 	defer rdr.Close()
 	p := &shardPipeline{j: j, t: t, rdr: rdr, cancel: cancel,
-		guard: newKeyGuard(j.Spec.Source.Key, j.Spec.DuplicateKeys), rejects: &syncRejects{w: t.Rejects}}
+		guard: newKeyGuard(j.Spec.Source.Key, j.Spec.DuplicateKeys, t.Shard.EstRows), rejects: &syncRejects{w: t.Rejects}}
 	if err := p.openWriters(ctx); err != nil {
 		return jobs.Counts{}, err
 	}

@@ -10,7 +10,6 @@
 package profile
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -86,11 +85,16 @@ type Builder struct {
 	opts    Options
 	p       *Profile
 	sampled map[string]bool
+	// entries holds the sample's candidates, unordered, and limit the
+	// hash a candidate must be below (see sample.go); hashes is scratch.
+	entries []Sampled
+	hashes  []uint64
+	limit   uint64
 }
 
 // NewBuilder starts an empty profile.
 func NewBuilder(opts Options) *Builder {
-	b := &Builder{opts: opts, p: New(opts.SampleSize), sampled: map[string]bool{}}
+	b := &Builder{opts: opts, p: New(opts.SampleSize), sampled: map[string]bool{}, limit: math.MaxUint64}
 	for _, f := range opts.SampleFields {
 		b.sampled[f] = true
 	}
@@ -148,7 +152,7 @@ func (b *Builder) Add(rec arrow.RecordBatch, keyCol int) {
 		} else {
 			h = xxh3.HashString(keyString(keys, r))
 		}
-		if len(b.p.Sample) >= b.opts.SampleSize && h >= b.p.Sample[len(b.p.Sample)-1].Hash {
+		if h >= b.limit {
 			continue
 		}
 		s := Sampled{Hash: h, Key: keyString(keys, r)}
@@ -160,28 +164,10 @@ func (b *Builder) Add(rec arrow.RecordBatch, keyCol int) {
 				s.Values[name] = rowValues(c, r)
 			}
 		}
-		b.p.insert(s)
-	}
-}
-
-// insert puts s into the sample in hash order, dropping the largest hash
-// beyond SampleSize.
-func (p *Profile) insert(s Sampled) {
-	i, found := slices.BinarySearchFunc(p.Sample, s.Hash, func(e Sampled, h uint64) int {
-		switch {
-		case e.Hash < h:
-			return -1
-		case e.Hash > h:
-			return 1
+		b.entries = append(b.entries, s)
+		if len(b.entries) >= 2*max(b.opts.SampleSize, 128) {
+			b.shrink()
 		}
-		return 0
-	})
-	if found && p.Sample[i].Key == s.Key {
-		return
-	}
-	p.Sample = slices.Insert(p.Sample, i, s)
-	if len(p.Sample) > p.SampleSize {
-		p.Sample = p.Sample[:p.SampleSize]
 	}
 }
 
@@ -189,6 +175,9 @@ func (p *Profile) insert(s Sampled) {
 func (b *Builder) Profile() *Profile {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.opts.SampleSize > 0 {
+		b.p.Sample = b.sample()
+	}
 	return b.p
 }
 
@@ -212,7 +201,7 @@ func addColumn(f *Field, col arrow.Array) {
 // 1% relative accuracy at the sizes where the stride starts. This keeps the
 // profile's cost per row small next to a cheap model's inference.
 const (
-	sketchExact  = 1 << 16
+	sketchExact  = 1 << 13
 	sketchStride = 8
 )
 
@@ -327,12 +316,7 @@ func (p *Profile) Merge(o *Profile) error {
 			return fmt.Errorf("merge sketch of %s: %w", name, err)
 		}
 	}
-	for _, s := range o.Sample {
-		if len(p.Sample) >= p.SampleSize && s.Hash >= p.Sample[len(p.Sample)-1].Hash {
-			break // o's sample is ordered by hash
-		}
-		p.insert(s)
-	}
+	p.Sample = mergeSamples(p.Sample, o.Sample, p.SampleSize)
 	return nil
 }
 
@@ -349,42 +333,25 @@ func (f *Field) sketch() *ddsketch.DDSketch {
 	return f.dd
 }
 
-// Encode is the profile as stored in the ledger (base64 of JSON).
-func (p *Profile) Encode() string {
-	for _, f := range p.Fields {
-		if f.Values == 0 {
-			f.Min, f.Max = 0, 0 // JSON has no ±Inf; Decode restores them
-		}
-		if f.dd != nil {
-			f.Sketch = f.Sketch[:0]
-			f.dd.Encode(&f.Sketch, false)
-		}
-	}
-	b, err := json.Marshal(p)
-	for _, f := range p.Fields {
-		if f.Values == 0 {
-			f.Min, f.Max = math.Inf(1), math.Inf(-1)
-		}
-	}
-	if err != nil {
-		panic(err) // plain, finite fields only
-	}
-	return base64.StdEncoding.EncodeToString(b)
-}
-
 // ErrCorrupt: a stored profile does not decode.
 var ErrCorrupt = errors.New("corrupt output profile")
 
-// Decode reads a stored profile.
-func Decode(s string) (*Profile, error) {
-	b, err := base64.StdEncoding.DecodeString(s)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
-	}
+// decodeJSON reads the first stored form, JSON (profiles written by
+// earlier versions).
+func decodeJSON(b []byte) (*Profile, error) {
 	p := &Profile{}
 	if err := json.Unmarshal(b, p); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
+	for i := range p.Sample {
+		p.Sample[i].Hash = xxh3.HashString(p.Sample[i].Key) // the hash is the key's
+	}
+	return p, nil
+}
+
+// validate restores what the stored form leaves out and checks what
+// merges rely on.
+func (p *Profile) validate() (*Profile, error) {
 	if p.Fields == nil {
 		p.Fields = map[string]*Field{}
 	}
@@ -399,6 +366,17 @@ func Decode(s string) (*Profile, error) {
 			}
 			f.dd = dd
 		}
+	}
+	// Merges rely on the sample's order; a row written by another
+	// version is put in order rather than trusted.
+	if !slices.IsSortedFunc(p.Sample, compareSampled) {
+		slices.SortFunc(p.Sample, compareSampled)
+	}
+	if p.SampleSize < 0 {
+		return nil, fmt.Errorf("%w: sample_size %d", ErrCorrupt, p.SampleSize)
+	}
+	if len(p.Sample) > p.SampleSize {
+		p.Sample = p.Sample[:p.SampleSize]
 	}
 	return p, nil
 }

@@ -1,0 +1,91 @@
+package profile
+
+import (
+	"cmp"
+	"math"
+	"slices"
+)
+
+// The key sample is a bottom-k sample: the k keys with the smallest
+// hashes. A Builder appends candidates (keys whose hash is below the
+// current bound) to an unordered buffer; when the buffer reaches twice the
+// sample's size it finds the k-th smallest distinct hash by sorting the
+// bare hashes, keeps the entries up to it, and that hash becomes the bound.
+// So a row costs a hash and a compare, and a candidate a few nanoseconds;
+// the entries are ordered once, when the profile is taken.
+
+// compareSampled orders samples by hash, then key (equal hash and key is
+// the same key seen twice).
+func compareSampled(a, b Sampled) int {
+	if c := cmp.Compare(a.Hash, b.Hash); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Key, b.Key)
+}
+
+// mergeSamples merges two samples ordered by compareSampled into one of at
+// most k entries, each key once; a's entry wins for a key in both.
+func mergeSamples(a, b []Sampled, k int) []Sampled {
+	out := make([]Sampled, 0, min(len(a)+len(b), k))
+	i, j := 0, 0
+	for len(out) < k && (i < len(a) || j < len(b)) {
+		var next Sampled
+		switch {
+		case j >= len(b):
+			next, i = a[i], i+1
+		case i >= len(a):
+			next, j = b[j], j+1
+		default:
+			switch c := compareSampled(a[i], b[j]); {
+			case c < 0:
+				next, i = a[i], i+1
+			case c > 0:
+				next, j = b[j], j+1
+			default:
+				next, i, j = a[i], i+1, j+1
+			}
+		}
+		if n := len(out); n > 0 && compareSampled(out[n-1], next) == 0 {
+			continue
+		}
+		out = append(out, next)
+	}
+	return out
+}
+
+// limit is the hash at or above which a key cannot enter a full sample
+// (MaxUint64 while it is not full).
+func (p *Profile) limit() uint64 {
+	if p.SampleSize > 0 && len(p.Sample) >= p.SampleSize {
+		return p.Sample[len(p.Sample)-1].Hash
+	}
+	return math.MaxUint64
+}
+
+// shrink cuts the Builder's entries to those with the k smallest distinct
+// hashes and lowers the bound to the largest of them. Entries with equal
+// hashes are all kept (the same key twice, or a collision); Profile's sort
+// settles them.
+func (b *Builder) shrink() {
+	k := b.opts.SampleSize
+	b.hashes = b.hashes[:0]
+	for i := range b.entries {
+		b.hashes = append(b.hashes, b.entries[i].Hash)
+	}
+	slices.Sort(b.hashes)
+	b.hashes = slices.Compact(b.hashes)
+	if len(b.hashes) < k {
+		return
+	}
+	b.limit = b.hashes[k-1]
+	b.entries = slices.DeleteFunc(b.entries, func(s Sampled) bool { return s.Hash > b.limit })
+}
+
+// sample is the Builder's sample in order: its entries sorted, each key
+// once, at most k.
+func (b *Builder) sample() []Sampled {
+	b.shrink()
+	slices.SortFunc(b.entries, compareSampled)
+	b.entries = slices.CompactFunc(b.entries, func(x, y Sampled) bool { return compareSampled(x, y) == 0 })
+	return slices.Clone(b.entries[:min(len(b.entries), b.opts.SampleSize)])
+}
