@@ -66,11 +66,8 @@ const f32TextRoom = 40
 // its length.
 func formatFloat32(out *[f32TextRoom]byte, f float32) int {
 	u := math.Float32bits(f)
-	pos := 0
-	if u&(1<<31) != 0 {
-		out[0] = '-'
-		pos = 1
-	}
+	out[0] = '-' // kept only for a negative f: branchless on random signs
+	pos := int(u >> 31)
 	ieeeMant, ieeeExp := u&(1<<23-1), int((u>>23)&0xff)
 	if ieeeMant == 0 && ieeeExp == 0 {
 		out[pos] = '0'
@@ -88,13 +85,13 @@ func formatFloat32(out *[f32TextRoom]byte, f float32) int {
 	// The digits as ASCII in two little-endian words: w0 the first eight
 	// (fewer, then zero bytes after them), w1 the ninth if any.
 	nd := decimalLen32(digits)
-	var w0, w1 uint64
+	// (Selects, not branches: 7, 8 and 9 digits are all common.)
+	q := digits / 10
+	d8, w1, n8 := digits, uint64(0), nd
 	if nd > 8 {
-		q := digits / 10
-		w0, w1 = swar8(q), uint64('0'+digits-q*10)
-	} else {
-		w0 = swar8(digits) >> (64 - 8*nd)
+		d8, w1, n8 = q, uint64('0'+digits-q*10), 8
 	}
+	w0 := swar8(d8) >> (64 - 8*n8)
 	dp := nd + e10 // value = 0.digits × 10^dp
 	if x := dp - 1; x < -4 || x >= 6 {
 		// %e: d[.ddd]e±XX
@@ -121,34 +118,34 @@ func formatFloat32(out *[f32TextRoom]byte, f float32) int {
 		out[pos], out[pos+1] = byte('0'+x/10), byte('0'+x%10)
 		return pos + 2
 	}
-	switch {
-	case dp <= 0: // 0.000ddd: at most 3 zeros after the point (x ≥ -4)
-		binary.LittleEndian.PutUint64(out[pos:], zeroPointZeros)
-		pos += 2 - dp
-		binary.LittleEndian.PutUint64(out[pos:], w0)
-		binary.LittleEndian.PutUint64(out[pos+8:], w1)
-		return pos + nd
-	case dp >= nd: // ddd000: at most 5 zeros (x < 6)
+	if dp >= nd { // ddd000: at most 5 zeros (x < 6)
 		binary.LittleEndian.PutUint64(out[pos:], w0)
 		binary.LittleEndian.PutUint64(out[pos+8:], w1)
 		binary.LittleEndian.PutUint64(out[pos+nd:], asciiZeros)
 		return pos + dp
 	}
-	// d.ddd: the word store lays all digits, the point then overwrites
-	// digit dp, and the digits from dp on (at most 8) go after it.
+	// 0.000ddd is d.ddd for the digits behind 1-dp zeros (at most 4: x ≥
+	// -4), the point after the first: shifted in with selects, not a
+	// branch, as both forms are common in a vector.
+	if dp <= 0 {
+		z := uint(8 * (1 - dp)) // 8..32
+		w1 = w1<<z | w0>>(64-z)
+		w0 = w0<<z | asciiZeros>>(64-z)
+		nd += 1 - dp
+		dp = 1
+	}
+	// d.ddd: the word stores lay all digits, the point then overwrites
+	// digit dp, and the digits from dp on (at most 12) go after it.
 	binary.LittleEndian.PutUint64(out[pos:], w0)
 	out[pos+dp] = '.'
 	s := uint(8 * dp) // 8..64; Go shifts by ≥ 64 give 0
 	binary.LittleEndian.PutUint64(out[pos+dp+1:], w0>>s|w1<<(64-s))
+	binary.LittleEndian.PutUint64(out[pos+dp+9:], w1>>s)
 	return pos + nd + 1
 }
 
-// zeroPointZeros is "0.000000" and asciiZeros "00000000" as little-endian
-// words.
-var (
-	zeroPointZeros = binary.LittleEndian.Uint64([]byte("0.000000"))
-	asciiZeros     = binary.LittleEndian.Uint64([]byte("00000000"))
-)
+// asciiZeros is "00000000" as a little-endian word.
+var asciiZeros = binary.LittleEndian.Uint64([]byte("00000000"))
 
 // swar8 is v < 10^8 as eight ASCII digits (leading zeros included) in a
 // little-endian word, first digit in the lowest byte: two 4-digit halves,

@@ -3,6 +3,7 @@ package redis
 import (
 	"math"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"testing"
 )
@@ -120,4 +121,23 @@ func BenchmarkAppendFloat32s(b *testing.B) {
 		buf, _ = appendFloat32s(buf[:0], vals)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(vals)), "ns/float")
+}
+
+// TestAppendFloat32Exhaustive compares appendFloat32 with strconv on every
+// finite non-negative float32 (negative ones differ only by the sign
+// byte, which the random checks cover). It takes minutes, so it runs only
+// with PRECOG_F32_EXHAUSTIVE=1.
+func TestAppendFloat32Exhaustive(t *testing.T) {
+	if os.Getenv("PRECOG_F32_EXHAUSTIVE") != "1" {
+		t.Skip("set PRECOG_F32_EXHAUSTIVE=1 to check all 2^31 values")
+	}
+	var got, want []byte
+	for u := uint32(0); u < 0x7f800000; u++ {
+		f := math.Float32frombits(u)
+		got = appendFloat32(got[:0], f)
+		want = strconv.AppendFloat(want[:0], float64(f), 'g', -1, 32)
+		if string(got) != string(want) {
+			t.Fatalf("appendFloat32(%#08x) = %s, strconv %s", u, got, want)
+		}
+	}
 }
