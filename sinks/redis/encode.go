@@ -403,14 +403,9 @@ func (w float32Writer) appendRange(dst []byte, start, end int) ([]byte, error) {
 	if w.a.NullN() != 0 {
 		return appendRange(w, dst, start, end)
 	}
-	for i, f := range w.vals[start:end] {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		if !finite32(f) {
-			return dst, errNonFinite(f)
-		}
-		dst = appendFloat32(dst, f)
+	dst, bad := appendFloat32s(dst, w.vals[start:end])
+	if bad >= 0 {
+		return dst, errNonFinite(w.vals[start+bad])
 	}
 	return dst, nil
 }

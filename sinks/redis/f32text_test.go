@@ -3,6 +3,7 @@ package redis
 import (
 	"math"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"testing"
 )
@@ -66,4 +67,77 @@ func BenchmarkAppendFloat32(b *testing.B) {
 			buf = strconv.AppendFloat(buf[:0], float64(vals[i%len(vals)]), 'g', -1, 32)
 		}
 	})
+}
+
+// TestAppendFloat32sMatchesStrconv checks the list form against strconv
+// joined by commas, after a prefix and into buffers of every spare
+// capacity (its word stores must stay inside cap and leave the prefix),
+// and that it stops at the first NaN or ±Inf with its index.
+func TestAppendFloat32sMatchesStrconv(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for n := range 40 {
+		vals := make([]float32, n)
+		var want []byte
+		want = append(want, "pre"...)
+		for i := range vals {
+			switch i % 3 {
+			case 0:
+				vals[i] = float32(r.NormFloat64())
+			case 1:
+				vals[i] = math.Float32frombits(r.Uint32()&^0x7f800000 | uint32(r.IntN(255))<<23)
+			default:
+				vals[i] = float32(r.IntN(2_000_000)) / 1000
+			}
+			if i > 0 {
+				want = append(want, ',')
+			}
+			want = strconv.AppendFloat(want, float64(vals[i]), 'g', -1, 32)
+		}
+		for spare := range 3 * f32TextRoom {
+			dst := make([]byte, 3, 3+spare)
+			copy(dst, "pre")
+			got, bad := appendFloat32s(dst, vals)
+			if bad != -1 || string(got) != string(want) {
+				t.Fatalf("n=%d spare=%d: got %q (bad %d), want %q", n, spare, got, bad, want)
+			}
+		}
+	}
+	for _, nf := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
+		vals := []float32{1.5, -2, nf, 3}
+		got, bad := appendFloat32s(nil, vals)
+		if bad != 2 || string(got) != "1.5,-2" {
+			t.Fatalf("non-finite %v: got %q, index %d; want \"1.5,-2\", 2", nf, got, bad)
+		}
+	}
+}
+
+func BenchmarkAppendFloat32s(b *testing.B) {
+	vals := make([]float32, 100)
+	for i := range vals {
+		vals[i] = vecValue(i, 7)
+	}
+	buf := make([]byte, 0, 4096)
+	for b.Loop() {
+		buf, _ = appendFloat32s(buf[:0], vals)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(vals)), "ns/float")
+}
+
+// TestAppendFloat32Exhaustive compares appendFloat32 with strconv on every
+// finite non-negative float32 (negative ones differ only by the sign
+// byte, which the random checks cover). It takes minutes, so it runs only
+// with PRECOG_F32_EXHAUSTIVE=1.
+func TestAppendFloat32Exhaustive(t *testing.T) {
+	if os.Getenv("PRECOG_F32_EXHAUSTIVE") != "1" {
+		t.Skip("set PRECOG_F32_EXHAUSTIVE=1 to check all 2^31 values")
+	}
+	var got, want []byte
+	for u := uint32(0); u < 0x7f800000; u++ {
+		f := math.Float32frombits(u)
+		got = appendFloat32(got[:0], f)
+		want = strconv.AppendFloat(want[:0], float64(f), 'g', -1, 32)
+		if string(got) != string(want) {
+			t.Fatalf("appendFloat32(%#08x) = %s, strconv %s", u, got, want)
+		}
+	}
 }

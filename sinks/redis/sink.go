@@ -111,6 +111,12 @@ type Sink struct {
 	closed   sync.Once
 	isClosed atomic.Bool
 
+	// batches recycles pipeline batches (*pipeBatch) across shard
+	// attempts: a batch's arena grows to a whole pipeline of records (MBs
+	// for wide ones), which a fresh attempt would otherwise grow again by
+	// doubling, copying and clearing as it goes.
+	batches sync.Pool
+
 	activeMu sync.Mutex
 	active   map[shardID]*shardWriter // open attempts, by run version and shard
 	locks    map[*redisLock]bool      // held locks, released at Close

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -567,5 +568,31 @@ func TestConfigErrors(t *testing.T) {
 		if _, err := s.Shard(context.Background(), testRun(v), 0); err == nil {
 			t.Errorf("version %q accepted", v)
 		}
+	}
+}
+
+// TestBatchesRecycledAcrossShards checks that a shard attempt's pipeline
+// batches, grown to a pipeline of records, go to the sink's pool when it
+// commits and that the next attempt starts from one of them rather than
+// from an empty arena. (GC is off so that the pool keeps what it holds.)
+func TestBatchesRecycledAcrossShards(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	ctx := context.Background()
+	rs := testservers.Redis(t)
+	s := newTestSink(t, rs, func(sp *jobs.RedisSinkSpec) { sp.PipelineBatch = 50; sp.PipelineDepth = 2 })
+	run := testRun("v1")
+	if err := writeShard(ctx, s, run, 0, 0, 500, 20, 1); err != nil {
+		t.Fatal(err)
+	}
+	sw, err := s.Shard(ctx, run, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := sw.(*shardWriter)
+	defer w.Abort(ctx)
+	b := w.getBatch()
+	if cap(b.arena) == 0 || len(b.arena) != 0 || len(b.spans) != 0 {
+		t.Fatalf("second shard's first batch: arena cap %d, len %d, %d spans; want a reset batch with the first shard's capacity",
+			cap(b.arena), len(b.arena), len(b.spans))
 	}
 }

@@ -232,7 +232,21 @@ func (w *shardWriter) getBatch() *pipeBatch {
 		b.reset()
 		return b
 	default:
-		return &pipeBatch{spans: make([]span, 0, w.s.cfg.batch)}
+	}
+	if b, ok := w.s.batches.Get().(*pipeBatch); ok {
+		b.reset()
+		return b
+	}
+	return &pipeBatch{spans: make([]span, 0, w.s.cfg.batch)}
+}
+
+// recycle keeps b for this attempt's next pipeline, or for the sink's
+// other attempts when the attempt holds enough.
+func (w *shardWriter) recycle(b *pipeBatch) {
+	select {
+	case w.free <- b:
+	default:
+		w.s.batches.Put(b)
 	}
 }
 
@@ -263,10 +277,7 @@ func (w *shardWriter) send(b *pipeBatch) {
 		return
 	}
 	w.rows.Add(int64(len(b.spans)))
-	select {
-	case w.free <- b:
-	default:
-	}
+	w.recycle(b)
 }
 
 // flush hands the current batch to a pipeline goroutine.
@@ -413,6 +424,17 @@ func (w *shardWriter) finish() {
 	w.done = true
 	w.errMu.Unlock()
 	w.cur = nil
+	// Every pipeline has returned (Commit and Abort wait for them): the
+	// attempt's batches go to the sink's pool for the next attempt.
+	for {
+		select {
+		case b := <-w.free:
+			w.s.batches.Put(b)
+			continue
+		default:
+		}
+		break
+	}
 	w.s.release(w)
 }
 
