@@ -1,3 +1,8 @@
+// Portions of this file (the Dragonbox float32 digit generation) follow
+// Go's internal/strconv/ftoadbox.go: Copyright 2025 The Go Authors. All
+// rights reserved. Use of that source code is governed by a BSD-style
+// license that can be found in Go's LICENSE file.
+
 package redis
 
 import (
