@@ -143,12 +143,11 @@ func (b *Builder) Add(rec arrow.RecordBatch, keyCol int) {
 	}
 	keys := rec.Column(keyCol)
 	ints, _ := keys.(*array.Int64)
-	var buf [20]byte
 	for r := 0; r < n; r++ {
 		// Hash first, without allocating: most keys are not sampled.
 		var h uint64
 		if ints != nil {
-			h = xxh3.Hash(strconv.AppendInt(buf[:0], ints.Value(r), 10))
+			h = hashInt(ints.Value(r))
 		} else {
 			h = xxh3.HashString(keyString(keys, r))
 		}
@@ -211,8 +210,12 @@ func addValues(f *Field, col arrow.Array) {
 			return
 		}
 		f.Values++
-		f.Min = math.Min(f.Min, v)
-		f.Max = math.Max(f.Max, v)
+		if v < f.Min { // NaN is out, so plain compares
+			f.Min = v
+		}
+		if v > f.Max {
+			f.Max = v
+		}
 		switch {
 		case f.Values <= sketchExact:
 			_ = f.dd.Add(v) // ±Inf beyond the indexable range: min/max still hold it
