@@ -88,8 +88,12 @@ type Builder struct {
 	// entries holds the sample's candidates, unordered, and limit the
 	// hash a candidate must be below (see sample.go); hashes is scratch.
 	entries []Sampled
-	hashes  []uint64
 	limit   uint64
+	// kept holds the distinct hashes of entries[:nKept] (the last shrink's
+	// survivors) in order; hashes and spare are scratch.
+	kept          []uint64
+	nKept         int
+	hashes, spare []uint64
 }
 
 // NewBuilder starts an empty profile.
@@ -205,12 +209,32 @@ const (
 )
 
 func addValues(f *Field, col arrow.Array) {
-	add := func(v float64) {
-		if math.IsNaN(v) {
-			return
+	switch c := col.(type) {
+	case *array.Float32:
+		addNumbers(f, c, c.Float32Values())
+	case *array.Float64:
+		addNumbers(f, c, c.Float64Values())
+	case *array.Int64:
+		addNumbers(f, c, c.Int64Values())
+	case *array.Int32:
+		addNumbers(f, c, c.Int32Values())
+	}
+}
+
+// addNumbers adds a column's valid values (every value when it has no
+// nulls, without a bitmap test per value).
+func addNumbers[T float32 | float64 | int64 | int32](f *Field, col arrow.Array, vals []T) {
+	nulls := col.NullN() > 0
+	for i, x := range vals {
+		if nulls && col.IsNull(i) {
+			continue
+		}
+		v := float64(x)
+		if v != v { // NaN
+			continue
 		}
 		f.Values++
-		if v < f.Min { // NaN is out, so plain compares
+		if v < f.Min {
 			f.Min = v
 		}
 		if v > f.Max {
@@ -221,32 +245,6 @@ func addValues(f *Field, col arrow.Array) {
 			_ = f.dd.Add(v) // ±Inf beyond the indexable range: min/max still hold it
 		case f.Values%sketchStride == 0:
 			_ = f.dd.AddWithCount(v, sketchStride)
-		}
-	}
-	switch c := col.(type) {
-	case *array.Float32:
-		for i, v := range c.Float32Values() {
-			if c.IsValid(i) {
-				add(float64(v))
-			}
-		}
-	case *array.Float64:
-		for i, v := range c.Float64Values() {
-			if c.IsValid(i) {
-				add(v)
-			}
-		}
-	case *array.Int64:
-		for i, v := range c.Int64Values() {
-			if c.IsValid(i) {
-				add(float64(v))
-			}
-		}
-	case *array.Int32:
-		for i, v := range c.Int32Values() {
-			if c.IsValid(i) {
-				add(float64(v))
-			}
 		}
 	}
 }

@@ -65,20 +65,35 @@ func (p *Profile) limit() uint64 {
 // shrink cuts the Builder's entries to those with the k smallest distinct
 // hashes and lowers the bound to the largest of them. Entries with equal
 // hashes are all kept (the same key twice, or a collision); Profile's sort
-// settles them.
+// settles them. The entries kept by the last shrink are a prefix of
+// b.entries whose distinct hashes b.kept holds in order, so a shrink sorts
+// only the hashes that arrived since and merges the two.
 func (b *Builder) shrink() {
 	k := b.opts.SampleSize
-	b.hashes = b.hashes[:0]
-	for i := range b.entries {
-		b.hashes = append(b.hashes, b.entries[i].Hash)
+	fresh := b.hashes[:0]
+	for i := b.nKept; i < len(b.entries); i++ {
+		fresh = append(fresh, b.entries[i].Hash)
 	}
-	slices.Sort(b.hashes)
-	b.hashes = slices.Compact(b.hashes)
-	if len(b.hashes) < k {
-		return
+	slices.Sort(fresh)
+	merged := b.spare[:0]
+	i, j := 0, 0
+	for len(merged) < k && (i < len(b.kept) || j < len(fresh)) {
+		var h uint64
+		if j >= len(fresh) || (i < len(b.kept) && b.kept[i] <= fresh[j]) {
+			h, i = b.kept[i], i+1
+		} else {
+			h, j = fresh[j], j+1
+		}
+		if n := len(merged); n == 0 || merged[n-1] != h {
+			merged = append(merged, h)
+		}
 	}
-	b.limit = b.hashes[k-1]
-	b.entries = slices.DeleteFunc(b.entries, func(s Sampled) bool { return s.Hash > b.limit })
+	b.hashes, b.spare, b.kept = fresh, b.kept, merged
+	if len(merged) == k {
+		b.limit = merged[k-1]
+		b.entries = slices.DeleteFunc(b.entries, func(s Sampled) bool { return s.Hash > b.limit })
+	}
+	b.nKept = len(b.entries)
 }
 
 // sample is the Builder's sample in order: its entries sorted, each key
