@@ -2,7 +2,6 @@ package profile
 
 import (
 	"cmp"
-	"math"
 	"slices"
 )
 
@@ -51,15 +50,6 @@ func mergeSamples(a, b []Sampled, k int) []Sampled {
 		out = append(out, next)
 	}
 	return out
-}
-
-// limit is the hash at or above which a key cannot enter a full sample
-// (MaxUint64 while it is not full).
-func (p *Profile) limit() uint64 {
-	if p.SampleSize > 0 && len(p.Sample) >= p.SampleSize {
-		return p.Sample[len(p.Sample)-1].Hash
-	}
-	return math.MaxUint64
 }
 
 // shrink cuts the Builder's entries to those with the k smallest distinct
