@@ -21,6 +21,7 @@ var backfillDates = []string{"2026-11-01", "2026-11-02", "2026-11-03", "2026-11-
 var (
 	rePartitions = regexp.MustCompile(`(\d+) partitions, (\d+) missing, (\d+) rows`)
 	reProbe      = regexp.MustCompile(`probe: (\d+) rows at batch size \d+, (\d+) rows/s`)
+	reProbeRuns  = regexp.MustCompile(`probe: (\d+) runs at once, (\d+) rows/s together`)
 	reEstimate   = regexp.MustCompile(`estimate: (.*)`)
 )
 
@@ -28,6 +29,7 @@ var (
 type dryRun struct {
 	rows, probeRows int64
 	rate            float64 // the probe's rows/s
+	rateRuns        float64 // the probe's rows/s with --parallel runs at once (0: none)
 	printed         string  // the estimate line as printed
 	took            time.Duration
 }
@@ -49,6 +51,9 @@ func parseDryRun(out string) (dryRun, error) {
 	}
 	d.probeRows, _ = strconv.ParseInt(p[1], 10, 64)
 	d.rate, _ = strconv.ParseFloat(p[2], 64)
+	if r := reProbeRuns.FindStringSubmatch(out); r != nil {
+		d.rateRuns, _ = strconv.ParseFloat(r[2], 64)
+	}
 	if e := reEstimate.FindStringSubmatch(out); e != nil {
 		d.printed = e[1]
 	}
@@ -59,10 +64,14 @@ func parseDryRun(out string) (dryRun, error) {
 }
 
 // estimate is the wall time the dry run estimates for parallel dates at
-// once: rows at the probe's rate, divided among them (as printed, without
-// the printed line's rounding to seconds).
+// once: rows at the rate its probe measured with that many runs side by
+// side (as printed, without the printed line's rounding).
 func (d dryRun) estimate(parallel int) time.Duration {
-	return time.Duration(float64(d.rows) / d.rate / float64(parallel) * float64(time.Second))
+	rate := d.rate
+	if parallel > 1 && d.rateRuns > 0 {
+		rate = d.rateRuns
+	}
+	return time.Duration(float64(d.rows) / rate * float64(time.Second))
 }
 
 // estimate is issue 20's section: `precog backfill --dry-run`'s estimate
@@ -82,7 +91,7 @@ func (h *harness) estimate(ctx context.Context) (*section, error) {
 			return s, fmt.Errorf("%s --parallel %d: %w", c.model, c.parallel, err)
 		}
 	}
-	s.note("estimate: the dry run probes the model for at most 3 s on the first date's first shard (read, encode, infer at the spec's batch size) and divides the range's rows (from Parquet metadata) by that rate and by --parallel; the backfill's wall time also holds each date's start-up (spec, model load, ledger), the sink's writes and each publish, which the probe leaves out.")
+	s.note("estimate: the dry run probes the model for at most 3 s on the first date's first shard (read, encode, infer at the spec's batch size) and divides the range's rows (from Parquet metadata) by that rate, or for --parallel N by the rate of a second 3 s probe of N pipelines side by side; the backfill's wall time also holds each date's start-up (spec, model load, ledger), the sink's writes and each publish, which the probe leaves out.")
 	return s, nil
 }
 

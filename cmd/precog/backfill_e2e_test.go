@@ -70,7 +70,8 @@ func TestBackfillLedgerRecord(t *testing.T) {
 	}
 	dry := precog(t, dir, "backfill", spec, "--from", "2026-10-31", "--to", "2026-11-02", "--dry-run", "--parallel", "2")
 	if dry.code != 0 || !strings.Contains(dry.stdout, "2026-10-31  MISSING") || !strings.Contains(dry.stdout, "1 missing") ||
-		!strings.Contains(dry.stdout, "estimate: ") || !strings.Contains(dry.stdout, "on 2 workers") {
+		!strings.Contains(dry.stdout, "estimate: ") || !strings.Contains(dry.stdout, "with --parallel 2") ||
+		!regexp.MustCompile(`(?m)^probe: 2 runs at once, \d+ rows/s together`).MatchString(dry.stdout) {
 		t.Errorf("--dry-run: exit %d\n%s%s", dry.code, dry.stdout, dry.stderr)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -53,30 +54,61 @@ type discard struct{}
 
 func (discard) Reject(string, string, string) error { return nil }
 
+// ProbeParams says what Probe measures.
+type ProbeParams struct {
+	Spec *jobs.Spec
+	// Plans are the shards to sample from (the first Runs of them, cycling).
+	Plans []sources.ShardPlan
+	// Budget bounds the probe's wall time.
+	Budget time.Duration
+	// Runs is how many pipelines run at once, each with its own model
+	// sessions, as `backfill --parallel` runs values (default 1).
+	Runs int
+}
+
 // Probe measures the rows per second of spec's read → encode → infer
-// pipeline at the spec's batch size on a real sample: the first shard of
-// plans, for at most budget (no sink written). It is what the estimate of
-// `backfill --dry-run` divides the rows by.
-func Probe(ctx context.Context, spec *jobs.Spec, plans []sources.ShardPlan, budget time.Duration) (float64, int64, error) {
-	if len(plans) == 0 {
+// pipeline at the spec's batch size on real samples, with Runs pipelines
+// at once sharing this machine (no sink written). It is what the estimate
+// of `backfill --dry-run` divides the rows by: measured, not a division of
+// one pipeline's rate by the values run at once, since those share the
+// machine's cores with each other and with ONNX Runtime's threads.
+func Probe(ctx context.Context, p ProbeParams) (float64, int64, error) {
+	if len(p.Plans) == 0 {
 		return 0, 0, errors.New("probe: no shard to sample")
 	}
-	job, err := runner.OpenJob(ctx, spec)
-	if err != nil {
-		return 0, 0, err
+	n := max(p.Runs, 1)
+	jobsOpen := make([]*runner.Job, 0, n)
+	defer func() {
+		for _, j := range jobsOpen {
+			j.Close()
+		}
+	}()
+	for range n {
+		job, err := runner.OpenJob(ctx, p.Spec)
+		if err != nil {
+			return 0, 0, err
+		}
+		jobsOpen = append(jobsOpen, job)
 	}
-	defer job.Close()
-	pctx, cancel := context.WithTimeout(ctx, budget)
+	pctx, cancel := context.WithTimeout(ctx, p.Budget)
 	defer cancel()
 	var rows atomic.Int64
+	errs := make([]error, n)
+	var wg sync.WaitGroup
 	start := time.Now()
-	_, err = job.ExecShard(pctx, runner.ShardTask{
-		Run:   sinks.RunInfo{Job: spec.Name, RunID: "probe", Version: "probe", Params: spec.Params},
-		Shard: jobs.Shard{RunID: "probe", Plan: plans[0].Plan, EstRows: plans[0].Rows}, Rejects: discard{},
-		ComputedAt: start, OnRows: func(n int64) { rows.Add(n) },
-	})
+	for i, job := range jobsOpen {
+		plan := p.Plans[i%len(p.Plans)]
+		wg.Go(func() {
+			_, errs[i] = job.ExecShard(pctx, runner.ShardTask{
+				Run:   sinks.RunInfo{Job: p.Spec.Name, RunID: "probe", Version: "probe", Params: p.Spec.Params},
+				Shard: jobs.Shard{RunID: "probe", Index: i, Plan: plan.Plan, EstRows: plan.Rows}, Rejects: discard{},
+				ComputedAt: start, OnRows: func(n int64) { rows.Add(n) },
+			})
+		})
+	}
+	wg.Wait()
 	took := time.Since(start)
-	if err != nil && pctx.Err() == nil {
+	if err := errors.Join(errs...); err != nil && pctx.Err() == nil {
 		return 0, 0, fmt.Errorf("probe: %w", err)
 	}
 	if rows.Load() == 0 || took <= 0 {
