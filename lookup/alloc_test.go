@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
-	"strconv"
 	"testing"
 )
 
@@ -101,10 +100,12 @@ func TestHotPathAllocations(t *testing.T) {
 	}
 }
 
-// Ceilings of TestHotPathAllocations.
+// Ceilings of TestHotPathAllocations: measured 34 (GET hit) and 384
+// (predict, one row a batch: most are the batch's Arrow and ONNX Runtime
+// allocations, shared by every row of a batch under load).
 const (
-	getAllocCeiling     = 1000
-	predictAllocCeiling = 1000
+	getAllocCeiling     = 40
+	predictAllocCeiling = 450
 )
 
 func BenchmarkGetHit(b *testing.B) {
@@ -123,4 +124,3 @@ func BenchmarkPredictLive(b *testing.B) {
 	}
 }
 
-var _ = strconv.Itoa
