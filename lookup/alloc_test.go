@@ -123,4 +123,3 @@ func BenchmarkPredictLive(b *testing.B) {
 		h.servePredict(b)
 	}
 }
-
