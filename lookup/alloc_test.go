@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"testing"
 )
 
@@ -122,4 +123,29 @@ func BenchmarkPredictLive(b *testing.B) {
 	for b.Loop() {
 		h.servePredict(b)
 	}
+}
+
+// BenchmarkPredictLiveParallel sends :predict from 32 goroutines per
+// core, so rows meet in batches as under load: ns/op is the server's
+// cost per request, inference included.
+func BenchmarkPredictLiveParallel(b *testing.B) {
+	h := newHotEnv(b)
+	b.ReportAllocs()
+	b.SetParallelism(32)
+	b.RunParallel(func(pb *testing.PB) {
+		w := sinkWriter{h: http.Header{}}
+		var body replayBody
+		for i := 0; pb.Next(); i++ {
+			r := h.predict.Clone(h.predict.Context())
+			k, _ := json.Marshal(map[string]any{"key": "k-" + strconv.Itoa(i), "inputs": map[string]any{"features": features(int64(i % 100))}})
+			body.Reset(k)
+			r.Body = &body
+			w.reset()
+			h.e.srv.ServeHTTP(&w, r)
+			if w.code != 200 {
+				b.Errorf("predict: %d %s", w.code, w.body.Bytes())
+				return
+			}
+		}
+	})
 }
