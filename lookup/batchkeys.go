@@ -1,6 +1,7 @@
 package lookup
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strconv"
@@ -41,7 +42,12 @@ func recordAge(computedAt []byte, now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	var s string
-	if err := json.Unmarshal(computedAt, &s); err != nil {
+	if raw := computedAt[1 : len(computedAt)-1]; computedAt[0] == '"' && computedAt[len(computedAt)-1] == '"' && bytes.IndexByte(raw, '\\') < 0 {
+		// The usual RFC 3339 text: no escapes to decode.
+		s = string(raw)
+	} else if err := json.Unmarshal(bytes.Clone(computedAt), &s); err != nil {
+		// The clone keeps computedAt (and the record it points into) on
+		// the caller's stack: json.Unmarshal would move it to the heap.
 		return 0, false
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)

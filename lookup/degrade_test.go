@@ -15,7 +15,7 @@ import (
 
 // roleWithoutSelect creates a login role that may connect to pg's database
 // but read none of its tables, and returns its DSN.
-func roleWithoutSelect(t *testing.T, pg *testservers.PG) string {
+func roleWithoutSelect(t testing.TB, pg *testservers.PG) string {
 	t.Helper()
 	role := "noread_" + pg.Database
 	pg.Exec(t, `CREATE ROLE `+role+` LOGIN`)
@@ -33,7 +33,7 @@ func roleWithoutSelect(t *testing.T, pg *testservers.PG) string {
 
 // closedPortDSN is pg's DSN on a port nothing listens on: a Postgres that
 // is down.
-func closedPortDSN(t *testing.T, pg *testservers.PG) string {
+func closedPortDSN(t testing.TB, pg *testservers.PG) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -85,14 +85,23 @@ func (w *reqInfo) Write(b []byte) (int, error) {
 }
 
 // apiHandler is an API endpoint behind the api wrapper: ctx carries the
-// request timeout, info collects what the access log and metrics report.
-type apiHandler func(ctx context.Context, w *reqInfo, r *http.Request)
+// request timeout, info collects what the access log and metrics report,
+// p is what the router read from the path.
+type apiHandler func(ctx context.Context, w *reqInfo, r *http.Request, p route)
+
+// route is what the router read from a prediction path: the namespace and
+// key of a GET, the {namespace}:{verb} of a POST. Passed to the handler
+// directly: Request.SetPathValue allocates a map per request.
+type route struct{ namespace, key, op string }
+
+// apiFunc is an API endpoint wrapped by api, called by the router.
+type apiFunc func(w http.ResponseWriter, r *http.Request, p route)
 
 // api wraps an API handler with, in order: access log and metrics, auth,
 // in-flight shedding, the request timeout and the body limit.
-func (s *Server) api(endpoint string, h apiHandler) http.Handler {
+func (s *Server) api(endpoint string, h apiHandler) apiFunc {
 	em := s.metrics.endpoints[endpoint]
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return func(w http.ResponseWriter, r *http.Request, p route) {
 		start := time.Now()
 		info := &reqInfo{ResponseWriter: w, endpoint: em}
 		defer s.logRequest(r, info, start)
@@ -120,8 +129,8 @@ func (s *Server) api(endpoint string, h apiHandler) http.Handler {
 		if r.Method != http.MethodGet {
 			r.Body = http.MaxBytesReader(info, r.Body, s.cfg.MaxBodyBytes)
 		}
-		h(ctx, info, r)
-	})
+		h(ctx, info, r, p)
+	}
 }
 
 // authorized compares the bearer token with every configured token in
@@ -260,13 +269,13 @@ func (s *Server) limits() keyLimits {
 	return keyLimits{maxKeyLen: s.cfg.MaxKeyLen, maxKeys: s.cfg.MaxKeysPerBatch}
 }
 
-func (s *Server) handleGet(ctx context.Context, w *reqInfo, r *http.Request) {
-	n := s.namespace(w, r.PathValue("namespace"))
+func (s *Server) handleGet(ctx context.Context, w *reqInfo, _ *http.Request, p route) {
+	n := s.namespace(w, p.namespace)
 	if n == nil {
 		return
 	}
 	w.namespace = n.name
-	key := r.PathValue("key")
+	key := p.key
 	if err := s.limits().checkKey("path key", key); err != nil {
 		writeErr(ctx, w, err)
 		return
@@ -315,8 +324,8 @@ func (s *Server) answerOne(ctx context.Context, w *reqInfo, q oneKey) {
 	bufPool.Put(bp)
 }
 
-func (s *Server) handlePost(ctx context.Context, w *reqInfo, r *http.Request) {
-	op := r.PathValue("op")
+func (s *Server) handlePost(ctx context.Context, w *reqInfo, r *http.Request, p route) {
+	op := p.op
 	i := strings.LastIndexByte(op, ':')
 	if i < 0 {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such operation %q: want {namespace}:batchGet or {namespace}:predict", op))
@@ -475,31 +484,36 @@ func (s *Server) predict(ctx context.Context, w *reqInfo, n *namespace, body []b
 // an *errUnavailable: those keys may exist in the store that failed.
 func (s *Server) resolve(ctx context.Context, n *namespace, lv *live, keys []string, in *row, ans []answer) error {
 	q := lookupReq{n: n, lv: lv, keys: keys, in: in, ans: ans}
+	var one [1]int // missing's storage for a single key: no allocation
 	if len(keys) == 1 {
-		q.missing = q.one[:1]
+		q.missing = one[:1]
 	} else {
 		q.missing = make([]int, len(keys))
 	}
 	for i := range q.missing {
 		q.missing[i] = i
 	}
+	// failed is a failed store step; it stays out of q, whose
+	// arrays would otherwise leave the stack with the error it becomes.
+	var failed error
 	if n.redis != nil {
-		s.redisStep(ctx, &q)
+		failed = s.redisStep(ctx, &q)
 	}
-	if ks := q.rest(); len(ks) > 0 && n.pg != nil {
-		s.postgresStep(ctx, &q, ks)
+	if q.missing = unanswered(ans, q.missing); len(q.missing) > 0 && n.pg != nil {
+		if err := s.postgresStep(ctx, &q, keysAt(keys, q.missing)); err != nil {
+			failed = err // the later step's failure is the one to report
+		}
 	}
-	if ks := q.rest(); len(ks) > 0 && lv != nil {
-		if err := s.resolveLive(ctx, &q); err != nil {
+	if q.missing = unanswered(ans, q.missing); len(q.missing) > 0 && lv != nil {
+		if err := s.resolveLive(ctx, n, lv, liveStep{keys: keys, missing: q.missing, in: in, ans: ans}); err != nil {
 			return err
 		}
 	}
-	return q.tally(ctx)
+	return q.tally(ctx, failed)
 }
 
 // lookupReq is one request's keys on their way down the fallback chain:
-// each key's answer, the indexes still unanswered and the first failed
-// store step.
+// each key's answer and the indexes still unanswered.
 type lookupReq struct {
 	n       *namespace
 	lv      *live // nil: live off
@@ -507,31 +521,33 @@ type lookupReq struct {
 	in      *row // the live inputs of a single-key predict, or nil
 	ans     []answer
 	missing []int
-	one     [1]int // missing's storage for a single key
-	failed  error
 }
 
-// rest drops answered keys from missing and returns the keys left.
-func (q *lookupReq) rest() []string {
-	left := q.missing[:0]
-	for _, i := range q.missing {
-		if q.ans[i].source == "" {
+// unanswered drops answered keys from missing, in place, and returns it.
+// A function of its arguments rather than a method storing into the
+// request: a store through a pointer would move the request's arrays to
+// the heap.
+func unanswered(ans []answer, missing []int) []int {
+	left := missing[:0]
+	for _, i := range missing {
+		if ans[i].source == "" {
 			left = append(left, i)
 		}
 	}
-	q.missing = left
-	if len(q.missing) == 0 {
-		return nil
-	}
-	ks := make([]string, len(q.missing))
-	for j, i := range q.missing {
-		ks[j] = q.keys[i]
+	return left
+}
+
+// keysAt returns keys[i] for each i of idx.
+func keysAt(keys []string, idx []int) []string {
+	ks := make([]string, len(idx))
+	for j, i := range idx {
+		ks[j] = keys[i]
 	}
 	return ks
 }
 
-// redisStep reads every key from Redis.
-func (s *Server) redisStep(ctx context.Context, q *lookupReq) {
+// redisStep reads every key from Redis; the error is the step's failure.
+func (s *Server) redisStep(ctx context.Context, q *lookupReq) error {
 	n := q.n
 	// Without a later step that could answer, a slow Redis gets the whole
 	// request budget: a fall-through would only turn a hit into a
@@ -551,9 +567,8 @@ func (s *Server) redisStep(ctx context.Context, q *lookupReq) {
 		cancel()
 	}
 	if err != nil {
-		q.failed = err
 		s.storeFailed(ctx, n, "redis", err)
-		return
+		return err
 	}
 	for i, rec := range recs {
 		if rec == nil {
@@ -568,16 +583,17 @@ func (s *Server) redisStep(ctx context.Context, q *lookupReq) {
 			q.ans[i].source = SourceLive
 		}
 	}
+	return nil
 }
 
-// postgresStep reads the keys ks still missing from the Postgres view.
-func (s *Server) postgresStep(ctx context.Context, q *lookupReq, ks []string) {
+// postgresStep reads the keys ks still missing from the Postgres view; the
+// error is the step's failure.
+func (s *Server) postgresStep(ctx context.Context, q *lookupReq, ks []string) error {
 	n := q.n
 	rows, err := s.pgStep(ctx, n.pg, ks, nil, "computed_at")
 	if err != nil {
-		q.failed = err
 		s.storeFailed(ctx, n, "postgres", err)
-		return
+		return err
 	}
 	for _, i := range q.missing {
 		if m, ok := rows[q.keys[i]]; ok {
@@ -589,11 +605,12 @@ func (s *Server) postgresStep(ctx context.Context, q *lookupReq, ks []string) {
 			q.ans[i] = answer{rec: rec, source: SourcePostgres}
 		}
 	}
+	return nil
 }
 
 // tally counts each key by source; keys left unanswered after a failed
-// step are unavailable (an *errUnavailable), else misses.
-func (q *lookupReq) tally(ctx context.Context) error {
+// step (failed) are unavailable (an *errUnavailable), else misses.
+func (q *lookupReq) tally(ctx context.Context, failed error) error {
 	left := 0
 	for i := range q.ans {
 		src := q.ans[i].source
@@ -604,9 +621,9 @@ func (q *lookupReq) tally(ctx context.Context) error {
 		q.n.keys[src].Inc()
 	}
 	if left > 0 {
-		if q.failed != nil && ctx.Err() == nil {
+		if failed != nil && ctx.Err() == nil {
 			q.n.keys["unavailable"].Add(float64(left))
-			return &errUnavailable{cause: q.failed}
+			return &errUnavailable{cause: failed}
 		}
 		q.n.keys["miss"].Add(float64(left))
 	}
@@ -638,10 +655,22 @@ func (s *Server) storeFailed(ctx context.Context, n *namespace, store string, er
 		slog.String("namespace", n.name), slog.String("store", store), slog.String("err", err.Error()))
 }
 
+// liveStep is what resolveLive reads of a lookupReq. The namespace and
+// live model are passed apart: they leak (to the batcher, to a write-back
+// goroutine), and escape analysis, which does not tell a struct's fields
+// apart, would move the request's key and answer arrays to the heap with
+// them.
+type liveStep struct {
+	keys    []string
+	missing []int
+	in      *row
+	ans     []answer
+}
+
 // resolveLive computes the missing keys live: from the request's inputs
 // (predict) or from the features table (get, batchGet).
-func (s *Server) resolveLive(ctx context.Context, q *lookupReq) error {
-	n, lv, keys, missing, in, ans := q.n, q.lv, q.keys, q.missing, q.in, q.ans
+func (s *Server) resolveLive(ctx context.Context, n *namespace, lv *live, q liveStep) error {
+	keys, missing, in, ans := q.keys, q.missing, q.in, q.ans
 	if in != nil {
 		rec, err := lv.predict(ctx, *in)
 		if err != nil {

@@ -63,6 +63,16 @@ func arrowJSON(dst []byte, a arrow.Array, i int) ([]byte, error) {
 	case array.ListLike:
 		start, end := c.ValueOffsets(i)
 		vals := c.ListValues()
+		if vals.NullN() == 0 {
+			// The usual top-k lists: the values' slice read directly,
+			// without a type switch per element.
+			switch v := vals.(type) {
+			case *array.Float32:
+				return appendFloat32s(dst, v.Float32Values()[start:end])
+			case *array.Int64:
+				return appendInt64s(dst, v.Int64Values()[start:end]), nil
+			}
+		}
 		dst = append(dst, '[')
 		for j := start; j < end; j++ {
 			if j > start {
@@ -76,6 +86,33 @@ func arrowJSON(dst []byte, a arrow.Array, i int) ([]byte, error) {
 		return append(dst, ']'), nil
 	}
 	return dst, fmt.Errorf("output type %s cannot be rendered as JSON", a.DataType())
+}
+
+// appendFloat32s appends vs as a JSON array of shortest float32 texts.
+func appendFloat32s(dst []byte, vs []float32) ([]byte, error) {
+	dst = append(dst, '[')
+	for j, f := range vs {
+		if j > 0 {
+			dst = append(dst, ',')
+		}
+		var err error
+		if dst, err = appendFloat(dst, float64(f), 32); err != nil {
+			return dst, err
+		}
+	}
+	return append(dst, ']'), nil
+}
+
+// appendInt64s appends vs as a JSON array of integers.
+func appendInt64s(dst []byte, vs []int64) []byte {
+	dst = append(dst, '[')
+	for j, v := range vs {
+		if j > 0 {
+			dst = append(dst, ',')
+		}
+		dst = strconv.AppendInt(dst, v, 10)
+	}
+	return append(dst, ']')
 }
 
 // pgJSON renders a value pgx decoded from a result column as JSON.

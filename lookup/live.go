@@ -3,14 +3,13 @@ package lookup
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-	"golang.org/x/sync/singleflight"
 
 	"github.com/precog-ml/precog/runner/model"
 )
@@ -39,121 +38,178 @@ type liveResult struct {
 	err error
 }
 
-// live runs live inference for one namespace: singleflight per (key,
-// inputs), then the dynamic batcher merges different keys into one run.
+// live runs live inference for one namespace: the dynamic batcher merges
+// concurrent rows into one run, identical rows inferred once.
 type live struct {
 	ns      string
 	layout  *layout
 	model   LiveModel
 	batcher *model.Batcher[row, liveResult]
-	flight  singleflight.Group
-	seed    maphash.Seed
 	onBatch func(n int)
-	timeout time.Duration // bounds a shared inference its callers left
 }
 
 // liveBatching is how a namespace's live inferences are batched: at most
 // maxBatch rows a run, waiting at most maxWait (adaptive) for more,
-// concurrency runs at once; timeout bounds a shared inference its callers
-// left, and onBatch observes each run's size.
+// concurrency runs at once; onBatch observes each run's size. A run whose
+// callers all left is cancelled (the batcher watches their contexts).
 type liveBatching struct {
 	maxBatch, concurrency int
-	maxWait, timeout      time.Duration
+	maxWait               time.Duration
 	onBatch               func(int)
 }
 
 func newLive(ns string, l *layout, m LiveModel, b liveBatching) *live {
-	lv := &live{ns: ns, layout: l, model: m, seed: maphash.MakeSeed(), onBatch: b.onBatch, timeout: b.timeout}
+	lv := &live{ns: ns, layout: l, model: m, onBatch: b.onBatch}
 	lv.batcher = model.NewBatcher(b.maxBatch, b.maxWait, lv.run,
 		model.WithConcurrency(b.concurrency), model.WithQueue(4*b.maxBatch*b.concurrency), model.WithAdaptiveWait())
 	return lv
 }
 
-// predict returns the record JSON for r. Concurrent calls for the same key
-// and inputs share one inference.
+// predict returns the record JSON for r. The row joins the next batch as
+// it is: no goroutine, context or map of its own (a singleflight per
+// request cost more than the HTTP parse). Identical concurrent rows (same
+// key and inputs) that land in one batch are inferred once (run).
 func (lv *live) predict(ctx context.Context, r row) ([]byte, error) {
-	var h maphash.Hash
-	h.SetSeed(lv.seed)
-	for _, v := range r.vals {
-		for _, f := range v {
-			var b [8]byte
-			u := math.Float64bits(f)
-			for i := range b {
-				b[i] = byte(u >> (8 * i))
-			}
-			_, _ = h.Write(b[:])
-		}
-		_ = h.WriteByte(0xff)
+	res, err := lv.batcher.Do(ctx, r)
+	if err != nil {
+		return nil, err
 	}
-	for _, s := range r.strs {
-		_, _ = h.WriteString(s)
-		_ = h.WriteByte(0xfe)
-	}
-	id := r.key + "\x00" + strconv.FormatUint(h.Sum64(), 16)
-	ch := lv.flight.DoChan(id, func() (any, error) {
-		// The shared call must not die with the first caller's context:
-		// others may still wait. The batcher drops it once all are gone.
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lv.timeout)
-		defer cancel()
-		res, err := lv.batcher.Do(sctx, r)
-		if err != nil {
-			return nil, err
-		}
-		return res.rec, res.err
-	})
-	select {
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case res := <-ch:
-		if res.Err != nil {
-			return nil, res.Err
-		}
-		return res.Val.([]byte), nil
-	}
+	return res.rec, res.err
 }
 
-// run is the batcher's function: one Arrow record for the batch, one
-// inference, one JSON record per row.
+// sameRow reports whether a and b are the same key with the same inputs.
+func sameRow(a, b row) bool {
+	if a.key != b.key || len(a.vals) != len(b.vals) || len(a.strs) != len(b.strs) {
+		return false
+	}
+	for i := range a.vals {
+		if len(a.vals[i]) != len(b.vals[i]) {
+			return false
+		}
+		for j, f := range a.vals[i] {
+			if math.Float64bits(f) != math.Float64bits(b.vals[i][j]) {
+				return false
+			}
+		}
+	}
+	for i := range a.strs {
+		if a.strs[i] != b.strs[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// dedupRows returns the distinct rows of rows and, when some repeat, the
+// index in it of each row (nil when all are distinct: uniq is rows).
+func dedupRows(rows []row) (uniq []row, at []int) {
+	if len(rows) < 2 {
+		return rows, nil
+	}
+	seen := make(map[string]struct{}, len(rows))
+	repeats := false
+	for _, r := range rows {
+		if _, ok := seen[r.key]; ok {
+			repeats = true
+			break
+		}
+		seen[r.key] = struct{}{}
+	}
+	if !repeats {
+		return rows, nil
+	}
+	// Some key repeats: one entry per distinct row.
+	at = make([]int, len(rows))
+	uniq = make([]row, 0, len(rows))
+	byKey := make(map[string][]int, len(rows)) // key → indexes in uniq
+	for i, r := range rows {
+		found := -1
+		for _, u := range byKey[r.key] {
+			if sameRow(uniq[u], r) {
+				found = u
+				break
+			}
+		}
+		if found < 0 {
+			found = len(uniq)
+			uniq = append(uniq, r)
+			byKey[r.key] = append(byKey[r.key], found)
+		}
+		at[i] = found
+	}
+	return uniq, at
+}
+
+// run is the batcher's function: one Arrow record for the batch's
+// distinct rows, one inference, one JSON record per row, all built in one
+// buffer.
 func (lv *live) run(ctx context.Context, rows []row) ([]liveResult, error) {
 	if lv.onBatch != nil {
 		lv.onBatch(len(rows))
 	}
-	rec := lv.layout.record(memory.DefaultAllocator, rows)
+	uniq, at := dedupRows(rows)
+	rec := lv.layout.record(memory.DefaultAllocator, uniq)
 	defer rec.Release()
 	out, rejected, err := lv.model.Predict(ctx, rec)
 	if err != nil {
-		return nil, fmt.Errorf("live inference for %s (%d rows): %w", lv.ns, len(rows), err)
+		return nil, fmt.Errorf("live inference for %s (%d rows): %w", lv.ns, len(uniq), err)
 	}
 	defer out.Release()
-	if int(out.NumRows()) != len(rows) {
-		return nil, fmt.Errorf("live inference for %s: %d output rows for %d inputs", lv.ns, out.NumRows(), len(rows))
+	if int(out.NumRows()) != len(uniq) {
+		return nil, fmt.Errorf("live inference for %s: %d output rows for %d inputs", lv.ns, out.NumRows(), len(uniq))
 	}
-	computedAt := strconv.AppendQuote(nil, time.Now().UTC().Format(time.RFC3339Nano))
-	version := strconv.AppendQuote(nil, lv.model.Version())
-	res := make([]liveResult, len(rows))
-	for i := range rows {
+	var tail []byte
+	tail = append(tail, `"model_version":`...)
+	tail = strconv.AppendQuote(tail, lv.model.Version())
+	tail = append(tail, `,"computed_at":`...)
+	tail = strconv.AppendQuote(tail, time.Now().UTC().Format(time.RFC3339Nano))
+	tail = append(tail, '}')
+	recs := make([]liveResult, len(uniq))
+	ends := make([]int, len(uniq)) // each record's end in buf
+	var buf []byte
+	for i := range uniq {
+		start := len(buf)
 		if i < len(rejected) && rejected[i] != "" {
-			res[i].err = badf("key %q: inputs rejected: %s", rows[i].key, rejected[i])
+			recs[i].err = badf("key %q: inputs rejected: %s", uniq[i].key, rejected[i])
+			ends[i] = start
 			continue
 		}
-		b := []byte{'{'}
+		if i == 1 {
+			// The first record tells the size of the others.
+			buf = slices.Grow(buf, len(uniq)*len(buf))
+		}
+		buf = append(buf, '{')
 		for c := 0; c < int(out.NumCols()); c++ {
-			b = strconv.AppendQuote(b, out.ColumnName(c))
-			b = append(b, ':')
-			if b, err = arrowJSON(b, out.Column(c), i); err != nil {
-				res[i].err = fmt.Errorf("key %q: output %s: %w", rows[i].key, out.ColumnName(c), err)
+			buf = strconv.AppendQuote(buf, out.ColumnName(c))
+			buf = append(buf, ':')
+			if buf, err = arrowJSON(buf, out.Column(c), i); err != nil {
+				recs[i].err = fmt.Errorf("key %q: output %s: %w", uniq[i].key, out.ColumnName(c), err)
 				break
 			}
-			b = append(b, ',')
+			buf = append(buf, ',')
 		}
-		if res[i].err != nil {
-			continue
+		if recs[i].err != nil {
+			buf = buf[:start]
+		} else {
+			buf = append(buf, tail...)
 		}
-		b = append(b, `"model_version":`...)
-		b = append(b, version...)
-		b = append(b, `,"computed_at":`...)
-		b = append(b, computedAt...)
-		res[i].rec = append(b, '}')
+		ends[i] = len(buf)
+	}
+	start := 0
+	for i := range recs {
+		if recs[i].err == nil {
+			// Capped: a reader that appends copies instead of
+			// overwriting the next record.
+			recs[i].rec = buf[start:ends[i]:ends[i]]
+		}
+		start = ends[i]
+	}
+	if at == nil {
+		return recs, nil
+	}
+	res := make([]liveResult, len(rows))
+	for i, u := range at {
+		res[i] = recs[u]
 	}
 	return res, nil
 }

@@ -42,7 +42,7 @@ const token = "s3cret-token"
 
 // env is one test's server over real Redis, Postgres and the ranker model.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	srv   *Server
 	http  *httptest.Server
 	redis *testservers.RedisServer
@@ -62,7 +62,7 @@ type envOpts struct {
 	mutate       func(*Config)
 }
 
-func newEnv(t *testing.T, o envOpts) *env {
+func newEnv(t testing.TB, o envOpts) *env {
 	t.Helper()
 	if _, err := testgen.ORTLibrary(); err != nil {
 		t.Fatal(err)
@@ -214,7 +214,7 @@ func (e *env) get(key string) (int, map[string]any) {
 	return e.do("GET", "/v1/predictions/"+e.ns+"/"+key, "", token)
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
+func waitUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {

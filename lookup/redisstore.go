@@ -34,6 +34,7 @@ type redisStore struct {
 	inPlace bool
 	conn    *redisConn
 	current atomic.Pointer[string] // nil: not known yet; "": nothing published
+	curKey  atomic.Pointer[string] // {ns}:current once built (currentKey)
 	// lost is the published version that vanished from Redis ({ns}:current
 	// gone after it named a version: a restart without its data, a flush).
 	// While set, every read of the namespace fails as unavailable instead
@@ -213,6 +214,16 @@ func (s *redisStore) recordKey(version, key string) string { return s.layout().R
 
 func (s *redisStore) liveKey(version, key string) string { return s.layout().Live(version, key) }
 
+// currentKey is {ns}:current, built once: every read carries it.
+func (s *redisStore) currentKey() string {
+	if k := s.curKey.Load(); k != nil {
+		return *k
+	}
+	k := s.layout().Current()
+	s.curKey.Store(&k)
+	return k
+}
+
 func (s *redisStore) layout() sinkredis.Layout {
 	return sinkredis.Layout{Namespace: s.ns, InPlace: s.inPlace}
 }
@@ -370,12 +381,14 @@ func (s *redisStore) read(ctx context.Context, keys []string, writeback bool) (r
 	}
 	curKey := ""
 	if ok && !s.inPlace {
-		curKey = s.layout().Current()
+		curKey = s.currentKey()
 	}
 	if len(keys) == 1 && (!writeback || !ok) {
-		k := s.liveKey(version, keys[0])
+		var k string
 		if ok {
 			k = s.recordKey(version, keys[0])
+		} else {
+			k = s.liveKey(version, keys[0])
 		}
 		res, err := s.conn.gets.Do(ctx, getReq{key: k, current: curKey})
 		if err != nil {

@@ -26,10 +26,10 @@ func (s *Server) loadModel(n *namespace, file string) (LiveModel, *layout, error
 
 // newLive starts live inference for n with model m.
 func (s *Server) newLive(n *namespace, l *layout, m LiveModel) *live {
-	ns := n.name
-	return newLive(ns, l, m, liveBatching{
-		maxBatch: s.cfg.LiveBatchSize, maxWait: s.cfg.LiveBatchWait, concurrency: max(n.spec.Model.Sessions, 1), timeout: s.cfg.RequestTimeout,
-		onBatch: func(size int) { s.metrics.liveBatch.WithLabelValues(ns).Observe(float64(size)) },
+	sizes := s.metrics.liveBatch.WithLabelValues(n.name) // resolved once, not per batch
+	return newLive(n.name, l, m, liveBatching{
+		maxBatch: s.cfg.LiveBatchSize, maxWait: s.cfg.LiveBatchWait, concurrency: max(n.spec.Model.Sessions, 1),
+		onBatch: func(size int) { sizes.Observe(float64(size)) },
 	})
 }
 

@@ -77,8 +77,7 @@ func (s *Server) routePredictions(w http.ResponseWriter, r *http.Request, rest s
 			writeError(w, http.StatusBadRequest, "malformed path: bad %-escape in the operation")
 			return
 		}
-		r.SetPathValue("op", op)
-		s.postH.ServeHTTP(w, r)
+		s.postH(w, r, route{op: op})
 		return
 	}
 	if !isGet(r.Method) {
@@ -91,9 +90,7 @@ func (s *Server) routePredictions(w http.ResponseWriter, r *http.Request, rest s
 		writeError(w, http.StatusBadRequest, "malformed path: bad %-escape in the namespace or key")
 		return
 	}
-	r.SetPathValue("namespace", ns)
-	r.SetPathValue("key", key)
-	s.getH.ServeHTTP(w, r)
+	s.getH(w, r, route{namespace: ns, key: key})
 }
 
 // bodyReadError maps a failure to read the request body to its answer: 413

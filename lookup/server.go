@@ -27,8 +27,8 @@ type Server struct {
 	cfg      Config
 	ns       map[string]*namespace
 	names    []string
-	getH     http.Handler
-	postH    http.Handler
+	getH     apiFunc
+	postH    apiFunc
 	metricsH http.Handler
 	metrics  *metrics
 	tokens   [][32]byte
