@@ -383,7 +383,7 @@ func TestDefaults(t *testing.T) {
 		{"rows_per_shard", s.Source.RowsPerShard, int64(250000)},
 		{"batch_size", s.Model.BatchSize, 1024},
 		{"device", s.Model.Device, "cpu"},
-		{"sessions", s.Model.Sessions, 1},
+		{"sessions (auto)", s.Model.Sessions, 0},
 		{"threads", s.Model.Threads, 0},
 		{"redis publish", s.Sinks.Redis.Publish, "atomic"},
 		{"redis retain", s.Sinks.Redis.Retain, 2},

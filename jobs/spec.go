@@ -95,8 +95,9 @@ type ModelSpec struct {
 	Outputs   map[string]string `yaml:"outputs"`
 	BatchSize int               `yaml:"batch_size"` // default 1024
 	Device    string            `yaml:"device"`     // cpu | cuda:N; default cpu
-	Threads   int               `yaml:"threads"`    // intra-op threads, 0 = runtime default
-	// Sessions is the number of concurrent sessions per device. Default 1.
+	Threads   int               `yaml:"threads"`    // intra-op threads per session, 0 = auto
+	// Sessions is the number of concurrent sessions per device. 0 (the
+	// default) is auto: 2 half-width sessions for a CPU model on 2+ cores.
 	Sessions int `yaml:"sessions"`
 	// Pooling reduces a last_hidden_state output [N, T, D] to one vector
 	// per row over the attention mask: mean | cls | max | none (default).

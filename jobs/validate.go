@@ -30,7 +30,7 @@ const (
 	DefaultRowsPerShard        = 250_000
 	DefaultBatchSize           = 1024
 	DefaultDevice              = "cpu"
-	DefaultSessions            = 1
+	DefaultSessions            = 0 // auto: see runner/model.planSessions
 	DefaultRedisPublish        = "atomic"
 	DefaultRedisEncoding       = "json"
 	DefaultRetain              = 2
@@ -345,8 +345,8 @@ func (d *decoder) validateModel(s *Spec) {
 	if m.Threads < 0 {
 		d.fail("model.threads", "must be >= 0, 0 = runtime default (got %d)", m.Threads)
 	}
-	if m.Sessions < 1 {
-		d.fail("model.sessions", "must be >= 1 (got %d)", m.Sessions)
+	if m.Sessions < 0 {
+		d.fail("model.sessions", "must be >= 0, 0 = auto (got %d)", m.Sessions)
 	}
 }
 

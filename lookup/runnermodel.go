@@ -28,6 +28,9 @@ func loadRunnerModel(spec *jobs.Spec) (LiveModel, error) {
 	if ms.Threads == 0 {
 		ms.Threads = 1
 	}
+	if ms.Sessions == 0 {
+		ms.Sessions = 1 // the batcher runs max(model.sessions, 1) batches at once
+	}
 	m, err := model.Load(ms, spec.File, model.WithoutSpinning())
 	if err != nil {
 		return nil, err

@@ -158,7 +158,7 @@ func (p *shardPipeline) run(ctx context.Context) error {
 	wg.Go(func() { p.readEncode(ctx, encCh) })
 	consts := newConstColumns(p.j.Output, p.t.Run, p.j.Model.Version(), p.t.ComputedAt, p.j.Spec.Model.BatchSize)
 	defer consts.release()
-	for range max(p.j.Spec.Model.Sessions, 1) {
+	for range max(p.j.Model.Sessions(), 1) {
 		inferWG.Go(func() { p.infer(ctx, encCh, outs, consts) })
 	}
 	go func() {

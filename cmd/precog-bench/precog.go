@@ -16,8 +16,6 @@ import (
 	"time"
 
 	"github.com/precog-ml/precog/internal/testgen"
-	"github.com/precog-ml/precog/jobs"
-	"github.com/precog-ml/precog/runner/model"
 	"github.com/precog-ml/precog/sources"
 	pqsource "github.com/precog-ml/precog/sources/parquet"
 )
@@ -208,43 +206,6 @@ func tail(s string, n int) string {
 		return "…" + s[len(s)-n:]
 	}
 	return s
-}
-
-// rawORT measures raw ONNX Runtime rows/s of the spec's model: one session
-// of the same model, batch size and threads, Run in a loop on prebuilt
-// tensors for the measure duration. The model is closed afterwards, so its
-// threads do not compete with the next measurement.
-func (h *harness) rawORT(specPath string) (float64, error) {
-	spec, err := jobs.Load(specPath, nil)
-	if err != nil {
-		return 0, err
-	}
-	m, err := model.Load(spec.Model, specPath)
-	if err != nil {
-		return 0, err
-	}
-	defer m.Close()
-	runFn, done, err := m.RawRunner(spec.Model.BatchSize)
-	if err != nil {
-		return 0, err
-	}
-	defer done()
-	for i := 0; i < 5; i++ { // warm up
-		if err := runFn(); err != nil {
-			return 0, err
-		}
-	}
-	n := 0
-	t0 := time.Now()
-	for time.Since(t0) < h.cfg.measure {
-		if err := runFn(); err != nil {
-			return 0, err
-		}
-		n++
-	}
-	rps := float64(n*spec.Model.BatchSize) / time.Since(t0).Seconds()
-	slog.Info("raw ORT", "model", filepath.Base(spec.Model.Path), "rows_per_s", int64(rps))
-	return rps, nil
 }
 
 // rawScan measures rows/s of the Parquet source alone over the dataset:

@@ -118,6 +118,8 @@ type Model struct {
 	// fixedBatch is the model's static batch dimension; 0 when dynamic.
 	fixedBatch int
 
+	// plan is the sessions started and each one's intra-op threads.
+	plan     sessionPlan
 	pool     chan *session
 	sessions []*session
 	closing  chan struct{}
@@ -188,11 +190,16 @@ func Load(spec jobs.ModelSpec, file string, opts ...LoadOption) (*Model, error) 
 		sum := sha256.Sum256(data)
 		m.version = hex.EncodeToString(sum[:])[:12]
 	}
+	m.plan = planSessions(spec, len(data))
 	if err := m.startSessions(data); err != nil {
 		return nil, err
 	}
 	return m, nil
 }
+
+// Sessions is how many batches the model runs at once: spec.Sessions, or
+// what planSessions chose for sessions: 0 (auto).
+func (m *Model) Sessions() int { return m.plan.sessions }
 
 func names(ts []TensorInfo) string {
 	s := make([]string, len(ts))
@@ -416,8 +423,8 @@ func (m *Model) sessionOptions() (*ort.SessionOptions, error) {
 			opts.Destroy()
 		}
 	}()
-	if m.spec.Threads > 0 {
-		if err := opts.SetIntraOpNumThreads(m.spec.Threads); err != nil {
+	if m.plan.threads > 0 {
+		if err := opts.SetIntraOpNumThreads(m.plan.threads); err != nil {
 			return nil, m.errorf("model.threads", "%v", err)
 		}
 	}
@@ -469,13 +476,10 @@ func (m *Model) startSessions(data []byte) error {
 	if err := Init(); err != nil {
 		return err
 	}
-	n := m.spec.Sessions
-	if n < 0 {
-		return m.errorf("model.sessions", "%d is negative", n)
+	if m.spec.Sessions < 0 {
+		return m.errorf("model.sessions", "%d is negative (0 = auto)", m.spec.Sessions)
 	}
-	if n == 0 {
-		n = 1
-	}
+	n := m.plan.sessions
 	opts, err := m.sessionOptions()
 	if err != nil {
 		return err

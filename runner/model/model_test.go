@@ -729,7 +729,9 @@ func TestConcurrentInfer(t *testing.T) {
 
 func TestCancelAndClose(t *testing.T) {
 	tm := testModel(t, "heavy")
-	m, err := Load(specFor(t, "heavy"), "")
+	spec := specFor(t, "heavy")
+	spec.Sessions = 1 // the test holds the only session
+	m, err := Load(spec, "")
 	if err != nil {
 		t.Fatal(err)
 	}
