@@ -64,7 +64,10 @@ func runAttempt(ctx context.Context, a attempt) (jobs.Counts, []jobs.Reject, str
 			a.onRows(n)
 		}
 	}
-	prof := newProfileBuilder(a.job.Spec)
+	// The run's planned rows, as this shard's times the shards: the cap
+	// leaves room for 8 times the sample, so a shard up to 8 times the
+	// average still keeps every key the run's sample can take.
+	prof := newProfileBuilder(a.job.Spec, a.shard.EstRows*int64(a.run.Shards))
 	beforeCommit := func(ctx context.Context) error {
 		if err := a.led.Heartbeat(ctx, ledger.HeartbeatParams{RunID: a.run.ID, Shard: a.shard.Index, Worker: a.worker, Lease: a.lease}); err != nil {
 			return fmt.Errorf("shard %d: lease check before commit: %w", a.shard.Index, err)

@@ -54,8 +54,9 @@ func CheckTarget(spec *jobs.Spec) string {
 }
 
 // newProfileBuilder starts a shard's output profile, or returns nil when
-// the spec has no checks (nothing is computed then).
-func newProfileBuilder(spec *jobs.Spec) *profile.Builder {
+// the spec has no checks (nothing is computed then). plannedKeys is the
+// run's planned rows, estimated from the shard's (the key sample's cap).
+func newProfileBuilder(spec *jobs.Spec, plannedKeys int64) *profile.Builder {
 	if spec.Checks == nil {
 		return nil
 	}
@@ -63,7 +64,9 @@ func newProfileBuilder(spec *jobs.Spec) *profile.Builder {
 	for _, name := range spec.Model.OutputNames() {
 		fields = append(fields, spec.Model.Outputs[name])
 	}
-	return profile.NewBuilder(profile.Options{Fields: fields, SampleFields: profile.SampleFields(spec.Checks), SampleSize: spec.Checks.Sample()})
+	k := spec.Checks.Sample()
+	return profile.NewBuilder(profile.Options{Fields: fields, SampleFields: profile.SampleFields(spec.Checks), SampleSize: k,
+		Cap: profile.SampleCap(k, plannedKeys)})
 }
 
 // checkOutcome is a run's checks: the report (stored in the ledger) and

@@ -18,6 +18,7 @@ import (
 //	version      1 byte (codecV1)
 //	rows         uvarint
 //	sample_size  uvarint
+//	cap          uvarint (0: none)
 //	fields       uvarint count, then per field (sorted by name):
 //	             name, rows, nulls, values, min, max, list, sketch
 //	sample       uvarint count, then per key (in hash order):
@@ -51,6 +52,7 @@ func (p *Profile) Encode() string {
 	b := []byte{codecV1}
 	b = binary.AppendUvarint(b, uint64(max(p.Rows, 0)))
 	b = binary.AppendUvarint(b, uint64(max(p.SampleSize, 0)))
+	b = binary.AppendUvarint(b, p.Cap)
 	names := sortedKeys(p.Fields)
 	b = binary.AppendUvarint(b, uint64(len(names)))
 	var sk []byte
@@ -218,6 +220,7 @@ func decodeV1(b []byte) (*Profile, error) {
 	r := &reader{b: b}
 	p := &Profile{Rows: r.int64(), Fields: map[string]*Field{}}
 	p.SampleSize = int(min(r.int64(), math.MaxInt32))
+	p.Cap = r.uvarint()
 	for range r.count(20) {
 		name := r.string()
 		f := &Field{Rows: r.int64(), Nulls: r.int64(), Values: r.int64(),

@@ -66,6 +66,11 @@ type Profile struct {
 	// by hash (all keys when there are fewer).
 	Sample     []Sampled `json:"sample,omitempty"`
 	SampleSize int       `json:"sample_size"`
+	// Cap, when not 0, is a hash no sampled key reaches: the sample holds
+	// the SampleSize smallest hashes among the keys below Cap (see
+	// SampleCap), so a shard keeps only keys that can make its run's
+	// sample.
+	Cap uint64 `json:"cap,omitempty"`
 }
 
 // Options says what a Builder records.
@@ -76,6 +81,9 @@ type Options struct {
 	SampleFields []string
 	// SampleSize is the keys kept (0: no sample).
 	SampleSize int
+	// Cap, when not 0, leaves keys whose hash reaches it out of the
+	// sample (SampleCap).
+	Cap uint64
 }
 
 // Builder accumulates a shard's profile from its output batches; safe for
@@ -99,6 +107,9 @@ type Builder struct {
 // NewBuilder starts an empty profile.
 func NewBuilder(opts Options) *Builder {
 	b := &Builder{opts: opts, p: New(opts.SampleSize), sampled: map[string]bool{}, limit: math.MaxUint64}
+	if opts.Cap != 0 {
+		b.limit, b.p.Cap = opts.Cap, opts.Cap
+	}
 	for _, f := range opts.SampleFields {
 		b.sampled[f] = true
 	}
@@ -317,7 +328,13 @@ func (p *Profile) Merge(o *Profile) error {
 			return fmt.Errorf("merge sketch of %s: %w", name, err)
 		}
 	}
+	if o.Cap != 0 && (p.Cap == 0 || o.Cap < p.Cap) {
+		p.Cap = o.Cap
+	}
 	p.Sample = mergeSamples(p.Sample, o.Sample, p.SampleSize)
+	if p.Cap != 0 {
+		p.Sample = slices.DeleteFunc(p.Sample, func(s Sampled) bool { return s.Hash >= p.Cap })
+	}
 	return nil
 }
 
@@ -378,6 +395,9 @@ func (p *Profile) validate() (*Profile, error) {
 	}
 	if len(p.Sample) > p.SampleSize {
 		p.Sample = p.Sample[:p.SampleSize]
+	}
+	if p.Cap != 0 {
+		p.Sample = slices.DeleteFunc(p.Sample, func(s Sampled) bool { return s.Hash >= p.Cap })
 	}
 	return p, nil
 }

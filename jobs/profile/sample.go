@@ -2,6 +2,7 @@ package profile
 
 import (
 	"cmp"
+	"math"
 	"slices"
 )
 
@@ -93,4 +94,24 @@ func (b *Builder) sample() []Sampled {
 	slices.SortFunc(b.entries, compareSampled)
 	b.entries = slices.CompactFunc(b.entries, func(x, y Sampled) bool { return compareSampled(x, y) == 0 })
 	return slices.Clone(b.entries[:min(len(b.entries), b.opts.SampleSize)])
+}
+
+// capSafety is how many times the expected key count of a run's sample a
+// shard's cap leaves room for.
+const capSafety = 8
+
+// SampleCap is the Options.Cap for a shard of a run of about plannedKeys
+// keys with a sample of size k: a hash below which the run's k smallest
+// fall with overwhelming probability (room for capSafety×k keys when keys
+// are uniform in hash). A shard then keeps about capSafety×k/shards keys
+// instead of its own k smallest, most of which the merge would drop. When
+// the run ends up with fewer than plannedKeys/capSafety keys the sample
+// is smaller than k, still every key below the cap (its margin says so).
+// 0 (no cap) for runs too small to need one.
+func SampleCap(k int, plannedKeys int64) uint64 {
+	room := uint64(capSafety) * uint64(max(k, 0))
+	if k <= 0 || plannedKeys <= int64(room) {
+		return 0
+	}
+	return math.MaxUint64 / uint64(plannedKeys) * room
 }

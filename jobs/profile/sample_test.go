@@ -94,6 +94,71 @@ func TestSampleIsBottomK(t *testing.T) {
 	sameKeys(t, "merged", d1.Sample, bottomK(all, k))
 }
 
+// buildRun builds the profiles of a run's shards: keys [0, n) cut into
+// shards of size n/shards, each Builder capped at capFor(shard rows).
+func buildRun(t *testing.T, n, shards, k int, cap uint64) *Profile {
+	t.Helper()
+	run := New(k)
+	per := n / shards
+	for s := range shards {
+		b := NewBuilder(Options{SampleSize: k, Cap: cap})
+		for lo := s * per; lo < (s+1)*per; lo += 1000 {
+			keys := make([]int, 0, 1000)
+			for i := lo; i < min(lo+1000, (s+1)*per); i++ {
+				keys = append(keys, i)
+			}
+			rec := batch(t, keys, func(int) float64 { return 0.5 }, func(int) []int64 { return nil })
+			b.Add(rec, 0)
+			rec.Release()
+		}
+		d, err := Decode(b.Profile().Encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := run.Merge(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return run
+}
+
+// TestSampleCap: shards capped by SampleCap for the run's planned keys
+// merge to exactly the uncapped run's sample, each keeping a few times
+// k/shards keys; with a cap far too tight (planned keys overestimated 100
+// times) the sample is every key below the cap, and same-key comparisons
+// stay exact up to it.
+func TestSampleCap(t *testing.T) {
+	const n, shards, k = 200_000, 20, 300
+	all := make([]int, n)
+	for i := range all {
+		all[i] = i
+	}
+	want := bottomK(all, k)
+	capped := buildRun(t, n, shards, k, SampleCap(k, n))
+	sameKeys(t, "capped run", capped.Sample, want)
+	if capped.Cap == 0 {
+		t.Fatal("the merged profile lost its cap")
+	}
+	tight := SampleCap(k, 100*n)
+	small := buildRun(t, n, shards, k, tight)
+	var below []Sampled
+	for _, s := range bottomK(all, n) {
+		if s.Hash < tight {
+			below = append(below, s)
+		}
+	}
+	sameKeys(t, "tightly capped run", small.Sample, below)
+	if len(below) == 0 || len(below) >= k {
+		t.Fatalf("%d keys below the tight cap, want some and fewer than %d", len(below), k)
+	}
+	if e := Churn(small, capped); e.Mean != 0 || e.N != len(below) {
+		t.Fatalf("churn between the same keys, one sample tightly capped: %+v, want 0 over %d keys", e, len(below))
+	}
+	if SampleCap(k, 8*k) != 0 || SampleCap(0, n) != 0 {
+		t.Fatal("a run of at most 8k keys, or no sample, needs no cap")
+	}
+}
+
 // TestDecodeTrustsNoStoredSample: a sample stored by an earlier version
 // (JSON) with hashes that are not its keys', out of order and longer than
 // its size, decodes to the true bottom-k of its keys.
@@ -128,7 +193,7 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encoded profile: %v", err)
 		}
-		if again.Rows != p.Rows || len(again.Sample) != len(p.Sample) || len(again.Fields) != len(p.Fields) {
+		if again.Rows != p.Rows || again.Cap != p.Cap || len(again.Sample) != len(p.Sample) || len(again.Fields) != len(p.Fields) {
 			t.Fatalf("round trip: %+v vs %+v", again, p)
 		}
 	})
@@ -136,7 +201,7 @@ func FuzzDecode(f *testing.F) {
 
 // BenchmarkBuilderAdd is the per-row cost of a shard's profile on the
 // bench's checks (an int64 key, one float32 score, a 2,000-key sample),
-// over a shard of 100,000 rows in batches of 1,024.
+// over a shard of 100,000 rows in batches of 1,024, one of a run's 100.
 func BenchmarkBuilderAdd(b *testing.B) {
 	sch := arrow.NewSchema([]arrow.Field{
 		{Name: "user_id", Type: arrow.PrimitiveTypes.Int64},
@@ -155,7 +220,7 @@ func BenchmarkBuilderAdd(b *testing.B) {
 	}
 	b.ResetTimer()
 	for b.Loop() {
-		pb := NewBuilder(Options{Fields: []string{"score"}, SampleSize: 2000})
+		pb := NewBuilder(Options{Fields: []string{"score"}, SampleSize: 2000, Cap: SampleCap(2000, 100*100_000)})
 		for _, r := range recs {
 			pb.Add(r, 0)
 		}

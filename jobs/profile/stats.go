@@ -89,13 +89,20 @@ func estimate(xs []float64) Estimate {
 // of their version: a key of old with a hash up to it is in new's sample
 // exactly when it is in the new version.
 func threshold(a, b *Profile) uint64 {
-	t := uint64(math.MaxUint64)
-	for _, p := range []*Profile{a, b} {
-		if len(p.Sample) >= p.SampleSize && len(p.Sample) > 0 {
-			t = min(t, p.Sample[len(p.Sample)-1].Hash)
-		}
+	return min(a.covered(), b.covered())
+}
+
+// covered is the largest hash up to which p's sample holds every key of
+// its version: its last hash when full, else just below its cap (all of
+// them when it has none).
+func (p *Profile) covered() uint64 {
+	switch {
+	case len(p.Sample) >= p.SampleSize && len(p.Sample) > 0:
+		return p.Sample[len(p.Sample)-1].Hash
+	case p.Cap != 0:
+		return p.Cap - 1
 	}
-	return t
+	return math.MaxUint64
 }
 
 // pairs calls f for each sampled key of old (up to the common threshold)
