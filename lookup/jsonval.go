@@ -147,17 +147,7 @@ func pgJSON(dst []byte, v any) ([]byte, error) {
 		}
 		return append(dst, ']'), nil
 	case []float32:
-		dst = append(dst, '[')
-		for j, e := range x {
-			if j > 0 {
-				dst = append(dst, ',')
-			}
-			var err error
-			if dst, err = appendFloat(dst, float64(e), 32); err != nil {
-				return dst, err
-			}
-		}
-		return append(dst, ']'), nil
+		return appendFloat32s(dst, x)
 	default:
 		b, err := json.Marshal(x)
 		if err != nil {
