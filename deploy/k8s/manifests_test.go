@@ -94,6 +94,7 @@ func TestWorkerPools(t *testing.T) {
 			}
 			checkDrain(t, where, w)
 			checkDevices(t, where, w)
+			checkCPUSizing(t, where, w)
 			checkScaledObject(t, where, w, scaled[w.dep.Name])
 		}
 	}
@@ -113,6 +114,28 @@ func checkDrain(t *testing.T, where string, w worker) {
 	} else if time.Duration(*g)*time.Second <= drain+10*time.Second {
 		t.Errorf("%s: terminationGracePeriodSeconds %d must exceed --drain-timeout %s by more than 10s", where, *g, drain)
 	}
+}
+
+// checkCPUSizing: a CPU worker without a CPU limit takes GOMAXPROCS from
+// its CPU request, since Go and model.sessions/threads: auto size
+// themselves by GOMAXPROCS, which would otherwise count the node's cores.
+func checkCPUSizing(t *testing.T, where string, w worker) {
+	if w.devices[0] != "cpu" {
+		return
+	}
+	if _, limited := w.c.Resources.Limits[corev1.ResourceCPU]; limited {
+		return
+	}
+	for _, e := range w.c.Env {
+		if e.Name == "GOMAXPROCS" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil &&
+			e.ValueFrom.ResourceFieldRef.Resource == "requests.cpu" {
+			if _, ok := w.c.Resources.Requests[corev1.ResourceCPU]; !ok {
+				t.Errorf("%s: GOMAXPROCS follows requests.cpu, but the container requests no CPU", where)
+			}
+			return
+		}
+	}
+	t.Errorf("%s: no CPU limit and no GOMAXPROCS from requests.cpu: Go and the model's auto sessions would size themselves by the node's cores", where)
 }
 
 // checkDevices: one claim loop per GPU the pod is given, on GPU nodes only.
