@@ -12,7 +12,9 @@ import (
 // sample's size it finds the k-th smallest distinct hash by sorting the
 // bare hashes, keeps the entries up to it, and that hash becomes the bound.
 // So a row costs a hash and a compare, and a candidate a few nanoseconds;
-// the entries are ordered once, when the profile is taken.
+// the entries are ordered once, when the profile is taken. A shard of a
+// large run also starts with a bound (Options.Cap, from SampleCap), so it
+// keeps only the keys its run's sample can take.
 
 // compareSampled orders samples by hash, then key (equal hash and key is
 // the same key seen twice).
@@ -26,6 +28,7 @@ func compareSampled(a, b Sampled) int {
 // mergeSamples merges two samples ordered by compareSampled into one of at
 // most k entries, each key once; a's entry wins for a key in both.
 func mergeSamples(a, b []Sampled, k int) []Sampled {
+	k = max(k, 0)
 	out := make([]Sampled, 0, min(len(a)+len(b), k))
 	i, j := 0, 0
 	for len(out) < k && (i < len(a) || j < len(b)) {
