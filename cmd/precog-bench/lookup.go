@@ -351,8 +351,12 @@ func startCPUProfile(path string) (func(), error) {
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
-// buildLoadgen compiles cmd/precog-bench/loadgen into the scratch directory.
+// buildLoadgen compiles cmd/precog-bench/loadgen into the scratch directory,
+// or returns -loadgen's prebuilt binary (for a machine without Go).
 func (h *harness) buildLoadgen() (string, error) {
+	if h.cfg.loadgen != "" {
+		return filepath.Abs(h.cfg.loadgen)
+	}
 	root, err := testgen.ModuleRoot()
 	if err != nil {
 		return "", err

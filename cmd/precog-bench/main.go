@@ -49,6 +49,8 @@ type config struct {
 	sinkRows int64
 	measure  time.Duration
 	sections string
+	// loadgen is a prebuilt load generator; empty builds one.
+	loadgen string
 	keep     bool
 	live     string
 	// checkKeys is the keys of the checks section's runs.
@@ -81,6 +83,7 @@ func main() {
 	flag.Int64Var(&c.textRows, "text-rows", 100_000, "rows of the text section's embedding job (length-skewed titles)")
 	flag.Int64Var(&c.backfillRows, "backfill-rows", 1_000_000, "rows of each of the estimate section's 4 dates (ranker; the heavy model's backfill uses a twentieth)")
 	flag.StringVar(&c.live, "live-models", "heavy,ranker,recs", "models of the live-fallback comparison, comma-separated (heavy, ranker, recs)")
+	flag.StringVar(&c.loadgen, "loadgen", "", "a prebuilt cmd/precog-bench/loadgen binary (empty: go build it into the scratch directory; set it where no Go toolchain is installed)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the scratch directory")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
