@@ -84,8 +84,11 @@ type Sink interface {
 // ShardWriter is one attempt at one shard. Exactly one of Commit or Abort
 // ends it. Nothing written is visible to readers before Publish.
 type ShardWriter interface {
-	// Write appends a batch with RunInfo.Schema. The writer does not retain
-	// the batch after Write returns.
+	// Write appends a batch with RunInfo.Schema. The caller keeps its own
+	// reference and releases it as usual; a writer that still reads the
+	// batch after Write returns (encoding on other goroutines) holds a
+	// reference of its own (Retain) and releases it by Commit or Abort.
+	// Arrow batches are immutable, so the caller never has to wait for it.
 	Write(ctx context.Context, batch arrow.RecordBatch) error
 	// Commit makes the attempt durable, replacing any earlier attempt.
 	Commit(ctx context.Context) error

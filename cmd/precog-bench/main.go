@@ -51,8 +51,8 @@ type config struct {
 	sections string
 	// loadgen is a prebuilt load generator; empty builds one.
 	loadgen string
-	keep     bool
-	live     string
+	keep    bool
+	live    string
 	// checkKeys is the keys of the checks section's runs.
 	checkKeys int64
 	// wideRows is the rows of the wide section's 100-dim payload (the
@@ -77,7 +77,7 @@ func main() {
 	flag.BoolVar(&c.big, "big", true, "run the peak-RSS comparison on -big-rows rows (false: skip it)")
 	flag.Int64Var(&c.sinkRows, "sink-rows", 200_000, "rows written by the sink benchmarks")
 	flag.DurationVar(&c.measure, "measure", 3*time.Second, "how long each raw-limit loop runs")
-	flag.StringVar(&c.sections, "sections", "core,sinks,lookup,cluster,checks,wide,text,estimate", "comma-separated sections to run (core, sinks, lookup, cluster, checks, wide, text, estimate)")
+	flag.StringVar(&c.sections, "sections", "core,sinks,lookup,cluster,checks,wide,text,estimate", "comma-separated sections to run, in this order (core, sinks, lookup, cluster, checks, wide, text, estimate); -out is rewritten after each")
 	flag.Int64Var(&c.checkKeys, "check-keys", 10_000_000, "keys of the checks section's runs (issue 21 asks for the check step at 10M keys)")
 	flag.Int64Var(&c.wideRows, "wide-rows", 100_000, "rows of the wide section's 1 KB (100-dim) records; its 4 KB (384-dim) records are as many bytes in all")
 	flag.Int64Var(&c.textRows, "text-rows", 100_000, "rows of the text section's embedding job (length-skewed titles)")
@@ -137,44 +137,47 @@ func run(ctx context.Context, c config) error {
 		}
 	}
 	h := &harness{cfg: c, models: models, start: time.Now()}
-	want := map[string]bool{}
-	for _, s := range strings.Split(c.sections, ",") {
-		want[strings.TrimSpace(s)] = true
+	steps := map[string]func(context.Context) (*section, error){
+		"core":     h.core,
+		"sinks":    h.sinks,
+		"lookup":   h.lookup,
+		"cluster":  h.cluster,
+		"checks":   h.checks,
+		"wide":     h.wide,
+		"text":     h.text,
+		"estimate": h.estimate,
 	}
-	steps := []struct {
-		name string
-		fn   func(context.Context) (*section, error)
-	}{
-		{"core", h.core},
-		{"sinks", h.sinks},
-		{"lookup", h.lookup},
-		{"cluster", h.cluster},
-		{"checks", h.checks},
-		{"wide", h.wide},
-		{"text", h.text},
-		{"estimate", h.estimate},
+	var order []string
+	for _, name := range strings.Split(c.sections, ",") {
+		name = strings.TrimSpace(name)
+		if steps[name] == nil {
+			return fmt.Errorf("-sections: unknown section %q (want some of core, sinks, lookup, cluster, checks, wide, text, estimate)", name)
+		}
+		order = append(order, name)
 	}
 	var secs []*section
-	for _, st := range steps {
-		if !want[st.name] {
-			continue
-		}
+	for _, name := range order {
 		t0 := time.Now()
-		slog.Info("section start", "section", st.name)
-		s, err := st.fn(ctx)
+		slog.Info("section start", "section", name)
+		s, err := steps[name](ctx)
 		if s == nil {
-			s = &section{Title: st.name}
+			s = &section{Title: name}
 		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return err
 			}
 			// One broken section must not hide the others' numbers.
-			slog.Error("section failed", "section", st.name, "err", err)
+			slog.Error("section failed", "section", name, "err", err)
 			s.Notes = append(s.Notes, fmt.Sprintf("**section failed**: %v", err))
 		}
-		slog.Info("section done", "section", st.name, "took", time.Since(t0).Round(time.Second))
+		slog.Info("section done", "section", name, "took", time.Since(t0).Round(time.Second))
 		secs = append(secs, s)
+		// The sections so far, so that a harness stopped midway (a time
+		// limit, a crash) leaves what it measured.
+		if err := os.WriteFile(c.out, []byte(render(secs, h.machine(), time.Since(h.start))), 0o644); err != nil {
+			return fmt.Errorf("-out %s: %w", c.out, err)
+		}
 	}
 	md := render(secs, h.machine(), time.Since(h.start))
 	if err := os.WriteFile(c.out, []byte(md), 0o644); err != nil {

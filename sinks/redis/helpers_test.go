@@ -59,7 +59,12 @@ func rowScore(version string, i int) float32 {
 
 // testBatch builds rows [from, to) of run, with nItems list elements each.
 func testBatch(run sinks.RunInfo, from, to, nItems int) arrow.RecordBatch {
-	b := array.NewRecordBuilder(memory.DefaultAllocator, run.Schema)
+	return testBatchWith(memory.DefaultAllocator, run, from, to, nItems)
+}
+
+// testBatchWith is testBatch with its buffers from mem.
+func testBatchWith(mem memory.Allocator, run sinks.RunInfo, from, to, nItems int) arrow.RecordBatch {
+	b := array.NewRecordBuilder(mem, run.Schema)
 	defer b.Release()
 	for i := from; i < to; i++ {
 		b.Field(0).(*array.Int64Builder).Append(int64(i))

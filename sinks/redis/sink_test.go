@@ -14,6 +14,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
 	"github.com/precog-ml/precog/internal/testservers"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/sinks"
@@ -594,5 +596,91 @@ func TestBatchesRecycledAcrossShards(t *testing.T) {
 	if cap(b.arena) == 0 || len(b.arena) != 0 || len(b.spans) != 0 {
 		t.Fatalf("second shard's first batch: arena cap %d, len %d, %d spans; want a reset batch with the first shard's capacity",
 			cap(b.arena), len(b.arena), len(b.spans))
+	}
+}
+
+// TestWriteHoldsBatchWhileEncoding: Write returns while its full pipelines
+// are still being encoded on other goroutines, which hold a reference to
+// the batch. The caller releases its own at once; every record still
+// arrives intact, and once Commit returns the writer has released the
+// batches too (a checked allocator finds no buffer left).
+func TestWriteHoldsBatchWhileEncoding(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rs := testservers.Redis(t)
+	c := rs.Client(t)
+	s := newTestSink(t, rs, func(sp *jobs.RedisSinkSpec) { sp.PipelineBatch = 50; sp.PipelineDepth = 4 })
+	run := testRun("v1")
+	if err := s.Prepare(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	mem := memory.NewCheckedAllocator(poisonAllocator{})
+	w, err := s.Shard(ctx, run, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for lo := 0; lo < 1000; lo += 230 { // 4 full pipelines and a partial one per batch
+		rec := testBatchWith(mem, run, lo, min(lo+230, 1000), 3)
+		err := w.Write(ctx, rec)
+		rec.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mem.AssertSize(t, 0)
+	if err := s.Publish(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	checkVersion(t, c, rs.Prefix, run, 1000, 3)
+}
+
+// poisonAllocator overwrites freed buffers, so that reading a batch after
+// its last reference was released shows up as garbage, not as luck.
+type poisonAllocator struct{}
+
+func (poisonAllocator) Allocate(size int) []byte { return make([]byte, size) }
+
+func (poisonAllocator) Reallocate(size int, b []byte) []byte {
+	nb := make([]byte, size)
+	copy(nb, b)
+	poisonAllocator{}.Free(b)
+	return nb
+}
+
+func (poisonAllocator) Free(b []byte) {
+	for i := range b {
+		b[i] = 0xFF // a NaN as float32, a -1 as integers
+	}
+}
+
+// TestRejectInConcurrentPipeline: a row that cannot be encoded in a
+// pipeline encoded after Write returned fails the attempt all the same:
+// Commit (if not an earlier Write) returns the error naming its key.
+func TestRejectInConcurrentPipeline(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rs := testservers.Redis(t)
+	s := newTestSink(t, rs, func(sp *jobs.RedisSinkSpec) { sp.PipelineBatch = 2; sp.PipelineDepth = 4 })
+	run := testRun("v1")
+	w, err := s.Shard(ctx, run, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := nanBatch(run) // rows 40..42, row 41 NaN: in the first full pipeline
+	defer rec.Release()
+	werr := w.Write(ctx, rec)
+	cerr := w.Commit(ctx)
+	err = cerr
+	if werr != nil {
+		err = werr
+		if cerr == nil {
+			t.Fatal("Commit succeeded after a failed Write")
+		}
+	}
+	if err == nil || !strings.Contains(err.Error(), `key "41"`) || !strings.Contains(err.Error(), "NaN") {
+		t.Fatalf("NaN in a concurrent pipeline: Write %v, Commit %v", werr, cerr)
 	}
 }

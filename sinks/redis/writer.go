@@ -130,11 +130,14 @@ func newShardWriter(s *Sink, run sinks.RunInfo, index int, enc *recordEncoder, n
 
 // Write encodes the batch's rows and sends full pipelines. Rows that fill
 // a whole pipeline are encoded concurrently, each pipeline by the goroutine
-// that then sends it (so encoding scales over cores, bounded by depth);
-// Write returns once every row is encoded and so does not retain the batch.
-// It blocks when depth pipelines are already in flight. An error is
-// sticky: the attempt can then only be aborted (Commit returns it too), so
-// a shard with a rejected row can never commit with that row missing.
+// that then sends it, and Write returns without waiting for them: those
+// goroutines hold a reference to the batch (Retain) until their rows are
+// encoded, so encoding scales over up to depth pipelines across batches,
+// not only over the pipelines of one batch. It blocks while depth
+// pipelines are already in flight, which bounds the batches held. An error
+// is sticky: a later Write or Commit returns it and the attempt can then
+// only be aborted, so a shard with a rejected row can never commit with
+// that row missing.
 func (w *shardWriter) Write(ctx context.Context, rec arrow.RecordBatch) error {
 	if err := w.failed(); err != nil {
 		return err
@@ -151,8 +154,6 @@ func (w *shardWriter) write(ctx context.Context, rec arrow.RecordBatch) error {
 	if err != nil {
 		return fmt.Errorf("redis shard %d: %w", w.index, err)
 	}
-	var encoding sync.WaitGroup // goroutines still reading rec
-	defer encoding.Wait()
 	n, batch := int(rec.NumRows()), w.s.cfg.batch
 	for row := 0; row < n; {
 		if w.cur == nil && n-row >= batch {
@@ -161,7 +162,7 @@ func (w *shardWriter) write(ctx context.Context, rec arrow.RecordBatch) error {
 			}
 			b := w.getBatch()
 			lo, hi := row, row+batch
-			encoding.Add(1)
+			rec.Retain()
 			w.wg.Add(1)
 			go func() {
 				defer w.wg.Done()
@@ -169,7 +170,7 @@ func (w *shardWriter) write(ctx context.Context, rec arrow.RecordBatch) error {
 				if err == nil {
 					err = w.encodeRows(b, own, lo, hi)
 				}
-				encoding.Done()
+				rec.Release()
 				if err != nil {
 					<-w.sem
 					w.setErr(err)
@@ -195,7 +196,6 @@ func (w *shardWriter) write(ctx context.Context, rec arrow.RecordBatch) error {
 			}
 		}
 	}
-	encoding.Wait()
 	return w.failed()
 }
 
