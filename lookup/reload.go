@@ -24,11 +24,15 @@ func (s *Server) loadModel(n *namespace, file string) (LiveModel, *layout, error
 	return m, l, nil
 }
 
-// newLive starts live inference for n with model m.
+// newLive starts live inference for n with model m. Twice as many batches
+// as the model has sessions run at once: while one batch holds a session,
+// another builds its input record and encodes it, or writes its records
+// and wakes its callers, so a session never waits on that work. The
+// model's session pool, not the batcher, bounds the inferences at once.
 func (s *Server) newLive(n *namespace, l *layout, m LiveModel) *live {
 	sizes := s.metrics.liveBatch.WithLabelValues(n.name) // resolved once, not per batch
 	return newLive(n.name, l, m, liveBatching{
-		maxBatch: s.cfg.LiveBatchSize, maxWait: s.cfg.LiveBatchWait, concurrency: max(n.spec.Model.Sessions, 1),
+		maxBatch: s.cfg.LiveBatchSize, maxWait: s.cfg.LiveBatchWait, concurrency: 2 * max(n.spec.Model.Sessions, 1),
 		onBatch: func(size int) { sizes.Observe(float64(size)) },
 	})
 }

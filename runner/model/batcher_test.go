@@ -535,3 +535,32 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// The adaptive wait never exceeds a run's (average) duration: for a model
+// that runs in far less than the ceiling, waiting the ceiling would cost
+// more latency than the runs it saves.
+func TestAdaptiveWaitCappedByRunTime(t *testing.T) {
+	a := adaptiveWait{max: 1600 * time.Microsecond}
+	for range 6 {
+		a.observe(10)
+	}
+	if a.wait() != 1600*time.Microsecond {
+		t.Fatalf("grown wait with no run measured: %v, want the ceiling", a.wait())
+	}
+	a.observeRun(100 * time.Microsecond)
+	if a.wait() != 100*time.Microsecond {
+		t.Fatalf("wait after a 100µs run: %v, want 100µs", a.wait())
+	}
+	for range 100 {
+		a.observeRun(10 * time.Millisecond) // a slow model: the ceiling rules again
+	}
+	if a.wait() != 1600*time.Microsecond {
+		t.Fatalf("wait with 10ms runs: %v, want the 1.6ms ceiling", a.wait())
+	}
+	for range 6 {
+		a.observe(1)
+	}
+	if a.wait() != 0 {
+		t.Fatalf("idle: wait %v, want 0 whatever the runs take", a.wait())
+	}
+}
