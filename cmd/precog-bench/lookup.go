@@ -227,7 +227,7 @@ func (h *harness) lookup(ctx context.Context) (*section, error) {
 			s.note("%d of %d requests failed in one measurement, first: %s", r.Errors, r.Requests+r.Errors, r.FirstError)
 		}
 	}
-	s.note("lookup: server defaults (live batch ≤ 64 rows, adaptive wait of at most 500 µs, live sessions of one non-spinning intra-op thread), bearer-token auth on every request; the load generator, the server and redis-server share the machine's %d cores.", nprocs())
+	s.note("lookup: server defaults (live batch ≤ 64 rows, adaptive wait of at most 500 µs and never longer than a run takes, live sessions of one non-spinning intra-op thread with two batches in flight per session), bearer-token auth on every request; the load generator, the server and redis-server share the machine's %d cores.", nprocs())
 	s.note("like with like: the raw GETs and the API requests both come from loadgen, a separate process, through lean keep-alive clients (go-redis for RESP, a minimal HTTP/1.1 client for the API, one connection per worker, no pipelining); the server coalesces concurrent single-key GETs into MGETs.")
 	return s, nil
 }

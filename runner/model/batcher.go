@@ -39,8 +39,9 @@ func WithAdaptiveWait() BatcherOption {
 type adaptiveWait struct {
 	max time.Duration
 	cur time.Duration
-	// run is a moving average of how long a batch's run takes (ns), set
-	// by the runs themselves, hence atomic.
+	// run is how long a batch's run takes (ns) without queueing: the
+	// lower envelope of the runs' durations, set by the runs themselves,
+	// hence atomic.
 	run atomic.Int64
 }
 
@@ -56,16 +57,19 @@ func (a *adaptiveWait) wait() time.Duration {
 	return a.cur
 }
 
-// observeRun folds one run's duration into the average (weight 1/8).
-// Concurrent runs may lose an update to each other; the average only
-// needs to track the order of magnitude.
+// observeRun folds one run's duration into the run time: the lower
+// envelope, which rises by a sixteenth per run while runs take longer. A
+// run may include waiting for a session held by another batch (a batcher
+// runs more batches than the model has sessions, so that one encodes
+// while another infers); the envelope keeps the runs that did not wait.
+// Concurrent runs may lose an update to each other: harmless.
 func (a *adaptiveWait) observeRun(d time.Duration) {
 	old := a.run.Load()
 	if old == 0 {
 		a.run.Store(int64(d))
 		return
 	}
-	a.run.Store(old + (int64(d)-old)/8)
+	a.run.Store(min(int64(d), old+old/16))
 }
 
 // observe takes the size of the batch just formed: requests beyond the

@@ -551,8 +551,12 @@ func TestAdaptiveWaitCappedByRunTime(t *testing.T) {
 	if a.wait() != 100*time.Microsecond {
 		t.Fatalf("wait after a 100µs run: %v, want 100µs", a.wait())
 	}
+	a.observeRun(100 * time.Millisecond) // a run that queued for a session
+	if a.wait() > 110*time.Microsecond {
+		t.Fatalf("wait after one queued run: %v, want the unqueued run's ~100µs", a.wait())
+	}
 	for range 100 {
-		a.observeRun(10 * time.Millisecond) // a slow model: the ceiling rules again
+		a.observeRun(10 * time.Millisecond) // a slower model: the ceiling rules again
 	}
 	if a.wait() != 1600*time.Microsecond {
 		t.Fatalf("wait with 10ms runs: %v, want the 1.6ms ceiling", a.wait())

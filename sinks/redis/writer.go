@@ -84,7 +84,8 @@ type shardWriter struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	sem    chan struct{}   // one token per pipeline in flight
-	free   chan *pipeBatch // recycled batches; depth+1 exist at most
+	encSem chan struct{}   // one token per pipeline being encoded
+	free   chan *pipeBatch // recycled batches; 2×depth+1 exist at most
 	cur    *pipeBatch
 	wg     sync.WaitGroup
 
@@ -120,7 +121,8 @@ func newShardWriter(s *Sink, run sinks.RunInfo, index int, enc *recordEncoder, n
 		ctx:       ctx,
 		cancel:    cancel,
 		sem:       make(chan struct{}, s.cfg.depth),
-		free:      make(chan *pipeBatch, s.cfg.depth+1),
+		encSem:    make(chan struct{}, s.cfg.depth),
+		free:      make(chan *pipeBatch, 2*s.cfg.depth+1),
 	}
 	if !s.layout.InPlace {
 		w.keysKey = s.layout.Keys(run.Version)
@@ -129,15 +131,17 @@ func newShardWriter(s *Sink, run sinks.RunInfo, index int, enc *recordEncoder, n
 }
 
 // Write encodes the batch's rows and sends full pipelines. Rows that fill
-// a whole pipeline are encoded concurrently, each pipeline by the goroutine
+// a whole pipeline are encoded concurrently, each pipeline by a goroutine
 // that then sends it, and Write returns without waiting for them: those
 // goroutines hold a reference to the batch (Retain) until their rows are
-// encoded, so encoding scales over up to depth pipelines across batches,
-// not only over the pipelines of one batch. It blocks while depth
-// pipelines are already in flight, which bounds the batches held. An error
-// is sticky: a later Write or Commit returns it and the attempt can then
-// only be aborted, so a shard with a rejected row can never commit with
-// that row missing.
+// encoded. Encoding and sending take separate tokens, depth of each, so
+// that up to depth pipelines are encoded while depth others are in flight:
+// with one token for both, a pipeline that takes longer to encode than
+// Redis takes to store it leaves Redis idle. Write blocks while depth
+// pipelines are being encoded, which bounds the batches held. An error is
+// sticky: a later Write or Commit returns it and the attempt can then only
+// be aborted, so a shard with a rejected row can never commit with that
+// row missing.
 func (w *shardWriter) Write(ctx context.Context, rec arrow.RecordBatch) error {
 	if err := w.failed(); err != nil {
 		return err
@@ -157,7 +161,7 @@ func (w *shardWriter) write(ctx context.Context, rec arrow.RecordBatch) error {
 	n, batch := int(rec.NumRows()), w.s.cfg.batch
 	for row := 0; row < n; {
 		if w.cur == nil && n-row >= batch {
-			if err := w.acquire(ctx); err != nil {
+			if err := w.acquireEncoder(ctx); err != nil {
 				return err
 			}
 			b := w.getBatch()
@@ -171,8 +175,13 @@ func (w *shardWriter) write(ctx context.Context, rec arrow.RecordBatch) error {
 					err = w.encodeRows(b, own, lo, hi)
 				}
 				rec.Release()
+				if err == nil {
+					// The encoding token goes back only with a pipeline
+					// token in hand: encoded batches never pile up.
+					err = w.acquire(w.ctx)
+				}
+				<-w.encSem
 				if err != nil {
-					<-w.sem
 					w.setErr(err)
 					return
 				}
@@ -224,8 +233,9 @@ func (w *shardWriter) encodeRows(b *pipeBatch, bb *boundBatch, lo, hi int) error
 	return nil
 }
 
-// getBatch returns a recycled batch or a new one; at most depth+1 exist
-// because a pipeline token is taken before a batch is handed off.
+// getBatch returns a recycled batch or a new one; at most 2×depth+1
+// exist: depth being encoded (or waiting for a pipeline token), depth in
+// flight, and the one Write fills inline.
 func (w *shardWriter) getBatch() *pipeBatch {
 	select {
 	case b := <-w.free:
@@ -247,6 +257,22 @@ func (w *shardWriter) recycle(b *pipeBatch) {
 	case w.free <- b:
 	default:
 		w.s.batches.Put(b)
+	}
+}
+
+// acquireEncoder takes an encoding token, waiting while depth pipelines
+// are being encoded.
+func (w *shardWriter) acquireEncoder(ctx context.Context) error {
+	select {
+	case w.encSem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-w.ctx.Done():
+		if err := w.failed(); err != nil {
+			return err
+		}
+		return fmt.Errorf("redis shard %d: writer closed", w.index)
 	}
 }
 
