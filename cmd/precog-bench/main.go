@@ -71,7 +71,7 @@ func main() {
 	flag.StringVar(&c.work, "work", "", "scratch directory for datasets and outputs (default: a new temp dir, removed at the end)")
 	flag.StringVar(&c.bin, "precog", "bin/precog", "the precog binary under test (`make build`)")
 	flag.Int64Var(&c.rows, "rows", 1_000_000, "rows of the core datasets")
-	flag.Int64Var(&c.heavyRow, "heavy-rows", 300_000, "rows of the heavy model's run (a compute-bound model: its rows/s settle within seconds)")
+	flag.Int64Var(&c.heavyRow, "heavy-rows", 0, "rows of the heavy model's run (a compute-bound model: its rows/s settle within seconds); 0: 150000 per core, so that the run lasts about as long on any machine")
 	flag.Int64Var(&c.recsRows, "recs-rows", 200_000, "rows of the recs end-to-end runs (top-50 lists into three sinks)")
 	flag.Int64Var(&c.bigRows, "big-rows", 10_000_000, "rows of the large dataset of the peak-RSS comparison")
 	flag.BoolVar(&c.big, "big", true, "run the peak-RSS comparison on -big-rows rows (false: skip it)")
@@ -80,12 +80,13 @@ func main() {
 	flag.StringVar(&c.sections, "sections", "core,sinks,lookup,cluster,checks,wide,text,estimate", "comma-separated sections to run, in this order (core, sinks, lookup, cluster, checks, wide, text, estimate); -out is rewritten after each")
 	flag.Int64Var(&c.checkKeys, "check-keys", 10_000_000, "keys of the checks section's runs (issue 21 asks for the check step at 10M keys)")
 	flag.Int64Var(&c.wideRows, "wide-rows", 100_000, "rows of the wide section's 1 KB (100-dim) records; its 4 KB (384-dim) records are as many bytes in all")
-	flag.Int64Var(&c.textRows, "text-rows", 100_000, "rows of the text section's embedding job (length-skewed titles)")
+	flag.Int64Var(&c.textRows, "text-rows", 0, "rows of the text section's embedding job (length-skewed titles); 0: 50000 per core")
 	flag.Int64Var(&c.backfillRows, "backfill-rows", 1_000_000, "rows of each of the estimate section's 4 dates (ranker; the heavy model's backfill uses a twentieth)")
 	flag.StringVar(&c.live, "live-models", "heavy,ranker,recs", "models of the live-fallback comparison, comma-separated (heavy, ranker, recs)")
 	flag.StringVar(&c.loadgen, "loadgen", "", "a prebuilt cmd/precog-bench/loadgen binary (empty: go build it into the scratch directory; set it where no Go toolchain is installed)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the scratch directory")
 	flag.Parse()
+	c = c.withDefaults()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -96,6 +97,19 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+// withDefaults sizes the compute-bound runs by the machine's cores: a run
+// of a fixed size that lasts 7 s on 2 cores lasts 1 s on 16, where start-up
+// and the last shard's tail would weigh in the ratio as they do not on 2.
+func (c config) withDefaults() config {
+	if c.heavyRow <= 0 {
+		c.heavyRow = 150_000 * int64(max(2, nprocs()))
+	}
+	if c.textRows <= 0 {
+		c.textRows = 50_000 * int64(max(2, nprocs()))
+	}
+	return c
 }
 
 func run(ctx context.Context, c config) error {
