@@ -118,7 +118,12 @@ func Batch(run sinks.RunInfo, from, to int) arrow.RecordBatch {
 }
 
 func batch(run sinks.RunInfo, from, to, extra int) arrow.RecordBatch {
-	b := array.NewRecordBuilder(memory.DefaultAllocator, run.Schema)
+	return batchWith(memory.DefaultAllocator, run, from, to, extra)
+}
+
+// batchWith is batch with its buffers from mem.
+func batchWith(mem memory.Allocator, run sinks.RunInfo, from, to, extra int) arrow.RecordBatch {
+	b := array.NewRecordBuilder(mem, run.Schema)
 	defer b.Release()
 	at := arrow.Timestamp(ComputedAt(run).UnixMicro())
 	for i := from; i < to; i++ {

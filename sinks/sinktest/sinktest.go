@@ -70,6 +70,7 @@ func Exercise(t *testing.T, h Harness) {
 		{"StagePublishesNothing", testStagePublishesNothing},
 		{"LockOneWriter", testLockOneWriter},
 		{"Inventory", testInventory},
+		{"BatchReferences", testBatchReferences},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
