@@ -218,11 +218,6 @@ func (m *Model) inferText(ctx context.Context, b *Batch) (arrow.RecordBatch, err
 	}
 	order := lengthOrder(lens)
 
-	s, err := m.acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("model %s: wait for a session: %w", m.spec.Path, err)
-	}
-	defer m.release(s)
 	collectors := make([]collector, len(m.outputs))
 	for i, o := range m.outputs {
 		switch {
@@ -234,35 +229,27 @@ func (m *Model) inferText(ctx context.Context, b *Batch) (arrow.RecordBatch, err
 			return nil, fmt.Errorf("model %s: output %q: %s outputs are not supported with text inputs", m.spec.Path, o.name, o.kind)
 		}
 	}
-	ins := make([]ort.Value, len(m.inputs))
-	outs := make([]ort.Value, len(m.outputs))
-	for lo := 0; lo < n; lo += bucketRows {
-		bucket := order[lo:min(lo+bucketRows, n)]
-		blens := make([]int, len(bucket))
-		for j, k := range bucket {
-			blens[j] = lens[k]
-		}
-		T := blens[len(blens)-1] // sorted: the bucket's longest row
-		if m.padTo > 0 {
-			T = max(T, m.padTo) // the benchmark's baseline: pad to max_length
-		}
-		if err := m.makeTextInputs(b, ins, bucket, blens, T); err != nil {
-			destroyAll(ins)
-			return nil, err
-		}
-		if err := m.runOnce(ctx, s, ins, outs, len(bucket), T); err != nil {
-			return nil, err
-		}
-		for i, c := range collectors {
-			if pc, ok := c.(*poolCollector); ok {
-				pc.lens = blens
-			}
-			if err := c.take(outs[i], len(bucket), len(bucket), false); err != nil {
-				destroyAll(outs)
-				return nil, fmt.Errorf("model %s: output %q: %w", m.spec.Path, m.outputs[i].name, err)
-			}
-		}
-		destroyAll(outs)
+	s, err := m.acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: wait for a session: %w", m.spec.Path, err)
+	}
+	// Each bucket's outputs are taken (pooled over their tokens, copied
+	// out) by a goroutine of their own while the session runs the next
+	// bucket: pooling a 64-row bucket's hidden states costs a good part of
+	// a run, and with it in line a session of many intra-op threads sat
+	// idle through it.
+	taken := make(chan bucketOutputs, 1)
+	takeErr := make(chan error, 1)
+	go func() { takeErr <- m.takeBuckets(collectors, taken) }()
+	runErr := m.runBuckets(ctx, s, b, order, lens, taken)
+	m.release(s) // the last bucket's pooling needs no session
+	close(taken)
+	err = <-takeErr
+	if runErr != nil {
+		return nil, runErr
+	}
+	if err != nil {
+		return nil, err
 	}
 	cols := make([]arrow.Array, len(collectors))
 	for i, c := range collectors {
@@ -277,6 +264,61 @@ func (m *Model) inferText(ctx context.Context, b *Batch) (arrow.RecordBatch, err
 		c.Release()
 	}
 	return rec, nil
+}
+
+// bucketOutputs is one bucket's outputs on their way to the collectors.
+type bucketOutputs struct {
+	outs []ort.Value
+	lens []int // the bucket's rows' token lengths
+}
+
+// runBuckets runs the batch's length-sorted buckets of bucketRows rows on
+// session s, each padded to its own longest row, and hands each bucket's
+// outputs to taken in order.
+func (m *Model) runBuckets(ctx context.Context, s *session, b *Batch, order, lens []int, taken chan<- bucketOutputs) error {
+	ins := make([]ort.Value, len(m.inputs))
+	for lo := 0; lo < len(order); lo += bucketRows {
+		bucket := order[lo:min(lo+bucketRows, len(order))]
+		blens := make([]int, len(bucket))
+		for j, k := range bucket {
+			blens[j] = lens[k]
+		}
+		T := blens[len(blens)-1] // sorted: the bucket's longest row
+		if m.padTo > 0 {
+			T = max(T, m.padTo) // the benchmark's baseline: pad to max_length
+		}
+		if err := m.makeTextInputs(b, ins, bucket, blens, T); err != nil {
+			destroyAll(ins)
+			return err
+		}
+		outs := make([]ort.Value, len(m.outputs))
+		if err := m.runOnce(ctx, s, ins, outs, len(bucket), T); err != nil {
+			return err
+		}
+		taken <- bucketOutputs{outs: outs, lens: blens}
+	}
+	return nil
+}
+
+// takeBuckets moves each bucket's outputs into the collectors, in bucket
+// order, and frees them. After the first error it only frees them.
+func (m *Model) takeBuckets(collectors []collector, taken <-chan bucketOutputs) error {
+	var err error
+	for bo := range taken {
+		for i, c := range collectors {
+			if err != nil {
+				break
+			}
+			if pc, ok := c.(*poolCollector); ok {
+				pc.lens = bo.lens
+			}
+			if e := c.take(bo.outs[i], len(bo.lens), len(bo.lens), false); e != nil {
+				err = fmt.Errorf("model %s: output %q: %w", m.spec.Path, m.outputs[i].name, e)
+			}
+		}
+		destroyAll(bo.outs)
+	}
+	return err
 }
 
 // lengthOrder is the kept rows sorted by token length (stable), the order
