@@ -153,7 +153,9 @@ type RedisSinkSpec struct {
 	TLS       bool     `yaml:"tls"`
 	// PipelineBatch is the records per pipeline round trip. Default 512.
 	PipelineBatch int `yaml:"pipeline_batch"`
-	// PipelineDepth is the pipelines in flight per shard. Default 4.
+	// PipelineDepth is the pipelines in flight per shard, and as many more
+	// may be encoding meanwhile (so memory is at most 2×depth+1 pipeline
+	// buffers per shard). Default 4.
 	PipelineDepth int      `yaml:"pipeline_depth"`
 	Timeout       Duration `yaml:"timeout"`
 	// Encoding of the records: json (default) or msgpack, the same object
