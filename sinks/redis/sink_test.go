@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/precog-ml/precog/internal/testservers"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/sinks"
+	"github.com/precog-ml/precog/sinks/sinktest"
 )
 
 func TestWritePublishRead(t *testing.T) {
@@ -614,7 +614,7 @@ func TestWriteHoldsBatchWhileEncoding(t *testing.T) {
 	if err := s.Prepare(ctx, run); err != nil {
 		t.Fatal(err)
 	}
-	mem := memory.NewCheckedAllocator(poisonAllocator{})
+	mem := memory.NewCheckedAllocator(sinktest.PoisonAllocator{})
 	w, err := s.Shard(ctx, run, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -635,25 +635,6 @@ func TestWriteHoldsBatchWhileEncoding(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkVersion(t, c, rs.Prefix, run, 1000, 3)
-}
-
-// poisonAllocator overwrites freed buffers, so that reading a batch after
-// its last reference was released shows up as garbage, not as luck.
-type poisonAllocator struct{}
-
-func (poisonAllocator) Allocate(size int) []byte { return make([]byte, size) }
-
-func (poisonAllocator) Reallocate(size int, b []byte) []byte {
-	nb := make([]byte, size)
-	copy(nb, b)
-	poisonAllocator{}.Free(b)
-	return nb
-}
-
-func (poisonAllocator) Free(b []byte) {
-	for i := range b {
-		b[i] = 0xFF // a NaN as float32, a -1 as integers
-	}
 }
 
 // TestRejectInConcurrentPipeline: a row that cannot be encoded in a

@@ -8,21 +8,25 @@ import (
 	"github.com/precog-ml/precog/sinks"
 )
 
-// poisonAllocator overwrites a buffer when its last reference is released,
+// PoisonAllocator overwrites a buffer when its last reference is released,
 // so that a writer reading a batch it no longer holds reads garbage, not
-// the old bytes by luck.
-type poisonAllocator struct{}
+// the old bytes by luck. Wrap it in memory.NewCheckedAllocator to also
+// find references never released.
+type PoisonAllocator struct{}
 
-func (poisonAllocator) Allocate(size int) []byte { return make([]byte, size) }
+// Allocate returns a zeroed buffer.
+func (PoisonAllocator) Allocate(size int) []byte { return make([]byte, size) }
 
-func (poisonAllocator) Reallocate(size int, b []byte) []byte {
+// Reallocate copies b into a new buffer and poisons b.
+func (PoisonAllocator) Reallocate(size int, b []byte) []byte {
 	nb := make([]byte, size)
 	copy(nb, b)
-	poisonAllocator{}.Free(b)
+	PoisonAllocator{}.Free(b)
 	return nb
 }
 
-func (poisonAllocator) Free(b []byte) {
+// Free poisons b: 0xFF bytes read as NaN floats and -1 integers.
+func (PoisonAllocator) Free(b []byte) {
 	for i := range b {
 		b[i] = 0xFF
 	}
@@ -40,7 +44,7 @@ func testBatchReferences(t *testing.T, h Harness, s sinks.Sink) {
 	ctx := ctxT(t)
 	run := NewRun("v1", false, params())
 	prepare(t, s, run)
-	mem := memory.NewCheckedAllocator(poisonAllocator{})
+	mem := memory.NewCheckedAllocator(PoisonAllocator{})
 	write := func(index, from, to int) sinks.ShardWriter {
 		w, err := s.Shard(ctx, run, index)
 		if err != nil {
