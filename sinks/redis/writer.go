@@ -262,24 +262,16 @@ func (w *shardWriter) recycle(b *pipeBatch) {
 
 // acquireEncoder takes an encoding token, waiting while depth pipelines
 // are being encoded.
-func (w *shardWriter) acquireEncoder(ctx context.Context) error {
-	select {
-	case w.encSem <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-w.ctx.Done():
-		if err := w.failed(); err != nil {
-			return err
-		}
-		return fmt.Errorf("redis shard %d: writer closed", w.index)
-	}
-}
+func (w *shardWriter) acquireEncoder(ctx context.Context) error { return w.take(ctx, w.encSem) }
 
 // acquire takes a pipeline token, waiting while depth are in flight.
-func (w *shardWriter) acquire(ctx context.Context) error {
+func (w *shardWriter) acquire(ctx context.Context) error { return w.take(ctx, w.sem) }
+
+// take puts a token into sem, waiting until there is room, ctx ends or the
+// attempt fails or closes.
+func (w *shardWriter) take(ctx context.Context, sem chan struct{}) error {
 	select {
-	case w.sem <- struct{}{}:
+	case sem <- struct{}{}:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
