@@ -111,11 +111,8 @@ type Sink struct {
 	closed   sync.Once
 	isClosed atomic.Bool
 
-	// batches recycles pipeline batches (*pipeBatch) across shard
-	// attempts: a batch's arena grows to a whole pipeline of records (MBs
-	// for wide ones), which a fresh attempt would otherwise grow again by
-	// doubling, copying and clearing as it goes.
-	batches sync.Pool
+	// batches recycles pipeline batches across shard attempts.
+	batches *batchPool
 
 	activeMu sync.Mutex
 	active   map[shardID]*shardWriter // open attempts, by run version and shard
@@ -142,6 +139,7 @@ func New(spec jobs.RedisSinkSpec) (*Sink, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Sink{
+		batches:   newBatchPool(2*cfg.depth + 1),
 		cfg:       cfg,
 		layout:    Layout{Namespace: cfg.namespace, InPlace: cfg.publish == PublishInPlace},
 		lockTTL:   DefaultLockTTL,

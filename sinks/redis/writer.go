@@ -243,8 +243,7 @@ func (w *shardWriter) getBatch() *pipeBatch {
 		return b
 	default:
 	}
-	if b, ok := w.s.batches.Get().(*pipeBatch); ok {
-		b.reset()
+	if b := w.s.batches.get(); b != nil {
 		return b
 	}
 	return &pipeBatch{spans: make([]span, 0, w.s.cfg.batch)}
@@ -256,7 +255,7 @@ func (w *shardWriter) recycle(b *pipeBatch) {
 	select {
 	case w.free <- b:
 	default:
-		w.s.batches.Put(b)
+		w.s.batches.put(b)
 	}
 }
 
@@ -447,7 +446,7 @@ func (w *shardWriter) finish() {
 	for {
 		select {
 		case b := <-w.free:
-			w.s.batches.Put(b)
+			w.s.batches.put(b)
 			continue
 		default:
 		}
