@@ -9,6 +9,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+
+	"github.com/precog-ml/precog/internal/floattext"
 )
 
 // JSON numbers are written as the Redis sink writes them: the shortest text
@@ -22,6 +24,16 @@ func appendFloat(dst []byte, f float64, bits int) ([]byte, error) {
 	return strconv.AppendFloat(dst, f, 'g', -1, bits), nil
 }
 
+// appendFloat32 is appendFloat for a float32, through the formatter the
+// Redis sink writes its records with (the same bytes, at half strconv's
+// cost: live answers of vector models are mostly float text).
+func appendFloat32(dst []byte, f float32) ([]byte, error) {
+	if !floattext.Finite32(f) {
+		return dst, fmt.Errorf("non-finite value %v", f)
+	}
+	return floattext.AppendFloat32(dst, f), nil
+}
+
 // arrowJSON renders row i of a (an inference output column) as JSON.
 func arrowJSON(dst []byte, a arrow.Array, i int) ([]byte, error) {
 	if a.IsNull(i) {
@@ -29,7 +41,7 @@ func arrowJSON(dst []byte, a arrow.Array, i int) ([]byte, error) {
 	}
 	switch c := a.(type) {
 	case *array.Float32:
-		return appendFloat(dst, float64(c.Value(i)), 32)
+		return appendFloat32(dst, c.Value(i))
 	case *array.Float64:
 		return appendFloat(dst, c.Value(i), 64)
 	case *array.Int32:
@@ -91,14 +103,9 @@ func arrowJSON(dst []byte, a arrow.Array, i int) ([]byte, error) {
 // appendFloat32s appends vs as a JSON array of shortest float32 texts.
 func appendFloat32s(dst []byte, vs []float32) ([]byte, error) {
 	dst = append(dst, '[')
-	for j, f := range vs {
-		if j > 0 {
-			dst = append(dst, ',')
-		}
-		var err error
-		if dst, err = appendFloat(dst, float64(f), 32); err != nil {
-			return dst, err
-		}
+	dst, bad := floattext.AppendFloat32s(dst, vs)
+	if bad >= 0 {
+		return dst, fmt.Errorf("non-finite value %v", vs[bad])
 	}
 	return append(dst, ']'), nil
 }
@@ -121,7 +128,7 @@ func pgJSON(dst []byte, v any) ([]byte, error) {
 	case nil:
 		return append(dst, "null"...), nil
 	case float32:
-		return appendFloat(dst, float64(x), 32)
+		return appendFloat32(dst, x)
 	case float64:
 		return appendFloat(dst, x, 64)
 	case int16:

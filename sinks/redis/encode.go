@@ -9,6 +9,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+
+	"github.com/precog-ml/precog/internal/floattext"
 )
 
 // recordEncoder writes the rows of output batches as JSON objects straight
@@ -377,7 +379,7 @@ func (w floatWriter[T]) appendRange(dst []byte, start, end int) ([]byte, error) 
 	return dst, nil
 }
 
-// float32Writer is floatWriter[float32] through appendFloat32, the same
+// float32Writer is floatWriter[float32] through floattext.AppendFloat32, the same
 // text at a fraction of strconv's cost: float32 lists (embeddings) are most
 // of the bytes of wide records.
 type float32Writer struct {
@@ -385,16 +387,12 @@ type float32Writer struct {
 	vals []float32
 }
 
-// finite32 reports whether f is neither NaN nor ±Inf (exponent bits not
-// all ones).
-func finite32(f float32) bool { return math.Float32bits(f)&0x7f800000 != 0x7f800000 }
-
 func (w float32Writer) appendValue(dst []byte, i int) ([]byte, error) {
 	if w.a.IsNull(i) {
 		return append(dst, "null"...), nil
 	}
-	if f := w.vals[i]; finite32(f) {
-		return appendFloat32(dst, f), nil
+	if f := w.vals[i]; floattext.Finite32(f) {
+		return floattext.AppendFloat32(dst, f), nil
 	}
 	return dst, errNonFinite(w.vals[i])
 }
@@ -403,7 +401,7 @@ func (w float32Writer) appendRange(dst []byte, start, end int) ([]byte, error) {
 	if w.a.NullN() != 0 {
 		return appendRange(w, dst, start, end)
 	}
-	dst, bad := appendFloat32s(dst, w.vals[start:end])
+	dst, bad := floattext.AppendFloat32s(dst, w.vals[start:end])
 	if bad >= 0 {
 		return dst, errNonFinite(w.vals[start+bad])
 	}

@@ -8,6 +8,8 @@ import (
 	"unsafe"
 
 	"github.com/tinylib/msgp/msgp"
+
+	"github.com/precog-ml/precog/internal/floattext"
 )
 
 // Record encodings (sinks.redis.encoding).
@@ -102,7 +104,7 @@ func (w float32Writer) appendMsgpack(dst []byte, i int) ([]byte, error) {
 	if w.a.IsNull(i) {
 		return msgp.AppendNil(dst), nil
 	}
-	if f := w.vals[i]; finite32(f) {
+	if f := w.vals[i]; floattext.Finite32(f) {
 		return msgp.AppendFloat32(dst, f), nil
 	}
 	return dst, errNonFinite(w.vals[i])
@@ -114,7 +116,7 @@ func (w float32Writer) appendBin(dst []byte, start, end int) ([]byte, error) {
 	vals := w.vals[start:end]
 	dst = msgp.AppendBytesHeader(dst, uint32(4*len(vals)))
 	for _, f := range vals {
-		if !finite32(f) {
+		if !floattext.Finite32(f) {
 			return dst, errNonFinite(f)
 		}
 		dst = binary.LittleEndian.AppendUint32(dst, math.Float32bits(f))
@@ -229,10 +231,10 @@ func appendMsgpackJSON(dst, b []byte, depth int) ([]byte, []byte, error) {
 		if f, b, err = msgp.ReadFloat32Bytes(b); err != nil {
 			return dst, b, err
 		}
-		if !finite32(f) {
+		if !floattext.Finite32(f) {
 			return dst, b, errNonFinite(f)
 		}
-		return appendFloat32(dst, f), b, nil
+		return floattext.AppendFloat32(dst, f), b, nil
 	case msgp.Float64Type:
 		var f float64
 		if f, b, err = msgp.ReadFloat64Bytes(b); err != nil {
@@ -333,10 +335,10 @@ func appendFloat32Bin(dst, b []byte) ([]byte, []byte, error) {
 			dst = append(dst, ',')
 		}
 		f := math.Float32frombits(binary.LittleEndian.Uint32(v[i:]))
-		if !finite32(f) {
+		if !floattext.Finite32(f) {
 			return dst, b, errNonFinite(f)
 		}
-		dst = appendFloat32(dst, f)
+		dst = floattext.AppendFloat32(dst, f)
 	}
 	return append(dst, ']'), b, nil
 }

@@ -3,7 +3,11 @@
 // rights reserved. Use of that source code is governed by a BSD-style
 // license that can be found in Go's LICENSE file.
 
-package redis
+// Package floattext writes float32 values as the shortest decimal text that
+// reads back to them, as strconv does, at about half its cost: the sinks'
+// JSON records and the lookup API's live answers format whole vectors of
+// them, and both must print the same bytes for the same value.
+package floattext
 
 import (
 	"encoding/binary"
@@ -13,7 +17,7 @@ import (
 	"slices"
 )
 
-// appendFloat32 appends the shortest decimal text that reads back to f,
+// AppendFloat32 appends the shortest decimal text that reads back to f,
 // byte for byte what strconv.AppendFloat(dst, float64(f), 'g', -1, 32)
 // writes, at a fraction of its cost: float32 vectors (embeddings) are most
 // of a wide record's bytes, and strconv spends more on its generic layout
@@ -29,7 +33,7 @@ import (
 // capacity (never past cap), which callers that own dst can ignore. f must
 // be finite: callers reject NaN and ±Inf (JSON has neither).
 // TestAppendFloat32MatchesStrconv compares the two on millions of values.
-func appendFloat32(dst []byte, f float32) []byte {
+func AppendFloat32(dst []byte, f float32) []byte {
 	if cap(dst)-len(dst) < f32TextRoom {
 		dst = slices.Grow(dst, f32TextRoom)
 	}
@@ -38,10 +42,10 @@ func appendFloat32(dst []byte, f float32) []byte {
 	return dst[:n+k]
 }
 
-// appendFloat32s appends vals as comma-separated appendFloat32 texts (a
+// AppendFloat32s appends vals as comma-separated AppendFloat32 texts (a
 // JSON array's inside), growing dst once for the whole run. At a NaN or
 // ±Inf it stops and returns that value's index (else -1).
-func appendFloat32s(dst []byte, vals []float32) ([]byte, int) {
+func AppendFloat32s(dst []byte, vals []float32) ([]byte, int) {
 	// 15 bytes of text and a comma at most per value, and the room the
 	// last one's stores may use.
 	if need := 16*len(vals) + f32TextRoom; cap(dst)-len(dst) < need {
@@ -50,7 +54,7 @@ func appendFloat32s(dst []byte, vals []float32) ([]byte, int) {
 	n := len(dst)
 	buf := dst[:cap(dst)]
 	for i, f := range vals {
-		if !finite32(f) {
+		if !Finite32(f) {
 			return buf[:n], i
 		}
 		if i > 0 {
@@ -61,6 +65,10 @@ func appendFloat32s(dst []byte, vals []float32) ([]byte, int) {
 	}
 	return buf[:n], -1
 }
+
+// Finite32 reports whether f is neither NaN nor ±Inf (exponent bits not
+// all ones): JSON has neither, so writers reject them before formatting.
+func Finite32(f float32) bool { return math.Float32bits(f)&0x7f800000 != 0x7f800000 }
 
 // f32TextRoom is the spare capacity formatFloat32 writes into: the longest
 // text is 15 bytes ("-1.2345678e-38"), and its word stores may run up to 16

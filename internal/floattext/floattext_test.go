@@ -1,4 +1,4 @@
-package redis
+package floattext
 
 import (
 	"math"
@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// TestAppendFloat32MatchesStrconv checks appendFloat32 against strconv on
+// TestAppendFloat32MatchesStrconv checks AppendFloat32 against strconv on
 // the values where shortest-digit algorithms go wrong (powers of two,
 // subnormals, the extremes, integers, round decimals) and on millions of
 // random bit patterns over the whole float32 range.
@@ -18,9 +18,9 @@ func TestAppendFloat32MatchesStrconv(t *testing.T) {
 			return
 		}
 		want := strconv.AppendFloat(nil, float64(f), 'g', -1, 32)
-		got := appendFloat32(nil, f)
+		got := AppendFloat32(nil, f)
 		if string(got) != string(want) {
-			t.Fatalf("appendFloat32(%#08x) = %s, strconv %s", math.Float32bits(f), got, want)
+			t.Fatalf("AppendFloat32(%#08x) = %s, strconv %s", math.Float32bits(f), got, want)
 		}
 	}
 	for _, f := range []float32{0, float32(math.Copysign(0, -1)), 1, -1, 0.1, 0.2, 0.3, 1e-4, 9.9999e-5, 1e-5,
@@ -54,12 +54,12 @@ func TestAppendFloat32MatchesStrconv(t *testing.T) {
 func BenchmarkAppendFloat32(b *testing.B) {
 	vals := make([]float32, 1024)
 	for i := range vals {
-		vals[i] = vecValue(i, 7)
+		vals[i] = embeddingValue(i)
 	}
 	buf := make([]byte, 0, 64)
-	b.Run("appendFloat32", func(b *testing.B) {
+	b.Run("AppendFloat32", func(b *testing.B) {
 		for i := 0; b.Loop(); i++ {
-			buf = appendFloat32(buf[:0], vals[i%len(vals)])
+			buf = AppendFloat32(buf[:0], vals[i%len(vals)])
 		}
 	})
 	b.Run("strconv", func(b *testing.B) {
@@ -96,7 +96,7 @@ func TestAppendFloat32sMatchesStrconv(t *testing.T) {
 		for spare := range 3 * f32TextRoom {
 			dst := make([]byte, 3, 3+spare)
 			copy(dst, "pre")
-			got, bad := appendFloat32s(dst, vals)
+			got, bad := AppendFloat32s(dst, vals)
 			if bad != -1 || string(got) != string(want) {
 				t.Fatalf("n=%d spare=%d: got %q (bad %d), want %q", n, spare, got, bad, want)
 			}
@@ -104,7 +104,7 @@ func TestAppendFloat32sMatchesStrconv(t *testing.T) {
 	}
 	for _, nf := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
 		vals := []float32{1.5, -2, nf, 3}
-		got, bad := appendFloat32s(nil, vals)
+		got, bad := AppendFloat32s(nil, vals)
 		if bad != 2 || string(got) != "1.5,-2" {
 			t.Fatalf("non-finite %v: got %q, index %d; want \"1.5,-2\", 2", nf, got, bad)
 		}
@@ -114,16 +114,16 @@ func TestAppendFloat32sMatchesStrconv(t *testing.T) {
 func BenchmarkAppendFloat32s(b *testing.B) {
 	vals := make([]float32, 100)
 	for i := range vals {
-		vals[i] = vecValue(i, 7)
+		vals[i] = embeddingValue(i)
 	}
 	buf := make([]byte, 0, 4096)
 	for b.Loop() {
-		buf, _ = appendFloat32s(buf[:0], vals)
+		buf, _ = AppendFloat32s(buf[:0], vals)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(vals)), "ns/float")
 }
 
-// TestAppendFloat32Exhaustive compares appendFloat32 with strconv on every
+// TestAppendFloat32Exhaustive compares AppendFloat32 with strconv on every
 // finite non-negative float32 (negative ones differ only by the sign
 // byte, which the random checks cover). It takes minutes, so it runs only
 // with PRECOG_F32_EXHAUSTIVE=1.
@@ -134,10 +134,20 @@ func TestAppendFloat32Exhaustive(t *testing.T) {
 	var got, want []byte
 	for u := uint32(0); u < 0x7f800000; u++ {
 		f := math.Float32frombits(u)
-		got = appendFloat32(got[:0], f)
+		got = AppendFloat32(got[:0], f)
 		want = strconv.AppendFloat(want[:0], float64(f), 'g', -1, 32)
 		if string(got) != string(want) {
-			t.Fatalf("appendFloat32(%#08x) = %s, strconv %s", u, got, want)
+			t.Fatalf("AppendFloat32(%#08x) = %s, strconv %s", u, got, want)
 		}
 	}
+}
+
+// embeddingValue is a deterministic value spread like an embedding's
+// components (uniform in about ±1.3, 7–9 significant digits).
+func embeddingValue(i int) float32 {
+	x := uint32(i*2654435761) ^ uint32(7*40503+1)
+	x ^= x >> 15
+	x *= 2246822519
+	x ^= x >> 13
+	return (float32(x%2000001) - 1e6) / 7.7e5
 }
