@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -194,21 +196,20 @@ func arrayElems(raw []byte) func(yield func(int, []byte) bool) {
 	}
 }
 
-// checkFields rejects a field not in allowed.
+// checkFields rejects a field not in allowed: the first in sorted order
+// when there are several, so that the same body always gets the same
+// message.
 func checkFields(obj map[string]json.RawMessage, allowed []string) error {
+	var unknown []string
 	for name := range obj {
-		known := false
-		for _, a := range allowed {
-			if name == a {
-				known = true
-				break
-			}
-		}
-		if !known {
-			return badf("unknown field %q (want %s)", name, joinQuoted(allowed))
+		if !slices.Contains(allowed, name) {
+			unknown = append(unknown, name)
 		}
 	}
-	return nil
+	if len(unknown) == 0 {
+		return nil
+	}
+	return badf("unknown field %q (want %s)", slices.Min(unknown), joinQuoted(allowed))
 }
 
 // jsonNumber parses e, one already-validated JSON value, as a number:
@@ -267,6 +268,18 @@ func decodeBatchGet(body []byte, lim keyLimits) (batchGetRequest, error) {
 // decodePredict parses a predict body. It checks JSON shape and types only;
 // the namespace's layout checks names and lengths (checkPredict).
 func decodePredict(body []byte, lim keyLimits) (predictRequest, error) {
+	if req, ok := fastPredict(body); ok {
+		if err := lim.checkKey(`field "key"`, req.Key); err != nil {
+			return predictRequest{}, err
+		}
+		return req, nil
+	}
+	return decodePredictGeneral(body, lim)
+}
+
+// decodePredictGeneral is decodePredict for any body, and the one source
+// of its error messages.
+func decodePredictGeneral(body []byte, lim keyLimits) (predictRequest, error) {
 	obj, err := strictObject(body, "predict", "key", "inputs", "columns", "text")
 	if err != nil {
 		return predictRequest{}, err
@@ -313,8 +326,10 @@ func decodeNumbers(field string, raw json.RawMessage, scalars bool) (map[string]
 	}
 	out := make(map[string][]float64, len(m))
 	var isScalar map[string]bool
-	for name, v := range m {
-		v = bytes.TrimSpace(v)
+	// In name order, so that a body with several bad values always names
+	// the same one.
+	for _, name := range slices.Sorted(maps.Keys(m)) {
+		v := bytes.TrimSpace(m[name])
 		if scalars && len(v) > 0 && v[0] != '[' {
 			f, ok := jsonNumber(v)
 			if !ok {
