@@ -187,7 +187,29 @@ func (e *foreignError) Error() string {
 // removeOwned deletes dir if it holds only precog's files: those are
 // removed one by one, then the empty directory. Anything else stays, with
 // dir, and is reported as a *foreignError. A missing dir is fine.
+//
+// A shard attempt still finishing (an abort while other workers write)
+// may add a file between the listing and the removal of the directory:
+// then it lists again, at most removeRounds times, rather than fail the
+// abort with "directory not empty".
 func removeOwned(dir string) error {
+	for round := 1; ; round++ {
+		err := removeOwnedOnce(dir)
+		if !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) || round == removeRounds {
+			return err
+		}
+	}
+}
+
+// removeRounds bounds removeOwned's listings: a shard attempt writes one
+// temporary file and renames it, and stops once it sees its run ended.
+const removeRounds = 100
+
+// beforeRemoveDir, when a test sets it, runs between the listing and the
+// removal of the directory: where a concurrent writer's file lands.
+var beforeRemoveDir func(dir string)
+
+func removeOwnedOnce(dir string) error {
 	if fi, err := os.Lstat(dir); err == nil && !fi.IsDir() {
 		// A symlink or file by a precog name: precog made neither.
 		return &foreignError{Dir: filepath.Dir(dir), Names: []string{filepath.Base(dir)}}
@@ -229,6 +251,9 @@ func removeOwned(dir string) error {
 	}
 	if len(foreign) > 0 {
 		return &foreignError{Dir: dir, Names: foreign}
+	}
+	if beforeRemoveDir != nil {
+		beforeRemoveDir(dir)
 	}
 	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err

@@ -431,3 +431,36 @@ func TestCheckCannotCreate(t *testing.T) {
 		t.Fatalf("Check under a read-only dir = %v, want an error naming %s", err, ro)
 	}
 }
+
+// TestRemoveOwnedWhileAWriterFinishes: a shard attempt that lands a file
+// between the cleanup's listing and its removal of the directory (an abort
+// while other workers still write) does not fail the abort: the listing
+// runs again and takes the new file too.
+func TestRemoveOwnedWhileAWriterFinishes(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), ".staging")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, partName(0)), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	late := 0
+	beforeRemoveDir = func(d string) {
+		if late < 3 { // three attempts land one file each, one per listing
+			late++
+			if err := os.WriteFile(filepath.Join(d, partName(late)), []byte("x"), 0o644); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	defer func() { beforeRemoveDir = nil }()
+	if err := removeOwned(dir); err != nil {
+		t.Fatalf("removeOwned with a writer finishing: %v", err)
+	}
+	if _, err := os.Lstat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("%s still there (%v)", dir, err)
+	}
+	if late != 3 {
+		t.Fatalf("the writer landed %d files, want 3", late)
+	}
+}
