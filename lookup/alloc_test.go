@@ -46,8 +46,10 @@ type hotEnv struct {
 	pbody   replayBody
 }
 
-func newHotEnv(t testing.TB) *hotEnv {
-	e := newEnv(t, envOpts{noPostgres: true})
+func newHotEnv(t testing.TB) *hotEnv { return newHotEnvWith(t, envOpts{noPostgres: true}) }
+
+func newHotEnvWith(t testing.TB, o envOpts) *hotEnv {
+	e := newEnv(t, o)
 	e.publishRedis("r1", map[string]string{"user-1": `{"score":0.25,"model_version":"v-model","computed_at":"2026-01-01T00:00:00Z"}`})
 	h := &hotEnv{e: e, w: sinkWriter{h: http.Header{}}}
 	waitUntil(t, "the published version", func() bool { v, ok := e.srv.ns[e.ns].redis.version(); return ok && v == "r1" })
@@ -127,9 +129,16 @@ func BenchmarkPredictLive(b *testing.B) {
 
 // BenchmarkPredictLiveParallel sends :predict from 32 goroutines per
 // core, so rows meet in batches as under load: ns/op is the server's
-// cost per request, inference included.
+// cost per request, inference included; with serving.writeback_ttl set,
+// each live answer is also written back to Redis.
 func BenchmarkPredictLiveParallel(b *testing.B) {
-	h := newHotEnv(b)
+	b.Run("writeback=off", func(b *testing.B) { benchPredictLiveParallel(b, newHotEnv(b)) })
+	b.Run("writeback=on", func(b *testing.B) {
+		benchPredictLiveParallel(b, newHotEnvWith(b, envOpts{noPostgres: true, writeback: true}))
+	})
+}
+
+func benchPredictLiveParallel(b *testing.B, h *hotEnv) {
 	b.ReportAllocs()
 	b.SetParallelism(32)
 	b.RunParallel(func(pb *testing.PB) {

@@ -442,6 +442,61 @@ func TestWritebackServedUntilPublish(t *testing.T) {
 	waitUntil(t, "r2 record", func() bool { _, b := e.get("user-9"); return b["source"] == "redis" })
 }
 
+// TestWritebacksCoalesced: concurrent live results go to Redis in shared
+// pipelines, each with its TTL, not in a round trip each (Redis counts the
+// socket reads it serves: far fewer than the write-backs).
+func TestWritebacksCoalesced(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{writeback: true})
+	e.publishRedis("r1", map[string]string{})
+	st := e.srv.ns[e.ns].redis
+	waitUntil(t, "r1", func() bool { v, _ := st.version(); return v == "r1" })
+	c := e.redis.Client(t)
+	ctx := context.Background()
+	reads := func() int64 {
+		for _, l := range strings.Split(c.Info(ctx, "stats").Val(), "\r\n") {
+			if v, ok := strings.CutPrefix(l, "total_reads_processed:"); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+		t.Fatal("no total_reads_processed in INFO stats")
+		return 0
+	}
+	const n = 200
+	before := reads()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rec := fmt.Sprintf(`{"score":%d,"model_version":"v-model","computed_at":"2026-01-01T00:00:00Z"}`, i)
+			errs <- st.writeBack(ctx, fmt.Sprintf("wb-%d", i), []byte(rec), time.Minute)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Two reads of ours (the INFO calls) besides the write-backs' pipelines.
+	if got := reads() - before; got >= n/2 {
+		t.Errorf("%d write-backs took %d socket reads in Redis; want them pipelined (< %d)", n, got, n/2)
+	}
+	for _, i := range []int{0, n / 2, n - 1} {
+		k := e.ns + ":live:r1:wb-" + strconv.Itoa(i)
+		if v := c.Get(ctx, k).Val(); !strings.Contains(v, fmt.Sprintf(`"score":%d,`, i)) {
+			t.Errorf("%s = %q", k, v)
+		}
+		if ttl := c.TTL(ctx, k).Val(); ttl <= 0 || ttl > time.Minute {
+			t.Errorf("%s TTL %v, want ≤ 1m", k, ttl)
+		}
+	}
+}
+
 func TestProtection(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{mutate: func(c *Config) { c.MaxKeysPerBatch = 3; c.MaxKeyLen = 16; c.MaxBodyBytes = 4096 }})

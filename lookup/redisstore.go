@@ -63,6 +63,10 @@ type redisConn struct {
 	// and redis-server make one read and one write syscall per batch
 	// instead of per request; at low load a GET goes out alone at once.
 	gets *model.Batcher[getReq, getRes]
+	// sets coalesces live write-backs the same way: the results of
+	// concurrent live answers go out as one pipeline of SETs instead of
+	// a round trip each.
+	sets *model.Batcher[setReq, struct{}]
 	brk  *breaker
 	// redact removes the connection's password from a message.
 	redact func(string) string
@@ -111,7 +115,40 @@ func newRedisConn(rc sinkredis.Conn, stepTimeout, requestTimeout time.Duration, 
 		// An MGET is bounded by the client's read timeout; watching every
 		// caller's context to cancel it early cost more than it saved.
 		model.WithoutCallerWatch())
+	c.sets = model.NewBatcher(coalesceMaxKeys, 0, c.mset,
+		model.WithConcurrency(coalesceInFlight), model.WithQueue(4*coalesceMaxKeys*coalesceInFlight),
+		model.WithoutCallerWatch())
 	return c
+}
+
+// setReq is one live write-back: a record stored under key for ttl.
+type setReq struct {
+	key string
+	val []byte
+	ttl time.Duration
+}
+
+// mset is the write-back coalescer's batch function: one pipeline of SETs,
+// each with its TTL. A failed pipeline fails every write-back in it (a
+// write-back is a cache fill: the caller counts the failure and moves on).
+func (c *redisConn) mset(ctx context.Context, reqs []setReq) ([]struct{}, error) {
+	cmds, err := c.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for _, r := range reqs {
+			p.Set(ctx, r.key, r.val, r.ttl)
+		}
+		return nil
+	})
+	if err == nil {
+		for _, cmd := range cmds {
+			if err = cmd.Err(); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return make([]struct{}, len(reqs)), nil
 }
 
 // getReq is one coalesced read: a record key and, when set, the
@@ -202,9 +239,11 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return errors.Unwrap(e.err) }
 
-// close stops the coalescer (queued GETs still run) and the client.
+// close stops the coalescers (queued GETs and write-backs still run) and
+// the client.
 func (c *redisConn) close() error {
 	_ = c.gets.Close()
+	_ = c.sets.Close()
 	return c.client.Close()
 }
 
@@ -434,11 +473,12 @@ func (s *redisStore) read(ctx context.Context, keys []string, writeback bool) (r
 	return recs, live, version, cur, nil
 }
 
-// writeBack stores a live result under the live key with ttl.
+// writeBack stores a live result under the live key with ttl, in the
+// next pipeline of write-backs.
 func (s *redisStore) writeBack(ctx context.Context, key string, rec []byte, ttl time.Duration) error {
 	version, _ := s.version()
 	k := s.liveKey(version, key)
-	if err := s.conn.client.Set(ctx, k, rec, ttl).Err(); err != nil {
+	if _, err := s.conn.sets.Do(ctx, setReq{key: k, val: rec, ttl: ttl}); err != nil {
 		return s.conn.errorf("redis %s: SET %s: %w", s.conn.where, k, err)
 	}
 	return nil

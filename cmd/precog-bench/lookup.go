@@ -231,6 +231,15 @@ func (h *harness) lookup(ctx context.Context) (*section, error) {
 			Target: "report", Verdict: "—"})
 		results = append(results, live.batched, live.half, live.single)
 	}
+	wb, err := h.liveWriteback(gen, data, srv.redisAddr, common)
+	if err != nil {
+		return s, fmt.Errorf("live write-back: %w", err)
+	}
+	s.add(row{What: fmt.Sprintf("live `:predict` (ranker model, new keys, %d clients) with `serving.writeback_ttl` set, each answer also written back to Redis (p99 %s), vs the same server without write-back (p99 %s)",
+		lookupConc, dur(wb.on.p99()), dur(wb.off.p99())),
+		Ours: rate(wb.on.QPS, "req/s"), Raw: rate(wb.off.QPS, "req/s"), Ratio: fmt.Sprintf("%.2f", wb.on.QPS/wb.off.QPS),
+		Target: "report", Verdict: "—"})
+	results = append(results, wb.on, wb.off)
 	for _, r := range results {
 		if r.Errors > 0 {
 			s.note("%d of %d requests failed in one measurement, first: %s", r.Errors, r.Requests+r.Errors, r.FirstError)
@@ -239,6 +248,56 @@ func (h *harness) lookup(ctx context.Context) (*section, error) {
 	s.note("lookup: server defaults (live batch ≤ 64 rows, adaptive wait of at most 500 µs and never longer than a run takes, live sessions of one non-spinning intra-op thread with two batches in flight per session), bearer-token auth on every request; the load generator, the server and redis-server share the machine's %d cores.", nprocs())
 	s.note("like with like: the raw GETs and the API requests both come from loadgen, a separate process, through lean keep-alive clients (go-redis for RESP, a minimal HTTP/1.1 client for the API, one connection per worker, no pipelining); the server coalesces concurrent single-key GETs into MGETs.")
 	return s, nil
+}
+
+// writebackRun is live :predict with and without write-back, alternated.
+type writebackRun struct{ on, off loadResult }
+
+// liveWriteback measures what writing each live answer back to Redis
+// costs: the ranker model (inference in microseconds, so Redis and HTTP
+// are the work) served with serving.writeback_ttl and without, the best of
+// 2 alternating closed-loop runs each, every request on a new key.
+func (h *harness) liveWriteback(gen, data, redisAddr string, common []string) (writebackRun, error) {
+	var wb writebackRun
+	sinkYAML := fmt.Sprintf("  redis: { addr: %q, namespace: %s, ttl: 48h }\n", redisAddr, lookupNS)
+	specs := map[bool]*jobs.Spec{}
+	for _, on := range []bool{false, true} {
+		o := specOptions{}
+		if on {
+			o.Extra = "serving:\n  writeback_ttl: 1m\n"
+		}
+		path, err := h.writeSpecWith(fmt.Sprintf("bench-live-writeback-%t", on), "ranker", data, modelOutputs["ranker"], sinkYAML, o)
+		if err != nil {
+			return wb, err
+		}
+		if specs[on], err = jobs.Load(path, nil); err != nil {
+			return wb, err
+		}
+	}
+	args := slices.Clone(common)
+	predict := []string{"-mode", "predict", "-dim", strconv.Itoa(dim), "-conc", strconv.Itoa(lookupConc)}
+	for rep := 0; rep < 2; rep++ {
+		for _, on := range []bool{false, true} {
+			url, stop, err := startLookup(lookup.Config{Specs: []*jobs.Spec{specs[on]}, Tokens: []string{lookupToken}})
+			if err != nil {
+				return wb, err
+			}
+			args[1] = url
+			r, err := h.load(gen, append(predict, args...)...)
+			stop()
+			if err != nil {
+				return wb, err
+			}
+			best := &wb.off
+			if on {
+				best = &wb.on
+			}
+			if r.QPS > best.QPS {
+				*best = r
+			}
+		}
+	}
+	return wb, nil
 }
 
 // liveRun is one model's live-fallback measurements.
