@@ -497,6 +497,37 @@ func TestWritebacksCoalesced(t *testing.T) {
 	}
 }
 
+// TestCoalescedReadWithLiveKeys: one MGET answers requests with and
+// without a live write-back key: the record wins over its write-back, the
+// write-back answers a missing record (marked live), and the current key
+// comes back to every request that named it.
+func TestCoalescedReadWithLiveKeys(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{noPostgres: true})
+	ctx := context.Background()
+	c := e.redis.Client(t)
+	p := e.ns + ":test:"
+	for k, v := range map[string]string{p + "rec-a": "A", p + "live-a": "a", p + "live-b": "b", p + "cur": "v7", p + "rec-d": "D"} {
+		if err := c.Set(ctx, k, v, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reqs := []getReq{
+		{key: p + "rec-a", live: p + "live-a", current: p + "cur"},
+		{key: p + "rec-b", live: p + "live-b", current: p + "cur"},
+		{key: p + "rec-c", live: p + "live-c"},
+		{key: p + "rec-d", current: p + "cur"},
+	}
+	got, err := e.srv.ns[e.ns].redis.conn.mget(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []getRes{{rec: []byte("A"), cur: "v7"}, {rec: []byte("b"), cur: "v7", live: true}, {}, {rec: []byte("D"), cur: "v7"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("mget = %+v\nwant %+v", got, want)
+	}
+}
+
 func TestProtection(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{mutate: func(c *Config) { c.MaxKeysPerBatch = 3; c.MaxKeyLen = 16; c.MaxBodyBytes = 4096 }})

@@ -157,14 +157,18 @@ func (c *redisConn) mset(ctx context.Context, reqs []setReq) ([]struct{}, error)
 // round trip of its own. A batch reads each distinct current key once.
 type getReq struct {
 	key, current string
+	// live, when set, is the key's live write-back key, read in the same
+	// MGET: the answer when key misses.
+	live string
 }
 
 // getRes answers a getReq: rec is nil for a missing key; cur is the value
 // of the current key ("" when it is missing), valid when the request named
-// one.
+// one; live reports that rec is the live write-back (key missed).
 type getRes struct {
-	rec []byte
-	cur string
+	rec  []byte
+	cur  string
+	live bool
 }
 
 // mget is the coalescer's batch function: one MGET (one pipeline of GETs
@@ -173,11 +177,18 @@ type getRes struct {
 func (c *redisConn) mget(ctx context.Context, reqs []getReq) ([]getRes, error) {
 	keys := make([]string, len(reqs), len(reqs)+1)
 	var curs []string // distinct current keys, usually one
+	var lives []int   // requests with a live key, whose keys follow theirs
 	for i, r := range reqs {
 		keys[i] = r.key
 		if r.current != "" && !slices.Contains(curs, r.current) {
 			curs = append(curs, r.current)
 		}
+		if r.live != "" {
+			lives = append(lives, i)
+		}
+	}
+	for _, i := range lives {
+		keys = append(keys, reqs[i].live)
 	}
 	keys = append(keys, curs...)
 	vals := make([][]byte, len(keys))
@@ -214,7 +225,14 @@ func (c *redisConn) mget(ctx context.Context, reqs []getReq) ([]getRes, error) {
 	for i, r := range reqs {
 		out[i].rec = vals[i]
 		if r.current != "" {
-			out[i].cur = string(vals[len(reqs)+slices.Index(curs, r.current)])
+			out[i].cur = string(vals[len(reqs)+len(lives)+slices.Index(curs, r.current)])
+		}
+	}
+	for j, i := range lives {
+		if out[i].rec == nil {
+			if v := vals[len(reqs)+j]; v != nil {
+				out[i].rec, out[i].live = v, true
+			}
 		}
 	}
 	return out, nil
@@ -422,18 +440,22 @@ func (s *redisStore) read(ctx context.Context, keys []string, writeback bool) (r
 	if ok && !s.inPlace {
 		curKey = s.currentKey()
 	}
-	if len(keys) == 1 && (!writeback || !ok) {
-		var k string
+	if len(keys) == 1 {
+		// One key, the hot path: through the coalescer, the record key
+		// and with write-back its live key (or, before any publish, the
+		// live key alone) in the same MGET as concurrent requests'.
+		req := getReq{key: s.liveKey(version, keys[0]), current: curKey}
 		if ok {
-			k = s.recordKey(version, keys[0])
-		} else {
-			k = s.liveKey(version, keys[0])
+			req.key = s.recordKey(version, keys[0])
+			if writeback {
+				req.live = s.liveKey(version, keys[0])
+			}
 		}
-		res, err := s.conn.gets.Do(ctx, getReq{key: k, current: curKey})
+		res, err := s.conn.gets.Do(ctx, req)
 		if err != nil {
-			return nil, nil, "", "", s.conn.errorf("redis %s: GET %s: %w", s.conn.where, k, err)
+			return nil, nil, "", "", s.conn.errorf("redis %s: GET %s: %w", s.conn.where, req.key, err)
 		}
-		recs[0], live[0] = res.rec, res.rec != nil && !ok
+		recs[0], live[0] = res.rec, res.live || (res.rec != nil && !ok)
 		return recs, live, version, res.cur, nil
 	}
 	pipe := s.conn.client.Pipeline()
