@@ -147,7 +147,9 @@ func TestLockTakeoverBySameRun(t *testing.T) {
 
 // A frozen attempt (its worker stopped mid-COPY, its lease lost) holds the
 // shard's row; the next attempt ends its session after a short wait
-// instead of waiting for ever, and commits.
+// instead of waiting for ever, and commits. It ends that session only: an
+// attempt at the same shard of the same table and version in another
+// schema (another job or environment on the server) goes on and commits.
 func TestFrozenAttemptDoesNotHoldTheShard(t *testing.T) {
 	t.Parallel()
 	pg := testservers.Postgres(t)
@@ -157,11 +159,25 @@ func TestFrozenAttemptDoesNotHoldTheShard(t *testing.T) {
 	if err := s.Prepare(ctx, run); err != nil {
 		t.Fatal(err)
 	}
+	bystanderSink := newSink(t, pg, ModeReplace, "preds") // same table name, another schema
+	defer bystanderSink.Close()
+	if err := bystanderSink.Prepare(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	bystander, err := bystanderSink.Shard(ctx, run, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	frozen, err := s.Shard(ctx, run, 0) // begun, never committed nor aborted
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = frozen
+	defer func() {
+		if err := bystander.Commit(ctx); err != nil {
+			t.Errorf("the other schema's attempt at the same shard: %v (its session was ended)", err)
+		}
+	}()
 	other, err := New(ctx, testJob, s.spec) // another worker's sink
 	if err != nil {
 		t.Fatal(err)

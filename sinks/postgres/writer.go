@@ -136,17 +136,21 @@ func (w *shardWriter) begin(ctx context.Context) (string, error) {
 }
 
 // attemptLabel names the sessions of attempts of this shard
-// (application_name, at most 63 bytes).
+// (application_name, at most 63 bytes): a hash of the schema-qualified run
+// table, so that a shard of the same table and version in another schema
+// (another job, another environment on the same server) is not taken for
+// an attempt of this one.
 func (w *shardWriter) attemptLabel() string {
-	sum := sha256.Sum256([]byte(w.s.runTable(w.version)))
+	sum := sha256.Sum256([]byte(w.s.ident(w.s.runTable(w.version))))
 	return fmt.Sprintf("precog-shard-%x-%d", sum[:8], w.index)
 }
 
-// endOtherAttempts terminates the other sessions writing this shard.
+// endOtherAttempts terminates the other sessions writing this shard, in
+// this database only (pg_stat_activity lists the whole server's).
 func (w *shardWriter) endOtherAttempts(ctx context.Context) int64 {
 	var n int64
 	_ = w.s.pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE application_name = $1 AND pid <> pg_backend_pid()`, w.attemptLabel()).Scan(&n)
+		WHERE application_name = $1 AND datname = current_database() AND pid <> pg_backend_pid()`, w.attemptLabel()).Scan(&n)
 	return n
 }
 
