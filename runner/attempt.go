@@ -79,8 +79,11 @@ func runAttempt(ctx context.Context, a attempt) (jobs.Counts, []jobs.Reject, str
 	// An attempt the watchdog stopped (lease lost, run cancelled, stall)
 	// fails with whatever the cancellation broke (often a bare "context
 	// canceled"): report the cause, so that the caller tells a lost lease
-	// from a failure instead of recording a failed attempt.
-	if sctx.Err() != nil && (err == nil || ctx.Err() == nil) {
+	// from a failure instead of recording a failed attempt. An interrupt
+	// (ctx itself ended) that came after every sink committed is not a
+	// failure: the shard is done and the caller records it, or a resume
+	// would compute it again.
+	if sctx.Err() != nil && ctx.Err() == nil {
 		err = context.Cause(sctx)
 	}
 	if err != nil {

@@ -73,6 +73,8 @@ type faultSink struct {
 	failWrite func(shard, attempt int) bool
 	// onCommit runs before shard i commits.
 	onCommit func(shard int)
+	// afterCommit runs once shard i committed.
+	afterCommit func(shard int)
 	// onStage runs before each Stage (1-based call number); an error it
 	// returns is Stage's.
 	onStage func(call int, run sinks.RunInfo) error
@@ -131,7 +133,13 @@ func (w *faultWriter) Commit(ctx context.Context) error {
 	if w.f.onCommit != nil {
 		w.f.onCommit(w.shard)
 	}
-	return w.ShardWriter.Commit(ctx)
+	if err := w.ShardWriter.Commit(ctx); err != nil {
+		return err
+	}
+	if w.f.afterCommit != nil {
+		w.f.afterCommit(w.shard)
+	}
+	return nil
 }
 
 func parquetSink(t *testing.T, spec *jobs.Spec) sinks.Sink {
@@ -199,6 +207,33 @@ func TestRetriedShardLeavesNoDuplicates(t *testing.T) {
 	rows := published(t, spec.Sinks.Parquet.Path)
 	if len(rows) != 3000 {
 		t.Fatalf("published %d distinct keys, want 3000", len(rows))
+	}
+}
+
+// TestInterruptAfterCommitKeepsTheShard: Ctrl-C that lands after a
+// shard's sinks committed, before its attempt returned, still records the
+// shard: the resume skips it instead of computing it again.
+func TestInterruptAfterCommitKeepsTheShard(t *testing.T) {
+	dir, spec := fixture(t, dataset)
+	ctx, cancel := context.WithCancel(context.Background())
+	fs := &faultSink{Sink: parquetSink(t, spec), afterCommit: func(shard int) {
+		if shard == 0 {
+			cancel()
+		}
+	}}
+	state := filepath.Join(dir, "state")
+	if _, err := RunLocal(ctx, spec, LocalOptions{StateDir: state, Sinks: []sinks.Sink{fs}}); !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("err = %v, want ErrInterrupted", err)
+	}
+	res, err := RunLocal(context.Background(), spec, LocalOptions{StateDir: state, Sinks: []sinks.Sink{&faultSink{Sink: parquetSink(t, spec)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Resumed || res.SkippedShards < 1 {
+		t.Errorf("resumed %v, skipped %d shards; want shard 0, committed before the interrupt, skipped", res.Resumed, res.SkippedShards)
+	}
+	if rows := published(t, spec.Sinks.Parquet.Path); len(rows) != 3000 {
+		t.Fatalf("published %d keys, want 3000", len(rows))
 	}
 }
 
