@@ -84,6 +84,12 @@ func TestClusterWorkersList(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// w2 is frozen too while status is read: on a machine slow enough for
+	// w1's 2 s lease to pass meanwhile, w2 would otherwise claim w1's
+	// shard, and w1 would hold nothing to show.
+	if err := w2.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
 	// status shows the holder with its heartbeat age (or lost, on a
 	// machine slow enough that its lease passed meanwhile).
 	if st := c.precog("status", "--db", c.dsn, id); !strings.Contains(st.stdout, w1.workerIDPrefix()) ||
@@ -113,6 +119,9 @@ func TestClusterWorkersList(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("status --json lists no holder of w1:\n%s", stj.stdout)
+	}
+	if err := w2.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
 	}
 	if err := w1.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
