@@ -15,7 +15,7 @@ TEST_TIMEOUT ?= 30m
 export PRECOG_ORT_LIB ?= $(ORT_LIB)
 export PRECOG_TESTDATA ?= $(CURDIR)/testdata/generated
 
-.PHONY: all build test test-stability lint demo bench ort servers testdata fuzz clean cluster-quickstart
+.PHONY: all build test test-stability lint demo bench ort servers testdata fuzz clean cluster-quickstart docs
 
 all: build
 
@@ -80,12 +80,18 @@ fuzz:
 	done
 
 ## bench: the benchmark table (ratios against raw limits measured in the same run),
-## written to bench-results.md and into README.md's bench-table block.
+## written into docs/benchmarks.md's bench-table block (a copy of the table alone in .cache/bench-results.md).
 ## BENCH_FLAGS="-big=false" skips the 10M-row peak-RSS run; -rows N, -sections core,sinks,lookup,cluster,checks,wide,text,estimate.
 BENCH_FLAGS ?=
 bench: ort servers build
-	$(GO) run ./cmd/precog-bench -out bench-results.md -readme README.md $(BENCH_FLAGS)
-	@cat bench-results.md
+	@mkdir -p $(CACHE_DIR)
+	$(GO) run ./cmd/precog-bench -out $(CACHE_DIR)/bench-results.md -readme docs/benchmarks.md $(BENCH_FLAGS)
+	@cat $(CACHE_DIR)/bench-results.md
+
+## docs: regenerate the generated documentation (docs/spec.md, docs/cli/, each page's table of
+## contents); the suite's TestDocsGenerated fails when they are not current.
+docs:
+	PRECOG_UPDATE_DOCS=1 $(GO) test ./cmd/precog -run 'TestDocsGenerated' -count=1
 
 ## demo: fetch, build, start local Redis+Postgres, generate data, run a job, show a lookup.
 demo: ort servers build

@@ -4,7 +4,7 @@ package jobs
 
 import "time"
 
-// Spec is a parsed, defaulted and validated job spec (contract 1 of DESIGN.md).
+// Spec is a parsed, defaulted and validated job spec (contract 1 of docs/contracts.md).
 // Templates ({{.param}}) in paths and queries are already rendered.
 type Spec struct {
 	Name        string `yaml:"name"`

@@ -1,7 +1,7 @@
 // Package lookup is the HTTP API in front of the stores a batch job fills:
 // GET a precomputed prediction by key from Redis, fall back to the job's
 // Postgres view, and on a miss compute it live with the job's own model,
-// merging concurrent misses into batched inferences (contract 4 of DESIGN.md).
+// merging concurrent misses into batched inferences (contract 4 of docs/contracts.md).
 package lookup
 
 import (

@@ -47,26 +47,7 @@ export DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/postgres?sslmode=dis
 say "generating models and $ROWS rows of user features (go run ./testdata/gen)"
 go run ./testdata/gen -out "$DEMO" -rows "$ROWS" -dates 2026-11-01
 
-cat > "$DEMO/recs-demo.yaml" <<YAML
-name: user-recs
-source:
-  parquet:
-    path: "data/users/dt={{.date}}"
-  key: user_id
-  rows_per_shard: 10000
-model:
-  path: models/recs.onnx
-  inputs:
-    features: { columns: [f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14, f15] }
-  outputs:
-    topk_items: items
-    topk_scores: scores
-  batch_size: 1024
-sinks:
-  parquet:  { path: "out/user_recs/date={{.date}}" }
-  postgres: { dsn: "\${DATABASE_URL}", table: user_recs, mode: replace }
-  redis:    { addr: "\${REDIS_ADDR}", namespace: recs, ttl: 48h }
-YAML
+cp scripts/demo-job.yaml "$DEMO/recs-demo.yaml"
 
 say "precog inspect models/recs.onnx"
 "$PRECOG" inspect "$DEMO/models/recs.onnx"

@@ -7,7 +7,7 @@
 // LISTEN/NOTIFY), because the machines it runs on are shared and noisy:
 // absolute rows/s move by tens of percent between runs, ratios much less.
 //
-//	go run ./cmd/precog-bench -out bench-results.md -readme README.md
+//	go run ./cmd/precog-bench -out .cache/bench-results.md -readme docs/benchmarks.md
 //
 // It generates its datasets on the fly under -work (removed afterwards),
 // starts its own redis-server and postgres (internal/testservers), runs
@@ -67,7 +67,7 @@ type config struct {
 func main() {
 	var c config
 	flag.StringVar(&c.out, "out", "bench-results.md", "markdown file the results are written to")
-	flag.StringVar(&c.readme, "readme", "", "README whose <!-- bench-table --> block is replaced by the results (empty: none)")
+	flag.StringVar(&c.readme, "readme", "", "markdown page (docs/benchmarks.md) whose <!-- bench-table --> block is replaced by the results (empty: none)")
 	flag.StringVar(&c.work, "work", "", "scratch directory for datasets and outputs (default: a new temp dir, removed at the end)")
 	flag.StringVar(&c.bin, "precog", "bin/precog", "the precog binary under test (`make build`)")
 	flag.Int64Var(&c.rows, "rows", 1_000_000, "rows of the core datasets")
@@ -249,7 +249,7 @@ func (h *harness) machine() string {
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 }
 
-// replaceBlock puts md between the bench-table markers of the README.
+// replaceBlock puts md between the bench-table markers of the page.
 func replaceBlock(path, md string) error {
 	const open, close = "<!-- bench-table -->", "<!-- /bench-table -->"
 	b, err := os.ReadFile(path)
@@ -262,7 +262,7 @@ func replaceBlock(path, md string) error {
 	if i < 0 || j < i {
 		return fmt.Errorf("-readme %s: no %s … %s block", path, open, close)
 	}
-	// Headings one level down: the README's own section holds them.
+	// Headings one level down: the page's own section holds them.
 	body := strings.ReplaceAll(md, "\n## ", "\n#### ")
 	body = strings.TrimPrefix(body, "# precog benchmarks\n")
 	out := s[:i+len(open)] + "\n" + strings.TrimSpace(body) + "\n" + s[j:]

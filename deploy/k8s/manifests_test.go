@@ -572,63 +572,61 @@ func TestJobSpecsMatchPools(t *testing.T) {
 	}
 }
 
-// The README's walk-through creates exactly the Secrets the manifests use,
-// with the keys precog reads, and applies the overlays that exist.
+// The walk-through of docs/kubernetes.md creates exactly the Secrets the
+// manifests use, with the keys precog reads, and applies the overlays that
+// exist.
 func TestReadmeWalkthroughMatchesManifests(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), kubernetesDoc))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(data), "## Running on Kubernetes")
-	if !ok {
-		t.Fatal(`README.md has no "Running on Kubernetes" section`)
-	}
-	if i := strings.Index(section, "\n## "); i >= 0 {
-		section = section[:i]
-	}
+	section := string(data)
 	for name, keys := range secretKeys {
 		i := strings.Index(section, "create secret generic "+name)
 		if i < 0 {
-			t.Errorf("README: the walk-through never creates Secret %s", name)
+			t.Errorf(kubernetesDoc+": the walk-through never creates Secret %s", name)
 			continue
 		}
 		line, _, _ := strings.Cut(section[i:], "\n")
 		for _, k := range keys {
 			if !strings.Contains(line, k) {
-				t.Errorf("README: Secret %s is created without key %s", name, k)
+				t.Errorf(kubernetesDoc+": Secret %s is created without key %s", name, k)
 			}
 		}
 	}
 	for _, ov := range overlays {
 		if !strings.Contains(section, "kubectl apply -k deploy/k8s/overlays/"+ov) {
-			t.Errorf("README: the walk-through never applies overlays/%s", ov)
+			t.Errorf(kubernetesDoc+": the walk-through never applies overlays/%s", ov)
 		}
 	}
 	for _, w := range workers(t, render(t, "gpu")) {
 		if !strings.Contains(section, w.dep.Name) {
-			t.Errorf("README: the walk-through never mentions worker pool %s", w.dep.Name)
+			t.Errorf(kubernetesDoc+": the walk-through never mentions worker pool %s", w.dep.Name)
 		}
 	}
 }
 
-// The README's own overlay (step 1: an images: entry, applied with kubectl
-// alone) renders with the kubectl this test uses, and every container of
-// every Deployment then runs an image of the registry it names.
+// kubernetesDoc is the walk-through the tests below hold to the manifests.
+const kubernetesDoc = "docs/kubernetes.md"
+
+// The walk-through's own overlay (step 1: an images: entry, applied with
+// kubectl alone) renders with the kubectl this test uses, and every
+// container of every Deployment then runs an image of the registry it names.
 func TestReadmeImagesOverlay(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), kubernetesDoc))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(data), "Create `deploy/k8s/overlays/prod/kustomization.yaml`:\n\n```yaml\n")
 	if !ok {
-		t.Fatal("README: no kustomization.yaml of an overlay of one's own (images:) in the Kubernetes walk-through")
+		t.Fatal(kubernetesDoc+": no kustomization.yaml of an overlay of one's own (images:) in the Kubernetes walk-through")
 	}
 	body, _, ok := strings.Cut(rest, "```")
 	if !ok {
-		t.Fatal("README: unterminated yaml block")
+		t.Fatal(kubernetesDoc+": unterminated yaml block")
 	}
 	if strings.Contains(string(data), "kustomize edit") {
-		t.Error("README: `kustomize edit` needs a kustomize binary that kubectl users do not have")
+		t.Error(kubernetesDoc+": `kustomize edit` needs a kustomize binary that kubectl users do not have")
 	}
 	dir, err := os.MkdirTemp("overlays", "readme-")
 	if err != nil {
@@ -643,11 +641,11 @@ func TestReadmeImagesOverlay(t *testing.T) {
 		for _, c := range d.Spec.Template.Spec.Containers {
 			images++
 			if !strings.HasPrefix(c.Image, "REGISTRY/precog") || !strings.HasSuffix(c.Image, ":TAG") {
-				t.Errorf("README overlay: %s/%s runs image %q, not the overlay's REGISTRY/…:TAG", d.Name, c.Name, c.Image)
+				t.Errorf(kubernetesDoc+" overlay: %s/%s runs image %q, not the overlay's REGISTRY/…:TAG", d.Name, c.Name, c.Image)
 			}
 		}
 	}
 	if images == 0 {
-		t.Fatal("README overlay renders no Deployment")
+		t.Fatal(kubernetesDoc+" overlay renders no Deployment")
 	}
 }

@@ -1,5 +1,5 @@
 // Package runview is the machine-readable form of a run that `precog runs
-// --json` and `precog status RUN --json` print (contract 3 of DESIGN.md),
+// --json` and `precog status RUN --json` print (contract 3 of docs/contracts.md),
 // and the table the same commands print for people. One place, so the
 // embedded and the cluster ledgers answer in exactly the same shape.
 package runview

@@ -3,7 +3,7 @@
 // It is pure and clock-driven: every function takes the time it reasons
 // about, so the rules are testable without waiting.
 //
-// The rules (DESIGN.md, "Schedules"), for wall-clock times the expression
+// The rules (docs/contracts.md, contract 3, "Schedules"), for wall-clock times the expression
 // names in the job's zone:
 //   - a named time that a spring-forward change skips fires once, at the
 //     first instant after the change; several skipped times fold into that

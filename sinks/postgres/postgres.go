@@ -1,5 +1,5 @@
 // Package postgres is the Postgres sink: predictions in a table analysts
-// query and the lookup API falls back to (contract 2 of DESIGN.md).
+// query and the lookup API falls back to (contract 2 of docs/contracts.md).
 //
 // # Writing
 //

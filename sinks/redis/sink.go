@@ -1,7 +1,7 @@
 // Package redis is the Redis sink: predictions as JSON records that online
 // applications (and precog's lookup API) read by key.
 //
-// # Layout (contract 2 of DESIGN.md)
+// # Layout (contract 2 of docs/contracts.md)
 //
 // Layout (layout.go) is the one definition of every key; readers import it.
 // With publish: atomic (the default) a run writes every record to
