@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/cobra/doc"
+
 	"github.com/precog-ml/precog/internal/docgen"
 )
 
@@ -128,17 +131,94 @@ func TestDocsLinks(t *testing.T) {
 }
 
 // TestDocsGenerated: the generated parts of the documentation are what the
-// generators make of the current code: each page's table of contents.
-// PRECOG_UPDATE_DOCS=1 (make docs) rewrites them instead.
+// generators make of the current code: docs/spec.md (from package jobs),
+// docs/cli/ (cobra's Markdown of the command tree) and each page's table
+// of contents. PRECOG_UPDATE_DOCS=1 (make docs) rewrites them instead.
 func TestDocsGenerated(t *testing.T) {
 	want := map[string]string{}
+	spec, err := docgen.SpecReference(filepath.Join(repoRoot, "jobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want["docs/spec.md"] = docgen.FillTOC(spec)
+	cli := cliReference(t)
+	for name, content := range cli {
+		want["docs/cli/"+name] = content
+	}
 	for _, page := range docPages(t) {
+		if _, generated := want[page]; generated {
+			continue
+		}
+		if strings.HasPrefix(page, "docs/cli/") {
+			t.Errorf("%s: no command generates it; remove it (make docs does)", page)
+			if updateDocs {
+				_ = os.Remove(filepath.Join(repoRoot, page))
+			}
+			continue
+		}
 		md := readPage(t, page)
 		if toc := docgen.FillTOC(md); toc != md {
 			want[page] = toc
 		}
 	}
 	checkGenerated(t, want)
+}
+
+// cliReference is cobra's Markdown reference of the command tree, one page
+// per command, by file name. The defaults the environment can change
+// (--state-dir, --db) are generated with those variables unset.
+func cliReference(t *testing.T) map[string]string {
+	t.Helper()
+	t.Setenv("PRECOG_STATE_DIR", "")
+	t.Setenv(envDatabaseURL, "")
+	root := newRoot(&globals{})
+	root.DisableAutoGenTag = true
+	dir := t.TempDir()
+	if err := doc.GenMarkdownTree(root, dir); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[e.Name()] = string(b)
+	}
+	if len(out) < 20 {
+		t.Fatalf("the CLI reference has %d pages: is the command tree complete?", len(out))
+	}
+	return out
+}
+
+// TestReadmeListsEveryCommand: the README's command table has a line for
+// every command of the tree (diff and publish were missing once), and the
+// spec reference names every field of the spec.
+func TestReadmeListsEveryCommand(t *testing.T) {
+	readme := readPage(t, "README.md")
+	_, table, _ := strings.Cut(readme, "## Commands")
+	table, _, _ = strings.Cut(table, "\n## ")
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			if sub.Hidden || sub.Name() == "help" {
+				continue
+			}
+			if sub.HasSubCommands() && sub.Runnable() == false {
+				walk(sub)
+				continue
+			}
+			if !strings.Contains(table, "`"+sub.CommandPath()) {
+				t.Errorf("README.md's Commands table has no line for `%s`", sub.CommandPath())
+			}
+			walk(sub)
+		}
+	}
+	walk(newRoot(&globals{}))
 }
 
 // checkGenerated compares each file (relative to the repository root) with
