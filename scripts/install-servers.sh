@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs redis-server, PostgreSQL (and curl, for the demo) from Debian's packages when they are missing,
 # iproute2 (the cluster partition test),
-# chromium, node and npm for the dashboard's browser tests (and playwright-core from npm),
+# chromium, node and npm for the dashboard's browser tests (and playwright-core from npm), an OpenAPI
+# validator from npm for docs/openapi.yaml,
 # and the tools deploy/k8s's test needs: promtool (Debian's prometheus package) and a kustomize of v4 or
 # later (kubectl's built-in one when kubectl is that recent; else kustomize itself, built from its Go module).
 # Tests start their own instances in temp dirs; nothing here starts a service.
@@ -33,6 +34,14 @@ BROWSER_DIR="$(cd "$(dirname "$0")/.." && pwd)/dashboard/browser"
 if [ ! -f "$BROWSER_DIR/node_modules/playwright-core/package.json" ]; then
   echo "installing: playwright-core (npm, into $BROWSER_DIR/node_modules)"
   (cd "$BROWSER_DIR" && npm install --no-audit --no-fund --silent)
+fi
+
+# @apidevtools/swagger-parser (pinned in scripts/openapi/package.json) validates docs/openapi.yaml
+# in cmd/precog's TestOpenAPI. node_modules is gitignored.
+OPENAPI_DIR="$(cd "$(dirname "$0")" && pwd)/openapi"
+if [ ! -f "$OPENAPI_DIR/node_modules/@apidevtools/swagger-parser/package.json" ]; then
+  echo "installing: @apidevtools/swagger-parser (npm, into $OPENAPI_DIR/node_modules)"
+  (cd "$OPENAPI_DIR" && npm ci --no-audit --no-fund --silent)
 fi
 
 # kustomize v4+: `kubectl kustomize` renders deploy/k8s when kubectl embeds v4 or later. Debian's
