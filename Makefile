@@ -97,7 +97,7 @@ docs:
 demo: ort servers build
 	@bash scripts/demo.sh
 
-## cluster-quickstart: the README's one-machine cluster walkthrough, run for real
+## cluster-quickstart: the one-machine cluster walkthrough of docs/cluster.md, run for real
 ## (a throwaway Postgres, two workers, submit, status, workers, rejects, the dashboard).
 cluster-quickstart: ort servers build
 	@bash scripts/cluster-quickstart.sh

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The README's one-machine cluster walkthrough, run for real: a Postgres
+# The one-machine cluster walkthrough of docs/cluster.md, run for real: a Postgres
 # ledger, two `precog worker` processes, submit --wait, status, workers,
 # rejects, and the dashboard's workers page. Each wait is bounded; any step
-# that does not do what the README says fails the script (exit 1).
+# that does not do what docs/cluster.md says fails the script (exit 1).
 #
 # Environment: PRECOG (the binary; default bin/precog), PRECOG_DATABASE_URL
 # (a ledger database; without one a throwaway Postgres is started under the

@@ -86,7 +86,8 @@ func (d *demo) sh(t *testing.T, script string) (string, error) {
 // TestDocsCommands runs every shell block of README.md and docs/ fenced as
 // ```sh {run}, in page order, against the demo's files and real servers, so
 // the paths and flags the docs show cannot go stale: a block fails the
-// test when any of its commands exits non-zero.
+// test when any of its commands exits non-zero (bash -euo pipefail). The
+// blocks share one demo directory, as a reader's commands share demo/.
 func TestDocsCommands(t *testing.T) {
 	for _, tool := range []string{"redis-cli", "psql"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -109,6 +110,8 @@ func TestDocsCommands(t *testing.T) {
 		t.Fatalf("only %d runnable blocks in the docs: is the marker still ```sh {run}?", len(blocks))
 	}
 	d := newDemo(t)
+	// Blocks that start a server listen on $ADDR (their default otherwise).
+	d.env = append(d.env, "ADDR="+freeAddr(t))
 	for _, b := range blocks {
 		out, err := d.sh(t, b.Body)
 		if err != nil {

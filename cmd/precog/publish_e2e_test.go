@@ -28,7 +28,7 @@ import (
 )
 
 // These end-to-end tests check that control commands respect the publish
-// (README, guarantees): cancel, retry and rollback never leave the stores
+// (docs/guarantees.md): cancel, retry and rollback never leave the stores
 // on different versions, with real workers, Postgres and Redis.
 
 // e2eQuick is a fast job (the light model, 8 shards of 500 rows) into all

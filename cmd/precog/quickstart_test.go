@@ -12,7 +12,7 @@ import (
 	"github.com/precog-ml/precog/internal/testservers"
 )
 
-// TestClusterQuickstartScript runs the README's one-machine cluster
+// TestClusterQuickstartScript runs docs/cluster.md's one-machine cluster
 // walkthrough (scripts/cluster-quickstart.sh) against a fresh ledger
 // database with this build: two workers, submit --wait, status, workers,
 // rejects and the dashboard's workers page.

@@ -20,7 +20,7 @@ import (
 )
 
 // secretKeys are the Secrets the manifests reference, created by hand as
-// the README says, with the keys precog itself reads ("precog-sinks" holds
+// docs/kubernetes.md says, with the keys precog itself reads ("precog-sinks" holds
 // whatever ${VAR}s the job specs name).
 var secretKeys = map[string][]string{
 	"precog-ledger":     {"PRECOG_DATABASE_URL"},
@@ -453,7 +453,7 @@ func checkPodRefs(t *testing.T, where string, spec corev1.PodSpec, names map[str
 				continue
 			}
 			if _, ok := secretKeys[e.SecretRef.Name]; !ok {
-				t.Errorf("%s: envFrom Secret %s is not one the README has the user create", where, e.SecretRef.Name)
+				t.Errorf("%s: envFrom Secret %s is not one docs/kubernetes.md has the user create", where, e.SecretRef.Name)
 			}
 		}
 		if sc := c.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
@@ -619,14 +619,14 @@ func TestReadmeImagesOverlay(t *testing.T) {
 	}
 	_, rest, ok := strings.Cut(string(data), "Create `deploy/k8s/overlays/prod/kustomization.yaml`:\n\n```yaml\n")
 	if !ok {
-		t.Fatal(kubernetesDoc+": no kustomization.yaml of an overlay of one's own (images:) in the Kubernetes walk-through")
+		t.Fatal(kubernetesDoc + ": no kustomization.yaml of an overlay of one's own (images:) in the Kubernetes walk-through")
 	}
 	body, _, ok := strings.Cut(rest, "```")
 	if !ok {
-		t.Fatal(kubernetesDoc+": unterminated yaml block")
+		t.Fatal(kubernetesDoc + ": unterminated yaml block")
 	}
 	if strings.Contains(string(data), "kustomize edit") {
-		t.Error(kubernetesDoc+": `kustomize edit` needs a kustomize binary that kubectl users do not have")
+		t.Error(kubernetesDoc + ": `kustomize edit` needs a kustomize binary that kubectl users do not have")
 	}
 	dir, err := os.MkdirTemp("overlays", "readme-")
 	if err != nil {
@@ -646,6 +646,6 @@ func TestReadmeImagesOverlay(t *testing.T) {
 		}
 	}
 	if images == 0 {
-		t.Fatal(kubernetesDoc+" overlay renders no Deployment")
+		t.Fatal(kubernetesDoc + " overlay renders no Deployment")
 	}
 }

@@ -66,7 +66,7 @@ func TestMsgpackTranscodesToTheJSONRecord(t *testing.T) {
 }
 
 // TestMsgpackFloat32ListIsBin: a float32 vector is one bin of little-endian
-// float32s (what the README's redis-cli one-liner decodes), a generic
+// float32s (what the redis-cli one-liner of docs/guarantees.md decodes), a generic
 // msgpack reader sees the same fields, and the record is about a third of
 // the JSON one.
 func TestMsgpackFloat32ListIsBin(t *testing.T) {
