@@ -4,6 +4,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/cobra/doc"
 
 	"github.com/precog-ml/precog/internal/docgen"
+	"github.com/precog-ml/precog/jobs"
 )
 
 // repoRoot is the repository's root, from this package's directory.
@@ -252,6 +254,54 @@ func checkGenerated(t *testing.T, want map[string]string) {
 		got, err := os.ReadFile(path)
 		if err != nil || string(got) != content {
 			t.Errorf("%s is not current: run `make docs` (PRECOG_UPDATE_DOCS=1 go test ./cmd/precog -run TestDocsGenerated)", page)
+		}
+	}
+}
+
+// TestDocsSpecsParse: every YAML block of the docs that is a whole job
+// spec (it has a top-level name:) parses and validates, so a field renamed
+// in package jobs cannot linger in an example.
+func TestDocsSpecsParse(t *testing.T) {
+	env := func(name string) (string, bool) {
+		switch {
+		case strings.Contains(name, "REDIS"):
+			return "localhost:6379", true
+		case strings.Contains(name, "URL") || strings.Contains(name, "DSN"):
+			return "postgres://u@localhost/db", true
+		}
+		return "x", true
+	}
+	n := 0
+	for _, page := range docPages(t) {
+		for _, b := range docgen.Parse(readPage(t, page)).Blocks {
+			if b.Info != "yaml" || !regexp.MustCompile(`(?m)^name: `).MatchString(b.Body) {
+				continue
+			}
+			n++
+			if _, err := jobs.Parse([]byte(b.Body), "", map[string]string{"date": "2026-11-01"}, env); err != nil {
+				t.Errorf("%s:%d: the job spec does not parse:\n%v", page, b.Line, err)
+			}
+		}
+	}
+	if n < 3 {
+		t.Fatalf("only %d job specs found in the docs' yaml blocks", n)
+	}
+}
+
+// TestDocsShape: the README stays a front page (at most 12 KB, the rest in
+// docs/), and every long page of docs/ has a generated table of contents.
+func TestDocsShape(t *testing.T) {
+	const maxReadme = 12 << 10
+	if n := len(readPage(t, "README.md")); n > maxReadme {
+		t.Errorf("README.md is %d bytes, over %d: move detail into a docs/ page", n, maxReadme)
+	}
+	for _, page := range docPages(t) {
+		if !strings.HasPrefix(page, "docs/") || strings.HasPrefix(page, "docs/cli/") {
+			continue
+		}
+		md := readPage(t, page)
+		if strings.Count(md, "\n") > 80 && !strings.Contains(md, docgen.TOCOpen) {
+			t.Errorf("%s: %d lines and no table of contents (add %s %s after the intro)", page, strings.Count(md, "\n"), docgen.TOCOpen, docgen.TOCClose)
 		}
 	}
 }
