@@ -90,7 +90,7 @@ bench: ort servers build
 
 ## docs: regenerate the generated documentation (docs/spec.md, docs/cli/, each page's table of
 ## contents); the suite's TestDocsGenerated fails when they are not current.
-docs:
+docs: ort
 	PRECOG_UPDATE_DOCS=1 $(GO) test ./cmd/precog -run 'TestDocsGenerated' -count=1
 
 ## demo: fetch, build, start local Redis+Postgres, generate data, run a job, show a lookup.

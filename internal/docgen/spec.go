@@ -6,11 +6,9 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -611,25 +609,3 @@ fields must be given.
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 func cell(s string) string { return strings.ReplaceAll(oneLine(s), "|", `\|`) }
-
-// WriteFileIfChanged is a helper for generators: it writes content to path
-// (creating its directory) unless the file already holds it.
-func WriteFileIfChanged(path, content string) error {
-	if b, err := os.ReadFile(path); err == nil && string(b) == content {
-		return nil
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(path, []byte(content), 0o644)
-}
-
-// Sorted returns m's keys in order (for deterministic output).
-func Sorted[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
-}
