@@ -183,6 +183,9 @@ type PostgresSinkSpec struct {
 type ParquetSinkSpec struct {
 	Path        string `yaml:"path"`
 	Compression string `yaml:"compression"` // snappy | zstd | gzip | none; default snappy
+	// Retain is how many published versions the sink keeps (the current
+	// one included) for precog rollback; default 2.
+	Retain int `yaml:"retain"`
 }
 
 // RetrySpec bounds attempts per shard.

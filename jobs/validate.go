@@ -145,8 +145,13 @@ func (d *decoder) applyDefaults(s *Spec) {
 			p.Retain = DefaultRetain
 		}
 	}
-	if p := s.Sinks.Parquet; p != nil && p.Compression == "" {
-		p.Compression = DefaultCompression
+	if p := s.Sinks.Parquet; p != nil {
+		if p.Compression == "" {
+			p.Compression = DefaultCompression
+		}
+		if absent("sinks.parquet.retain") {
+			p.Retain = DefaultRetain
+		}
 	}
 	if absent("retry.max_attempts") {
 		s.Retry.MaxAttempts = DefaultMaxAttempts
@@ -446,6 +451,9 @@ func (d *decoder) validateSinks(s *Spec) {
 		case "snappy", "zstd", "gzip", "none":
 		default:
 			d.fail("sinks.parquet.compression", "must be snappy, zstd, gzip or none (got %q)", p.Compression)
+		}
+		if p.Retain < 1 {
+			d.fail("sinks.parquet.retain", "must be >= 1 (got %d)", p.Retain)
 		}
 	}
 }

@@ -113,7 +113,18 @@ type Holder struct {
 	Host  string    `json:"host"`
 	PID   int       `json:"pid"`
 	Since time.Time `json:"since"`
+	// Lease is how long the lock outlives the holder's last renewal (a
+	// frozen or dead holder blocks the target no longer); 0 is the sink's
+	// default, DefaultLockLease. A cluster worker passes its --lease, so
+	// that a publisher frozen while it holds the targets is taken over as
+	// soon as its ledger lease is.
+	Lease time.Duration `json:"lease,omitempty"`
 }
+
+// DefaultLockLease is the lease of a sink's writer lock when the holder
+// names none: renewed every third of it, and a holder that stops renewing
+// (killed, frozen, cut off) loses the target after it.
+const DefaultLockLease = 30 * time.Second
 
 // ThisProcess is a Holder for run on this host and process.
 func ThisProcess(run RunInfo) Holder {

@@ -16,7 +16,8 @@ import (
 var _ sinks.Inventory = (*Sink)(nil)
 
 // Stored implements sinks.Inventory for `precog gc`: the published
-// directory of run's target (when precog published it for this job), and
+// directory of run's target (when precog published it for this job), the
+// versions retained beside it (Published while retention keeps them), and
 // the staging and moved-aside directories precog names beside it
 // (.<base>.precog-<version>, .<base>.precog-old-<version>). Nothing else in
 // the parent directory is looked at, and only precog's files are counted.
@@ -66,6 +67,11 @@ func (s *Sink) Stored(ctx context.Context, run sinks.RunInfo) ([]sinks.StoredVer
 		case strings.HasPrefix(n, stagingPrefix):
 			sv.Version = strings.TrimPrefix(n, stagingPrefix)
 			sv.What = describeDir("staging dir", filepath.Join(parent, n))
+			if v, ok := publishedVersion(filepath.Join(parent, n), run.Job); ok && v != sv.Version {
+				// the previous version after a swap, not yet kept
+				sv.Version, sv.Published = v, true
+				sv.What = describeDir("previous version left in a staging dir by a publish (kept by the next one)", filepath.Join(parent, n))
+			}
 		default:
 			continue
 		}
@@ -80,6 +86,18 @@ func (s *Sink) Stored(ctx context.Context, run sinks.RunInfo) ([]sinks.StoredVer
 			continue // another job's (they share a path only by mistake)
 		}
 		out = append(out, sv)
+	}
+	dirs, err := retainedDirs(target, run.Job)
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range slices.Sorted(mapsKeys(dirs)) {
+		kept := s.keeps(target, run.Job, dirs, v)
+		what := "retained published version"
+		if !kept {
+			what = fmt.Sprintf("published version beyond retention (retain %d)", s.retain)
+		}
+		out = append(out, sinks.StoredVersion{Version: v, Published: kept, What: describeDir(what, dirs[v])})
 	}
 	return out, nil
 }

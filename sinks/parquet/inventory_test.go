@@ -76,8 +76,8 @@ func TestStoredKilledRun(t *testing.T) {
 
 	info := sinks.RunInfo{Job: testJob}
 	got := stored(t, s, info)
-	if sum := summary(got); sum != "v2:current v3:staging" {
-		t.Fatalf("Stored = %s, want v2:current v3:staging", sum)
+	if sum := summary(got); sum != "v2:current v3:staging v1:kept" {
+		t.Fatalf("Stored = %s, want v2:current v3:staging v1:kept (retained)", sum)
 	}
 	if !strings.Contains(got[1].What, "1 files") {
 		t.Errorf("staging entry %q does not count its committed part file", got[1].What)
@@ -86,8 +86,8 @@ func TestStoredKilledRun(t *testing.T) {
 	if err := s.Abort(ctx, sinks.RunInfo{Job: testJob, Version: "v3"}); err != nil {
 		t.Fatalf("Abort(v3) without schema or run id: %v", err)
 	}
-	if sum := summary(stored(t, s, info)); sum != "v2:current" {
-		t.Fatalf("after Abort(v3) Stored = %s, want v2:current", sum)
+	if sum := summary(stored(t, s, info)); sum != "v2:current v1:kept" {
+		t.Fatalf("after Abort(v3) Stored = %s, want v2:current v1:kept", sum)
 	}
 	expectDir(t, target, sinktest.NewRun("v2", false, nil), 5)
 	if err := s.Abort(ctx, sinks.RunInfo{Job: testJob, Version: "sym"}); err == nil {

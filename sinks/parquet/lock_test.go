@@ -58,8 +58,13 @@ func TestLockTwoSinksOneProcess(t *testing.T) {
 	if err := l2.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if names, err := readNames(filepath.Dir(target)); err != nil || len(names) != 0 {
+	// Only the lease directory stays, its one record released.
+	if names, err := readNames(filepath.Dir(target)); err != nil || len(names) != 1 || names[0] != ".recs"+lockDirSuffix {
 		t.Fatalf("left beside the target after Release: %v (%v)", names, err)
+	}
+	top, rec, err := highest(lockDir(target))
+	if err != nil || rec == nil || !rec.Released || top != 2 {
+		t.Fatalf("lease record after Release: epoch %d %+v (%v), want epoch 2 released", top, rec, err)
 	}
 }
 

@@ -352,7 +352,7 @@ func TestCleanupKeepsForeignFiles(t *testing.T) {
 	ctx := context.Background()
 	for _, withExchange := range []bool{true, false} {
 		target := filepath.Join(t.TempDir(), "recs")
-		s := newSink(t, jobs.ParquetSinkSpec{Path: target})
+		s := newSink(t, jobs.ParquetSinkSpec{Path: target, Retain: 1})
 		run1, run2 := sinktest.NewRun("v1", false, nil), sinktest.NewRun("v2", false, nil)
 		writeRun(t, s, run1, 5)
 		if err := s.Publish(ctx, run1); err != nil {
@@ -374,11 +374,9 @@ func TestCleanupKeepsForeignFiles(t *testing.T) {
 			t.Fatalf("Publish (exchange %v): %v", withExchange, err)
 		}
 		expectDir(t, target, run2, 6)
-		d, _ := s.dirs(run2)
-		left := d.staging
-		if !withExchange {
-			left = d.old
-		}
+		// The previous run was retired into the versions directory and
+		// removed there (retain 1), precog's files only.
+		left := filepath.Join(versionsDir(target), "v1")
 		if got := tree(t, left); !maps.Equal(got, map[string]string{".": "<dir>", "late.txt": "x"}) {
 			t.Fatalf("exchange %v: %s holds %v, want late.txt alone", withExchange, left, got)
 		}

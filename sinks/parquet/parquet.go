@@ -34,6 +34,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"text/template"
 	"time"
 
@@ -75,9 +76,20 @@ type Sink struct {
 	// writer's buffered memory); New sets the defaults.
 	RowGroupRows  int64
 	RowGroupBytes int64
+	// retain is how many published versions the target keeps, the current
+	// one included (spec.Retain; jobs.DefaultRetain when unset).
+	retain int
+	// lease is the writer lease when the holder names none.
+	lease time.Duration
+
+	mu   sync.Mutex
+	held map[string]*leaseLock // by target: the leases this Sink holds
 }
 
-var _ sinks.Sink = (*Sink)(nil)
+var (
+	_ sinks.Sink       = (*Sink)(nil)
+	_ sinks.Rollbacker = (*Sink)(nil)
+)
 
 // New checks spec and returns the sink of job (whose name Check looks for
 // in the target's ownership marker). Path may still hold {{.param}}
@@ -106,7 +118,15 @@ func New(job string, spec jobs.ParquetSinkSpec) (*Sink, error) {
 	default:
 		return nil, fmt.Errorf("sinks.parquet.compression: %q is not one of zstd, snappy, gzip, none", spec.Compression)
 	}
-	return &Sink{job: job, spec: spec, codec: codec, RowGroupRows: DefaultRowGroupRows, RowGroupBytes: DefaultRowGroupBytes}, nil
+	if spec.Retain < 0 {
+		return nil, fmt.Errorf("sinks.parquet.retain: must be >= 1 (got %d)", spec.Retain)
+	}
+	retain := spec.Retain
+	if retain == 0 {
+		retain = jobs.DefaultRetain
+	}
+	return &Sink{job: job, spec: spec, codec: codec, RowGroupRows: DefaultRowGroupRows, RowGroupBytes: DefaultRowGroupBytes,
+		retain: retain, lease: sinks.DefaultLockLease, held: map[string]*leaseLock{}}, nil
 }
 
 // Name is "parquet".
@@ -117,11 +137,11 @@ func (s *Sink) Close() error { return nil }
 
 // dirs are the directories one run works with.
 type dirs struct {
-	target  string // the published directory
-	parent  string
-	staging string // .<base>.precog-<version>
-	old     string // .<base>.precog-old-<version>, only without RENAME_EXCHANGE
-	lock    string // .<base>.precog.lock
+	target   string // the published directory
+	parent   string
+	staging  string // .<base>.precog-<version>
+	old      string // .<base>.precog-old-<version>, only without RENAME_EXCHANGE
+	versions string // .<base>.precog.versions: earlier published versions, one directory each
 }
 
 // Target returns the published directory of run: the spec's path rendered
@@ -157,11 +177,11 @@ func (s *Sink) dirs(run sinks.RunInfo) (dirs, error) {
 	}
 	parent, base := filepath.Dir(t), filepath.Base(t)
 	return dirs{
-		target:  t,
-		parent:  parent,
-		staging: filepath.Join(parent, "."+base+".precog-"+v),
-		old:     filepath.Join(parent, "."+base+".precog-old-"+v),
-		lock:    filepath.Join(parent, "."+base+".precog.lock"),
+		target:   t,
+		parent:   parent,
+		staging:  filepath.Join(parent, "."+base+".precog-"+v),
+		old:      filepath.Join(parent, "."+base+".precog-old-"+v),
+		versions: versionsDir(t),
 	}, nil
 }
 
@@ -180,7 +200,7 @@ func (s *Sink) Prepare(ctx context.Context, run sinks.RunInfo) error {
 	if run.Schema == nil {
 		return fmt.Errorf("parquet: run %s: no output schema", run.RunID)
 	}
-	if published(d.target, run) {
+	if alreadyPublished(d.target, run) {
 		return nil
 	}
 	if err := checkOwned(d.target, run.Job); err != nil {
@@ -262,7 +282,7 @@ func (s *Sink) Shard(ctx context.Context, run sinks.RunInfo, index int) (sinks.S
 			return nil, fmt.Errorf("parquet: shard %d: metadata: %w", index, err)
 		}
 	}
-	return &shardWriter{sink: s, run: run, index: index, f: f, bw: bw, fw: fw, tmp: tmp, final: final, dir: d.staging}, nil
+	return &shardWriter{sink: s, run: run, index: index, f: f, bw: bw, fw: fw, tmp: tmp, final: final, dir: d.staging, target: d.target}, nil
 }
 
 // exchangeDirs swaps two directories atomically; a variable so tests can
@@ -276,16 +296,17 @@ type plainWriter struct{ w *bufio.Writer }
 func (p plainWriter) Write(b []byte) (int, error) { return p.w.Write(b) }
 
 type shardWriter struct {
-	sink  *Sink
-	run   sinks.RunInfo
-	index int
-	f     *os.File
-	bw    *bufio.Writer
-	fw    *pqarrow.FileWriter
-	tmp   string
-	final string
-	dir   string
-	rows  int64
+	sink   *Sink
+	run    sinks.RunInfo
+	index  int
+	f      *os.File
+	bw     *bufio.Writer
+	fw     *pqarrow.FileWriter
+	tmp    string
+	final  string
+	dir    string
+	target string
+	rows   int64
 	// rgBytes is the Arrow size of the rows in the buffered row group.
 	rgBytes int64
 	done    bool
@@ -387,6 +408,10 @@ func (w *shardWriter) Commit(ctx context.Context) error {
 	}
 	if err := w.f.Close(); err != nil {
 		return fail("close", err)
+	}
+	if err := w.sink.fence(w.target, w.run); err != nil {
+		// Another writer owns the target: not even our own file is touched.
+		return fmt.Errorf("parquet: shard %d: not committed: %w", w.index, err)
 	}
 	if err := os.Rename(w.tmp, w.final); err != nil {
 		os.Remove(w.tmp)

@@ -73,6 +73,15 @@ func onlyTarget(t *testing.T, target string) {
 		t.Fatal(err)
 	}
 	for _, e := range ents {
+		if e.Name() == filepath.Base(versionsDir(target)) {
+			vs, _ := os.ReadDir(versionsDir(target))
+			for _, v := range vs {
+				if pv, ok := publishedVersion(filepath.Join(versionsDir(target), v.Name()), testJob); !ok || pv != v.Name() {
+					t.Errorf("retained %s holds version %q, not that published version", v.Name(), pv)
+				}
+			}
+			continue
+		}
 		if e.Name() != filepath.Base(target) {
 			t.Errorf("left behind next to %s: %s", target, e.Name())
 		}

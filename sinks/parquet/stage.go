@@ -30,10 +30,13 @@ func (s *Sink) Stage(ctx context.Context, run sinks.RunInfo, committed []sinks.C
 	if err != nil {
 		return err
 	}
-	if published(d.target, run) {
+	if alreadyPublished(d.target, run) {
 		return nil
 	}
 	if err := checkOwned(d.target, run.Job); err != nil {
+		return err
+	}
+	if err := s.fence(d.target, run); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(d.staging, 0o755); err != nil {
@@ -45,6 +48,9 @@ func (s *Sink) Stage(ctx context.Context, run sinks.RunInfo, committed []sinks.C
 	if err := verifyShards(ctx, d.staging, committed); err != nil {
 		return err
 	}
+	if err := s.fence(d.target, run); err != nil {
+		return err
+	}
 	if err := writeMarker(d.staging, run); err != nil {
 		return fmt.Errorf("parquet: stage %s: %w", d.staging, err)
 	}
@@ -52,6 +58,16 @@ func (s *Sink) Stage(ctx context.Context, run sinks.RunInfo, committed []sinks.C
 		return fmt.Errorf("parquet: stage %s: %w", d.target, err)
 	}
 	return nil
+}
+
+// alreadyPublished reports whether run's version was published to target:
+// it is current there, or retained (a rollback moved readers off it).
+func alreadyPublished(target string, run sinks.RunInfo) bool {
+	if published(target, run) {
+		return true
+	}
+	dirs, err := retainedDirs(target, run.Job)
+	return err == nil && dirs[run.Version] != ""
 }
 
 // published reports whether target already holds run (its marker, or for

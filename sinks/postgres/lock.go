@@ -16,9 +16,10 @@ import (
 	"github.com/precog-ml/precog/sinks"
 )
 
-// defaultLockTTL is the lease of a writer lock. A writer killed without
-// Release blocks the target for at most this long.
-const defaultLockTTL = 30 * time.Second
+// defaultLockTTL is the lease of a writer lock when the holder names none
+// (sinks.Holder.Lease). A writer killed without Release blocks the target
+// for at most this long.
+const defaultLockTTL = sinks.DefaultLockLease
 
 // lockTarget names what one writer may hold: the table in replace mode
 // (all params share one view), the table and params in upsert mode.
@@ -51,7 +52,11 @@ func (s *Sink) Lock(ctx context.Context, run sinks.RunInfo, holder sinks.Holder)
 	}
 	var tok [16]byte
 	_, _ = rand.Read(tok[:])
-	l := &pgLock{s: s, target: target, token: hex.EncodeToString(tok[:]), ttl: s.lockTTL,
+	ttl := s.lockTTL
+	if holder.Lease > 0 {
+		ttl = holder.Lease
+	}
+	l := &pgLock{s: s, target: target, token: hex.EncodeToString(tok[:]), ttl: ttl,
 		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	for range 3 { // the holder may release between our insert and our read
 		start := time.Now()

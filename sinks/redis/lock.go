@@ -16,9 +16,10 @@ import (
 	"github.com/precog-ml/precog/sinks"
 )
 
-// DefaultLockTTL is the lease of the namespace lock: a holder renews it
-// every third of it, and a crashed holder's lock lapses after it.
-const DefaultLockTTL = 30 * time.Second
+// DefaultLockTTL is the lease of the namespace lock when the holder names
+// none (sinks.Holder.Lease): a holder renews it every third of it, and a
+// crashed holder's lock lapses after it.
+const DefaultLockTTL = sinks.DefaultLockLease
 
 // lockValue is what {ns}:lock holds: the holder, for the error a second
 // writer gets, and a random token that only the holder knows.
@@ -70,6 +71,9 @@ func (s *Sink) Lock(ctx context.Context, run sinks.RunInfo, holder sinks.Holder)
 		return nil, fmt.Errorf("redis sink: lock: %w", err)
 	}
 	key, ttl := s.layout.Lock(), s.lockTTL
+	if holder.Lease > 0 {
+		ttl = holder.Lease
+	}
 	for range 3 { // the other holder's lock may lapse between SET and GET
 		start := time.Now()
 		ok, err := s.client.SetNX(ctx, key, raw, ttl).Result()
