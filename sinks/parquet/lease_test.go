@@ -103,7 +103,17 @@ func TestLeaseTakeoverFencesStaleHolder(t *testing.T) {
 	wantFenced(t, "Publish", stale.Publish(ctx, b))
 	wantFenced(t, "Abort", stale.Abort(ctx, b))
 	if after := tree(t, filepath.Dir(target)); !maps.Equal(after, before) {
-		t.Fatalf("the stale holder changed the directory:\nbefore %v\nafter  %v", before, after)
+		for k, v := range after {
+			if before[k] != v {
+				t.Errorf("changed or added: %s", k)
+			}
+		}
+		for k := range before {
+			if _, ok := after[k]; !ok {
+				t.Errorf("removed: %s", k)
+			}
+		}
+		t.Fatal("the stale holder changed the directory")
 	}
 	expectDir(t, target, c, 7)
 	if err := lb.Release(ctx); err != nil {

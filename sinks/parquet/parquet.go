@@ -397,6 +397,10 @@ func (w *shardWriter) Commit(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fail("commit", err)
 	}
+	if err := w.sink.fence(w.target, w.run); err != nil {
+		w.f.Close() // another writer owns the target: our file stays as it is
+		return fmt.Errorf("parquet: shard %d: not committed: %w", w.index, err)
+	}
 	if err := w.fw.Close(); err != nil {
 		return fail("finish", err)
 	}
