@@ -267,7 +267,7 @@ func PublishHeld(ctx context.Context, o HeldOptions) (jobs.Run, error) {
 	}
 	defer job.Close()
 	info := sinks.RunInfo{Job: spec.Name, RunID: run.ID, Version: run.Version, Params: spec.Params, Schema: job.Output, Key: spec.Source.Key}
-	lctx, unlock, err := lockAll(ctx, snks, info)
+	lctx, unlock, err := lockAll(ctx, snks, info, 0)
 	if err != nil {
 		return run, err
 	}

@@ -203,7 +203,7 @@ func (lr *localRun) policy() retry.Policy { return policyOf(lr.job.Spec) }
 // runAndPublish holds the sinks' locks while it prepares them, executes the
 // shards, stages and publishes.
 func (lr *localRun) runAndPublish(ctx context.Context, run jobs.Run) error {
-	ctx, unlock, err := lockAll(ctx, lr.snks, lr.info)
+	ctx, unlock, err := lockAll(ctx, lr.snks, lr.info, 0)
 	if err != nil {
 		return err
 	}

@@ -127,9 +127,12 @@ func publishAll(ctx context.Context, snks []sinks.Sink, info sinks.RunInfo, poli
 	return nil
 }
 
-// lockAll takes every sink's writer lock. The returned context is cancelled
-// when any lock is lost; release gives every lock back.
-func lockAll(ctx context.Context, snks []sinks.Sink, info sinks.RunInfo) (context.Context, func(), error) {
+// lockAll takes every sink's writer lock, each a lease of lease (0: the
+// sinks' default): a cluster publisher passes its ledger lease, so that
+// once it freezes its targets lapse with its publish step and another
+// worker takes both over. The returned context is cancelled when any lock
+// is lost; release gives every lock back.
+func lockAll(ctx context.Context, snks []sinks.Sink, info sinks.RunInfo, lease time.Duration) (context.Context, func(), error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	var held []sinks.Lock
 	release := func() {
@@ -141,6 +144,7 @@ func lockAll(ctx context.Context, snks []sinks.Sink, info sinks.RunInfo) (contex
 		}
 	}
 	holder := sinks.ThisProcess(info)
+	holder.Lease = lease
 	for _, s := range snks {
 		l, err := s.Lock(ctx, info, holder)
 		if err != nil {
@@ -206,7 +210,7 @@ func publishStep(ctx context.Context, d publishDeps) (jobs.RunState, string) {
 	if max := d.spec.MaxRejected(); float64(run.Counts.Rejected) > max*float64(run.Counts.RowsIn) {
 		return fail(fmt.Errorf("%w: %d of %d rows rejected, more than max_rejected_fraction %g", ErrTooManyRejects, run.Counts.Rejected, run.Counts.RowsIn, max))
 	}
-	lctx, unlock, err := lockAll(ctx, d.snks, d.info)
+	lctx, unlock, err := lockAll(ctx, d.snks, d.info, d.leaseFor)
 	if err != nil {
 		d.log.Warn("publish: a sink target is locked; retrying later", "run", d.info.RunID, "err", err)
 		return "", ""

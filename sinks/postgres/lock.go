@@ -3,11 +3,13 @@ package postgres
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -67,6 +69,7 @@ func (s *Sink) Lock(ctx context.Context, run sinks.RunInfo, holder sinks.Holder)
 			WHERE l.expires_at < now() OR l.holder->>'run_id' = $5 RETURNING true`, target, h, l.token, l.ttl.Microseconds(), run.RunID).Scan(&got)
 		if err == nil {
 			go l.renew(start.Add(l.ttl))
+			s.endStaleHolders(ctx, target, l.token)
 			return l, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
@@ -83,6 +86,37 @@ func (s *Sink) Lock(ctx context.Context, run sinks.RunInfo, holder sinks.Holder)
 		return nil, &sinks.LockedError{Sink: "postgres", Target: target, Holder: other}
 	}
 	return nil, s.wrap("lock "+target, errors.New("the lock row kept changing hands"))
+}
+
+// lockLabel is the application_name of the DDL sessions of the writer
+// holding target's lock with token: "precog-lock-<target hash>-<token>".
+func lockLabel(target, token string) string {
+	sum := sha256.Sum256([]byte(target))
+	return fmt.Sprintf("precog-lock-%x-%s", sum[:8], token[:16])
+}
+
+// endStaleHolders labels this sink's DDL sessions with the lock just taken
+// and terminates those of earlier holders of target, in this database: a
+// holder frozen inside a stage or publish transaction (its lease lapsed,
+// or it is an earlier process of the run) would otherwise hold the
+// table's advisory lock until the server's idle-in-transaction timeout.
+// Their transactions roll back; every step they ran is redone by the new
+// holder.
+func (s *Sink) endStaleHolders(ctx context.Context, target, token string) {
+	mine := lockLabel(target, token)
+	s.mu.Lock()
+	s.ddlLabel = mine
+	s.mu.Unlock()
+	prefix := strings.TrimSuffix(mine, token[:16])
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE starts_with(application_name, $1) AND application_name <> $2 AND datname = current_database() AND pid <> pg_backend_pid()`,
+		prefix, mine).Scan(&n)
+	if err != nil {
+		s.log.Warn("could not end the sessions of the lock's earlier holder", "target", target, "err", err)
+	} else if n > 0 {
+		s.log.Info("ended the sessions of the lock's earlier holder", "target", target, "sessions", n)
+	}
 }
 
 // createLockTable creates the schema and precog_locks when missing (Lock
@@ -173,6 +207,11 @@ func (l *pgLock) renew(expiry time.Time) {
 func (l *pgLock) Release(ctx context.Context) error {
 	l.stopOnce.Do(func() { close(l.stop) })
 	<-l.done
+	l.s.mu.Lock()
+	if l.s.ddlLabel == lockLabel(l.target, l.token) {
+		l.s.ddlLabel = ""
+	}
+	l.s.mu.Unlock()
 	_, err := l.s.pool.Exec(ctx, "DELETE FROM "+l.s.ident(tabLocks)+" WHERE target = $1 AND token = $2", l.target, l.token)
 	return l.s.wrap("release lock "+l.target, err)
 }

@@ -95,6 +95,10 @@ type Sink struct {
 	active map[string]*shardWriter // in-flight attempt per version/shard
 	// hasVector caches whether the pgvector extension is installed.
 	hasVector *bool
+	// ddlLabel names this process's DDL sessions while it holds the writer
+	// lock (lockLabel), so that a writer taking the lock over can end the
+	// transactions a frozen holder left open; "" while none is held.
+	ddlLabel string
 }
 
 var (
@@ -273,7 +277,15 @@ func (s *Sink) lockKey() int64 {
 // transient): while the view's cutover waits behind a long reader, every
 // new reader queues behind the cutover, so the wait must stay short.
 func (s *Sink) ddl(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
+	s.mu.Lock()
+	label := s.ddlLabel
+	s.mu.Unlock()
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if label != "" {
+			if _, err := tx.Exec(ctx, "SET LOCAL application_name = '"+label+"'"); err != nil {
+				return err
+			}
+		}
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", s.lockKey()); err != nil {
 			return err
 		}
