@@ -127,7 +127,7 @@ func TestGC(t *testing.T) {
 	ctx := context.Background()
 	f := newGCFixture(t)
 	want := []string{
-		"parquet v2 kept", "parquet v3 %s", "parquet v4 kept",
+		"parquet v1 kept", "parquet v2 kept", "parquet v3 %s", "parquet v4 kept",
 		"postgres v1 kept", "postgres v2 kept", "postgres v3 %s", "postgres v4 kept",
 		"redis v1 kept", "redis v2 kept", "redis v3 %s", "redis v4 kept",
 	}

@@ -3,9 +3,12 @@ package parquet
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -214,4 +217,47 @@ func TestRetentionAndRollback(t *testing.T) {
 	versions("v4", "v3")
 	expectDir(t, filepath.Join(versionsDir(target), "v3"), runs["v3"], 7)
 	onlyTarget(t, target)
+}
+
+// TestGCRemovesBeyondRetention: versions left beyond retention (the
+// retention was lowered since they were kept) are listed as unpublished,
+// and Abort, which gc runs for them, removes them and nothing else: the
+// current version and a user's file beside them stay.
+func TestGCRemovesBeyondRetention(t *testing.T) {
+	ctx := context.Background()
+	target := filepath.Join(t.TempDir(), "recs")
+	s := newSink(t, jobs.ParquetSinkSpec{Path: target, Retain: 3})
+	for i, v := range []string{"v1", "v2", "v3"} {
+		run := sinktest.NewRun(v, false, nil)
+		writeRun(t, s, run, 3+i)
+		if err := s.Publish(ctx, run); err != nil {
+			t.Fatal(err)
+		}
+	}
+	user := filepath.Join(versionsDir(target), "v1", "notes.txt")
+	if err := os.WriteFile(user, []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lower := newSink(t, jobs.ParquetSinkSpec{Path: target, Retain: 2})
+	info := sinks.RunInfo{Job: testJob}
+	if sum := summary(stored(t, lower, info)); sum != "v3:current v1:staging v2:kept" {
+		t.Fatalf("Stored with retain 2 = %s, want v3:current v1:staging v2:kept", sum)
+	}
+	err := lower.Abort(ctx, sinks.RunInfo{Job: testJob, Version: "v1"})
+	if err == nil || !strings.Contains(err.Error(), "notes.txt") {
+		t.Fatalf("Abort(v1) = %v, want it to name the user's file it left", err)
+	}
+	if b, err := os.ReadFile(user); err != nil || string(b) != "mine" {
+		t.Fatalf("the user's file: %q %v", b, err)
+	}
+	if err := lower.Abort(ctx, sinks.RunInfo{Job: testJob, Version: "v2"}); err != nil {
+		t.Fatal(err)
+	}
+	if vs, _ := lower.Versions(ctx, info); !slices.Equal(vs, []string{"v3", "v2"}) {
+		t.Fatalf("Versions after gc = %v, want [v3 v2]: Abort removed a retained version", vs)
+	}
+	if _, err := os.Stat(filepath.Join(versionsDir(target), "v1", partName(0))); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("v1's part file after gc: %v", err)
+	}
+	expectDir(t, target, sinktest.NewRun("v3", false, nil), 5)
 }
