@@ -31,11 +31,6 @@ func (c *e2eCluster) publisherOf(id string) string {
 	return p
 }
 
-// parquetOut is the job's published Parquet directory.
-func (c *e2eCluster) parquetOut() string {
-	return filepath.Join(c.dir, "out", "scores", "date="+e2eDate)
-}
-
 // TestClusterFrozenPublisherTakenOver: two workers with a 3s lease into
 // Redis, Postgres and a fixed Parquet path. The worker publishing run B is
 // frozen (SIGSTOP) right after it staged, holding every sink's writer

@@ -194,26 +194,35 @@ func legacyHolder(ctx context.Context, path string) sinks.Holder {
 // cannot be parsed: a torn read of a renewal, or a writer killed while it
 // wrote). 0 when dir holds no record.
 func highest(dir string) (int64, *lockRecord, error) {
-	names, err := readNames(dir)
-	if err != nil {
-		return 0, nil, err
-	}
 	var top int64
-	for _, n := range names {
-		if e, ok := parseEpoch(n); ok && e > top {
-			top = e
+	for range 5 { // a record removed while read was taken over: list again
+		names, err := readNames(dir)
+		if err != nil {
+			return 0, nil, err
 		}
-	}
-	if top == 0 {
-		return 0, nil, nil
-	}
-	for range 3 {
-		if rec, err := readRecord(filepath.Join(dir, epochName(top))); err == nil {
-			return top, rec, nil
-		} else if errors.Is(err, fs.ErrNotExist) {
-			return highest(dir) // taken over and removed meanwhile: there is a higher one
+		top = 0
+		for _, n := range names {
+			if e, ok := parseEpoch(n); ok && e > top {
+				top = e
+			}
 		}
-		time.Sleep(5 * time.Millisecond)
+		if top == 0 {
+			return 0, nil, nil
+		}
+		gone := false
+		for range 3 {
+			rec, err := readRecord(filepath.Join(dir, epochName(top)))
+			if err == nil {
+				return top, rec, nil
+			}
+			if gone = errors.Is(err, fs.ErrNotExist); gone {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if !gone {
+			return top, nil, nil // unreadable: counts as held
+		}
 	}
 	return top, nil, nil
 }
