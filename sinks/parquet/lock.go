@@ -135,7 +135,12 @@ func (s *Sink) Lock(ctx context.Context, run sinks.RunInfo, holder sinks.Holder)
 			return nil, fmt.Errorf("parquet: lock %s: %w", target, err)
 		}
 		if now, _, err := highest(dir); err != nil || now != l.epoch {
-			l.f.Close() // someone went past us meanwhile
+			// Someone went past us meanwhile (we linked an epoch its
+			// holder had already removed): ours never counted.
+			if err == nil && now > l.epoch {
+				os.Remove(l.path)
+			}
+			l.f.Close()
 			continue
 		}
 		removeBelow(dir, l.epoch)
