@@ -3,19 +3,21 @@
 //
 // Layout, for path out/recs/date=2024-11-01 and run version V:
 //
-//	out/recs/.date=2024-11-01.precog.lock           the writer lock (lock.go)
+//	out/recs/.date=2024-11-01.precog.lock/          the writer lease (lock.go)
 //	out/recs/.date=2024-11-01.precog-V/              staging (hidden, same filesystem)
 //	    part-00003.parquet.tmp-1f2e…                 an attempt being written
 //	    part-00003.parquet                           a committed shard
 //	out/recs/date=2024-11-01/                        the published run
 //	    part-00000.parquet … _SUCCESS _PRECOG
+//	out/recs/.date=2024-11-01.precog.versions/U/     an earlier published run, kept for rollback (versions.go)
 //
 // A shard's Commit fsyncs its temporary file and renames it over
 // part-<i>.parquet, so a retried shard replaces its earlier attempt. Stage
 // (stage.go) verifies the committed shards and writes _SUCCESS and the
 // _PRECOG ownership marker into staging; Publish (publish.go) swaps staging
 // with the published directory in one atomic rename, so a reader that
-// resolves the directory sees the old run or the new one, never a mix.
+// resolves the directory sees the old run or the new one, never a mix;
+// the run it replaced is kept beside it while retention (retain) keeps it.
 //
 // Precog replaces only a directory it published for the same job, and
 // deletes only the file names it writes (owner.go): a directory holding
