@@ -313,7 +313,8 @@ func TestTooManyRejectsFailsEarlyAndPublishesNothing(t *testing.T) {
 	}
 	entries, _ := os.ReadDir(filepath.Dir(spec.Sinks.Parquet.Path))
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), "out") || strings.HasPrefix(e.Name(), ".out") {
+		// The writer lease's directory stays, its record released.
+		if (strings.HasPrefix(e.Name(), "out") || strings.HasPrefix(e.Name(), ".out")) && e.Name() != ".out.precog.lock" {
 			t.Errorf("failed run left %s behind", e.Name())
 		}
 	}
