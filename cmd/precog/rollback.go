@@ -71,7 +71,7 @@ PRECOG_DATABASE_URL) when one is named, else in the state directory's.`,
 			}()
 			info := sinks.RunInfo{Job: spec.Name, Params: spec.Params, Key: spec.Source.Key}
 			w := cmd.OutOrStdout()
-			stores, err := rollbackStores(ctx, spec, snks, info, onlySinks, w)
+			stores, err := rollbackStores(ctx, spec, snks, info, onlySinks, list, w)
 			if err != nil {
 				return err
 			}
@@ -134,8 +134,8 @@ type rollbackStore struct {
 // rollbackStores lists the sinks to move with their current and retained
 // versions: every sink of the job, or those --sinks names. A sink that
 // keeps no earlier versions is a usage error (exit 2) unless --sinks
-// leaves it out.
-func rollbackStores(ctx context.Context, spec *jobs.Spec, snks []sinks.Sink, info sinks.RunInfo, only []string, w io.Writer) ([]rollbackStore, error) {
+// leaves it out (with list, it is only said).
+func rollbackStores(ctx context.Context, spec *jobs.Spec, snks []sinks.Sink, info sinks.RunInfo, only []string, list bool, w io.Writer) ([]rollbackStore, error) {
 	names := make([]string, 0, len(snks))
 	for _, s := range snks {
 		names = append(names, s.Name())
@@ -152,6 +152,10 @@ func rollbackStores(ctx context.Context, spec *jobs.Spec, snks []sinks.Sink, inf
 			continue
 		}
 		rb, ok := s.(sinks.Rollbacker)
+		if (!ok || !keepsVersions(spec, s.Name())) && list {
+			fmt.Fprintf(w, "%s: keeps no earlier versions\n", s.Name())
+			continue
+		}
 		if !ok || !keepsVersions(spec, s.Name()) {
 			return nil, invalid(fmt.Errorf("sinks.%s keeps no earlier versions (postgres mode: upsert, redis publish: in_place), so a rollback would leave the stores on different versions; nothing was changed (name the sinks to move with --sinks to roll back the others anyway)", s.Name()))
 		}
