@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/precog-ml/precog/internal/testservers"
 	"github.com/precog-ml/precog/sinks"
 	"github.com/precog-ml/precog/sinks/sinktest"
@@ -193,5 +195,80 @@ func TestFrozenAttemptDoesNotHoldTheShard(t *testing.T) {
 	}
 	if d := time.Since(start); d > 4*shardLockWait {
 		t.Fatalf("the second attempt waited %s", d)
+	}
+}
+
+// TestTakeoverEndsFrozenHoldersTransaction: a holder frozen inside a DDL
+// transaction (its stage or publish: it holds the table's advisory lock)
+// does not hold up the writer that takes its lock over (here an earlier
+// process of the same run, as a cluster worker that got the run's publish
+// lease): the taker ends the frozen session, and its own Stage goes
+// through while the frozen transaction would still be open. Before, the
+// taker waited for the server's idle-in-transaction timeout.
+func TestTakeoverEndsFrozenHoldersTransaction(t *testing.T) {
+	old := idleInTxTimeout
+	idleInTxTimeout = 10 * time.Minute // never the reason the frozen session ends
+	t.Cleanup(func() { idleInTxTimeout = old })
+	pg := testservers.Postgres(t)
+	ctx := context.Background()
+	a := newSink(t, pg, ModeReplace, "frozen_ddl")
+	run := sinktest.NewRun("v1", false, nil)
+	prepareRun(t, a, run, 0, 20)
+	ha := sinks.ThisProcess(run)
+	if _, err := a.Lock(ctx, run, ha); err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	frozenDone := make(chan error, 1)
+	go func() {
+		frozenDone <- a.ddl(ctx, "frozen stage", func(tx pgx.Tx) error {
+			close(entered)
+			<-release // frozen while it holds the advisory lock
+			return nil
+		})
+	}()
+	<-entered
+	b, err := New(ctx, testJob, a.spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	hb := ha
+	hb.PID++
+	lb, err := b.Lock(ctx, run, hb)
+	if err != nil {
+		t.Fatalf("Lock by another process of the run: %v", err)
+	}
+	defer lb.Release(ctx)
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err = b.Stage(sctx, run, []sinks.CommittedShard{{Index: 0, Rows: 20}})
+	close(release)
+	if err != nil {
+		t.Fatalf("Stage by the new holder while the frozen one's transaction is open: %v", err)
+	}
+	if err := <-frozenDone; err == nil {
+		t.Fatal("the frozen holder's transaction committed after its session was ended")
+	}
+}
+
+// prepareRun prepares run in s and commits rows [from, from+n) as shard 0.
+func prepareRun(t *testing.T, s *Sink, run sinks.RunInfo, from, n int) {
+	t.Helper()
+	ctx := context.Background()
+	if err := s.Prepare(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	w, err := s.Shard(ctx, run, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := sinktest.Batch(run, from, n)
+	defer b.Release()
+	if err := w.Write(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
