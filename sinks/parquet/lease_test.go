@@ -261,3 +261,51 @@ func TestGCRemovesBeyondRetention(t *testing.T) {
 	}
 	expectDir(t, target, sinktest.NewRun("v3", false, nil), 5)
 }
+
+// TestLeaseLapseOnFilesystemClock: whether a lease lapsed is read on the
+// filesystem's clock (the record's modification time), not from the
+// expiry the holder wrote with its own clock: a holder whose clock runs
+// behind (its expiry already past) keeps its target while it renews, and
+// one whose record went unrenewed for a lease loses it whatever expiry it
+// wrote.
+func TestLeaseLapseOnFilesystemClock(t *testing.T) {
+	ctx := context.Background()
+	target := filepath.Join(t.TempDir(), "recs")
+	a := newSink(t, jobs.ParquetSinkSpec{Path: target})
+	b := newSink(t, jobs.ParquetSinkSpec{Path: target})
+	run1, run2 := sinktest.NewRun("v1", false, nil), sinktest.NewRun("v2", false, nil)
+	h1 := sinks.ThisProcess(run1)
+	h1.Lease = time.Minute
+	l1, err := a.Lock(ctx, run1, h1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ll := l1.(*leaseLock)
+	ll.frozen.Store(true)
+	h2 := sinks.ThisProcess(run2)
+	h2.PID++
+	// The holder's clock is behind: the expiry it wrote has passed.
+	ll.mu.Lock()
+	ll.rec.Expires = time.Now().Add(-time.Hour)
+	ll.mu.Unlock()
+	if err := ll.writeRaw(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Lock(ctx, run2, h2); !errors.As(err, new(*sinks.LockedError)) {
+		t.Fatalf("Lock of a renewed lease whose written expiry passed = %v, want a LockedError", err)
+	}
+	// Unrenewed for longer than its lease on the filesystem's clock.
+	old := time.Now().Add(-2 * time.Minute)
+	if err := os.Chtimes(ll.path, old, old); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := b.Lock(ctx, run2, h2)
+	if err != nil {
+		t.Fatalf("Lock of a lease unrenewed for 2 leases: %v", err)
+	}
+	wantFenced(t, "Abort", a.Abort(ctx, run1))
+	_ = l1.Release(ctx)
+	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -43,10 +43,12 @@ import (
 // that ran it). The winner then removes the lower epochs; the highest is
 // never removed, only marked released, so epochs only grow.
 //
-// The holder renews its record every third of the lease. A holder whose
-// renewals stop (frozen, cut off) stops itself: its lease ends lease/6
-// before the expiry it wrote, which covers clock differences up to that
-// between machines sharing the directory. Fencing: before every step that
+// The holder renews its record every third of the lease, rewriting it in
+// place. A taker measures the lapse on the filesystem's clock (the
+// record's modification time against a probe file's, lapsed), so machines
+// sharing the directory over NFS need not agree on the time; a holder
+// whose renewals stop (frozen, cut off) stops itself on its own monotonic
+// clock, lease/6 before its lease can lapse. Fencing: before every step that
 // changes the target (a commit, Stage, Publish, Rollback, Abort) the sink
 // checks that its lease is still the highest epoch, still its token and not
 // past its end (fence); a stale holder, once awake, changes nothing.
@@ -252,13 +254,57 @@ func takeable(dir string, top int64, rec *lockRecord, run sinks.RunInfo) (string
 		return "", true
 	case rec != nil && rec.Holder.RunID == run.RunID && run.RunID != "":
 		return "an earlier process of the same run held it", true
-	case rec != nil && time.Now().After(rec.Expires):
-		return fmt.Sprintf("the lease of %s expired at %s", rec.Holder, rec.Expires.Format(time.RFC3339Nano)), true
+	case rec != nil && lapsed(dir, top, rec):
+		return fmt.Sprintf("the lease of %s lapsed (not renewed within %s)", rec.Holder, rec.Holder.Lease), true
 	}
 	if flockFree(filepath.Join(dir, epochName(top))) {
 		return "its holder's process is gone", true
 	}
 	return "", false
+}
+
+// lapsed reports whether the record of epoch top went unrenewed for longer
+// than its lease. Both times come from the filesystem's clock: the record
+// file's modification time (its last renewal's write) and that of a probe
+// file written now. On NFS the server sets both, so machines sharing the
+// directory need not agree on the time; locally it is the machine's clock.
+// A record without a lease falls back to the expiry it names.
+func lapsed(dir string, top int64, rec *lockRecord) bool {
+	if rec.Holder.Lease <= 0 {
+		return time.Now().After(rec.Expires)
+	}
+	fi, err := os.Stat(filepath.Join(dir, epochName(top)))
+	if err != nil {
+		return false
+	}
+	now, err := fsNow(dir)
+	if err != nil {
+		return false
+	}
+	return now.Sub(fi.ModTime()) > rec.Holder.Lease
+}
+
+// fsNow is the filesystem's time now: the modification time of a probe
+// file written into dir (and removed).
+func fsNow(dir string) (time.Time, error) {
+	var tok [8]byte
+	_, _ = rand.Read(tok[:])
+	p := filepath.Join(dir, "tmp-probe-"+hex.EncodeToString(tok[:]))
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer os.Remove(p)
+	_, werr := f.Write([]byte{'\n'})
+	cerr := f.Close()
+	if werr != nil || cerr != nil {
+		return time.Time{}, errors.Join(werr, cerr)
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return fi.ModTime(), nil
 }
 
 // flockFree reports whether no process holds the record file's flock (its
@@ -362,8 +408,15 @@ type leaseLock struct {
 // write rewrites the record in place with an expiry of start + lease.
 func (l *leaseLock) write(start time.Time) error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.rec.Expires = start.Add(l.lease).UTC()
+	l.mu.Unlock()
+	return l.writeRaw()
+}
+
+// writeRaw rewrites the record as it is, padded to recordSize, and syncs it.
+func (l *leaseLock) writeRaw() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	b, err := json.Marshal(l.rec)
 	if err != nil {
 		return err
