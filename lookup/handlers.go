@@ -305,6 +305,10 @@ func (s *Server) answerOne(ctx context.Context, w *reqInfo, q oneKey) {
 		return
 	}
 	a := ans[0]
+	if a.bad != nil {
+		writeErr(ctx, w, a.bad)
+		return
+	}
 	if a.source == "" {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no prediction for key %q in namespace %q%s", key, n.name, why))
 		return
@@ -401,7 +405,7 @@ func (s *Server) batchGet(ctx context.Context, w *reqInfo, n *namespace, body []
 			b = append(b, ',')
 		}
 		var p recordParts
-		if a.source != "" {
+		if a.source != "" && a.bad == nil {
 			if p, err = splitRecord(a.rec, spans[:]); err != nil {
 				*bp = b
 				bufPool.Put(bp)
@@ -409,14 +413,23 @@ func (s *Server) batchGet(ctx context.Context, w *reqInfo, n *namespace, body []
 				return
 			}
 		}
-		found := a.source != ""
-		b = appendPrediction(b, "", req.Keys[i], &found, a, &p)
+		found := a.source != "" && a.bad == nil
+		shown := a
+		if !found {
+			shown = answer{}
+		}
+		b = appendPrediction(b, "", req.Keys[i], &found, shown, &p)
 		// The object appendPrediction closed gets the key's status.
 		b = append(b[:len(b)-1], `,"status":"`...)
 		switch {
 		case req.KeyErrs != nil && req.KeyErrs[i] != nil:
 			b = append(b, statusError+`","error":`...)
 			b = append(appendJSONString(b, req.KeyErrs[i].Error()), '}')
+			a.source = "error"
+			answered++
+		case a.bad != nil:
+			b = append(b, statusError+`","error":`...)
+			b = append(appendJSONString(b, a.bad.Error()), '}')
 			a.source = "error"
 			answered++
 		case found:
@@ -574,14 +587,15 @@ func (s *Server) redisStep(ctx context.Context, q *lookupReq) error {
 		if rec == nil {
 			continue
 		}
+		src := SourceRedis
+		if live[i] {
+			src = SourceLive
+		}
 		if !isRecord(rec) {
-			s.cfg.Logger.Warn("unreadable stored record; falling through", "namespace", n.name, "key", q.keys[i], "store", "redis")
+			q.ans[i] = s.corrupt(n, q.keys[i], "redis", recordFault(rec))
 			continue
 		}
-		q.ans[i] = answer{rec: rec, source: SourceRedis}
-		if live[i] {
-			q.ans[i].source = SourceLive
-		}
+		q.ans[i] = answer{rec: rec, source: src}
 	}
 	return nil
 }
@@ -599,7 +613,7 @@ func (s *Server) postgresStep(ctx context.Context, q *lookupReq, ks []string) er
 		if m, ok := rows[q.keys[i]]; ok {
 			rec, col, err := pgRecord(m)
 			if err != nil {
-				s.cfg.Logger.Warn("unreadable Postgres value", "namespace", n.name, "key", q.keys[i], "column", col, "err", err)
+				q.ans[i] = s.corrupt(n, q.keys[i], "postgres", fmt.Errorf("column %s: %w", col, err))
 				continue
 			}
 			q.ans[i] = answer{rec: rec, source: SourcePostgres}

@@ -18,6 +18,7 @@ type metrics struct {
 	// unavailable): the hit ratio of a source is its share of the total.
 	lookups     *prometheus.CounterVec
 	storeErrors *prometheus.CounterVec
+	corrupt     *prometheus.CounterVec
 	circuitOpen *prometheus.GaugeVec
 	versionLost *prometheus.GaugeVec
 	liveBatch   *prometheus.HistogramVec
@@ -34,7 +35,7 @@ type metrics struct {
 var (
 	endpointNames  = []string{"get", "batchGet", "predict", "post"}
 	requestSources = []string{SourceRedis, SourcePostgres, SourceLive, "miss", "mixed", "unavailable", "error"}
-	keySources     = []string{SourceRedis, SourcePostgres, SourceLive, "miss", "unavailable"}
+	keySources     = []string{SourceRedis, SourcePostgres, SourceLive, "miss", "unavailable", sourceCorrupt}
 	commonCodes    = []int{200, 400, 401, 404, 413, 429, 500, 503, 504}
 )
 
@@ -81,11 +82,15 @@ func newMetrics() *metrics {
 		}, []string{"endpoint", "source"}),
 		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "precog_lookup_keys_total",
-			Help: "Keys answered, by namespace and source (redis, postgres, live, miss, unavailable).",
+			Help: "Keys answered, by namespace and source (redis, postgres, live, miss, unavailable, corrupt).",
 		}, []string{"namespace", "source"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "precog_lookup_store_errors_total",
 			Help: "Failed or timed-out store steps that fell through to the next source.",
+		}, []string{"namespace", "store"}),
+		corrupt: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "precog_lookup_corrupt_records_total",
+			Help: "Stored records that could not be read (not a JSON object, a msgpack record that does not decode, a Postgres value with no JSON form): each is answered as an error of its key, never as a miss.",
 		}, []string{"namespace", "store"}),
 		circuitOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "precog_lookup_store_circuit_open",
@@ -124,7 +129,7 @@ func newMetrics() *metrics {
 		}
 		m.endpoints[ep] = e
 	}
-	m.reg.MustRegister(m.latency, m.lookups, m.storeErrors, m.circuitOpen, m.versionLost, m.liveBatch, m.inFlight, m.shed, m.responses,
+	m.reg.MustRegister(m.latency, m.lookups, m.storeErrors, m.corrupt, m.circuitOpen, m.versionLost, m.liveBatch, m.inFlight, m.shed, m.responses,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

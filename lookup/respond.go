@@ -21,6 +21,10 @@ import (
 type answer struct {
 	rec    []byte
 	source string
+	// bad, when set, is the key's error: its stored record is corrupt
+	// (an *errCorrupt). The chain stops there: the key is answered with
+	// that error, never as a miss.
+	bad error
 }
 
 // span is a member of a JSON object: [start, end) of its text, from the
@@ -39,8 +43,8 @@ type recordParts struct {
 var errNotObject = errors.New("stored record is not a JSON object")
 
 // isRecord reports whether rec is valid JSON and an object: what resolve
-// checks of every stored record before it counts as an answer, so that a
-// corrupt one falls through to the next store like a miss.
+// checks of every stored record before it counts as an answer; a corrupt
+// one is an error of its key (errCorrupt), never a miss.
 func isRecord(rec []byte) bool {
 	i := skipWS(rec, 0)
 	return i < len(rec) && rec[i] == '{' && json.Valid(rec)
