@@ -46,6 +46,12 @@ type Config struct {
 	// Postgres round trip): past it the request falls through to the next
 	// store. Default 100ms.
 	StoreTimeout time.Duration
+	// ColdStartTimeout bounds a store's first, metadata queries (the type
+	// of a Postgres table's key column), which run once, off the request
+	// path: on a loaded machine right after start they may take longer
+	// than StoreTimeout, and that is no store failure. Requests wait for
+	// them within RequestTimeout. Default 10s.
+	ColdStartTimeout time.Duration
 	// MaxInFlight caps concurrent API requests; excess is shed with 429.
 	// Default 1024.
 	MaxInFlight int
@@ -94,6 +100,9 @@ func (c *Config) defaults() {
 	}
 	if c.StoreTimeout <= 0 {
 		c.StoreTimeout = 100 * time.Millisecond
+	}
+	if c.ColdStartTimeout <= 0 {
+		c.ColdStartTimeout = 10 * time.Second
 	}
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = 1024

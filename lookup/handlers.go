@@ -649,9 +649,15 @@ func (s *Server) pgStep(ctx context.Context, t *pgTable, keys, cols []string, or
 	if err := t.brk.allow(); err != nil {
 		return nil, err
 	}
+	// The key type is a cold-start query, with its own budget and its own
+	// account with the breaker: a slow first query is no store failure.
+	isInt, err := t.keyIsInt(ctx)
+	if err != nil {
+		return nil, err
+	}
 	sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
 	defer cancel()
-	rows, err := t.rows(sctx, keys, cols, order)
+	rows, err := t.rows(sctx, isInt, keys, cols, order)
 	stepDone(ctx, t.brk, err)
 	return rows, err
 }

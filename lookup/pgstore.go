@@ -2,12 +2,13 @@ package lookup
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/precog-ml/precog/jobs"
@@ -22,10 +23,30 @@ type pgTable struct {
 	key    string
 	where  string // "schema.table", for errors
 	brk    *breaker
+	cold   coldStart
 
 	mu      sync.Mutex
 	intKey  bool
-	resolve bool // key type known
+	resolve bool      // key type known
+	load    *metaLoad // the key type's query while it runs, else nil
+	waiting int       // requests waiting on load (tests wait on it)
+}
+
+// coldStart is the budget of a table's first (metadata) queries and where
+// they run: off the request path, under the server's context, so that a
+// slow first query on a loaded machine neither fails requests at the step
+// timeout nor opens the breaker.
+type coldStart struct {
+	ctx     context.Context // the server's: ends at Close
+	wg      *sync.WaitGroup
+	timeout time.Duration
+}
+
+// metaLoad is one run of the key type's query; done closes when it ends.
+type metaLoad struct {
+	done   chan struct{}
+	intKey bool
+	err    error
 }
 
 func newPGTable(pool *pgxpool.Pool, schema, table, key string) *pgTable {
@@ -41,38 +62,98 @@ func (t *pgTable) ident() string {
 
 // keyIsInt finds (once) whether the key column is an integer, so that keys
 // from URLs are compared with the column's own type and its index is used.
+//
+// The query is a cold-start query: it runs once, in the background, within
+// the cold-start budget (not the request's step timeout), and its outcome
+// alone counts for the breaker, once. A request waits for it within its
+// own deadline; a request that gives up leaves it running for the next.
 func (t *pgTable) keyIsInt(ctx context.Context) (bool, error) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if t.resolve {
+		t.mu.Unlock()
 		return t.intKey, nil
 	}
-	var typ string
-	err := t.pool.QueryRow(ctx,
-		`SELECT data_type FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 AND column_name = $3`,
-		t.schema, t.table, t.key).Scan(&typ)
-	if errors.Is(err, pgx.ErrNoRows) {
-		// information_schema lists only the columns the role may use: a
-		// table the role cannot read looks like no table at all. Reading
-		// it says which it is (permission denied, or no such relation).
-		if err := t.check(ctx); err != nil {
-			return false, err
-		}
-		return false, fmt.Errorf("postgres %s: %w %q (is the table published?)", t.where, errNoKeyColumn, t.key)
+	l := t.load
+	if l == nil {
+		l = &metaLoad{done: make(chan struct{})}
+		t.load = l
+		t.cold.wg.Add(1)
+		go t.loadKeyType(l)
 	}
-	if err != nil {
-		return false, fmt.Errorf("postgres %s: key column type: %w", t.where, err)
+	t.waiting++
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		t.waiting--
+		t.mu.Unlock()
+	}()
+	select {
+	case <-l.done:
+		return l.intKey, l.err
+	case <-ctx.Done():
+		return false, fmt.Errorf("postgres %s: the key column's type is still being read (first query since start): %w", t.where, ctx.Err())
 	}
-	switch typ {
-	case "bigint", "integer", "smallint":
-		t.intKey = true
-	}
-	t.resolve = true
-	return t.intKey, nil
 }
 
-// errNoKeyColumn is a table without the job's key column.
-var errNoKeyColumn = errors.New("no key column")
+// warm starts the key type's query at server start.
+func (t *pgTable) warm() {
+	_, _ = t.keyIsInt(canceled)
+}
+
+// canceled is a context that has ended: keyIsInt(canceled) starts the
+// load without waiting for it.
+var canceled = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
+// loadKeyType runs l: the key column's type, read from the relation the
+// way rows reads it (the same permission, relation and column errors).
+func (t *pgTable) loadKeyType(l *metaLoad) {
+	defer t.cold.wg.Done()
+	ctx, cancel := context.WithTimeout(t.cold.ctx, t.cold.timeout)
+	defer cancel()
+	l.intKey, l.err = t.queryKeyType(ctx)
+	if l.err != nil && t.cold.ctx.Err() == nil {
+		stepDone(t.cold.ctx, t.brk, l.err)
+	} else if l.err == nil {
+		t.brk.success()
+	}
+	if l.err != nil {
+		// Waiters get the error once; the next request tries again.
+		l.err = fmt.Errorf("%w%w", l.err, noFault)
+	}
+	t.mu.Lock()
+	if l.err == nil {
+		t.intKey, t.resolve = l.intKey, true
+	}
+	t.load = nil
+	t.mu.Unlock()
+	close(l.done)
+}
+
+func (t *pgTable) queryKeyType(ctx context.Context) (bool, error) {
+	q := "SELECT " + pgx.Identifier{t.key}.Sanitize() + " FROM " + t.ident() + " LIMIT 0"
+	rs, err := t.pool.Query(ctx, q)
+	if err != nil {
+		return false, fmt.Errorf("postgres %s: select %s: %w", t.where, t.key, err)
+	}
+	fds := rs.FieldDescriptions()
+	var oid uint32
+	if len(fds) == 1 {
+		oid = fds[0].DataTypeOID
+	}
+	rs.Close()
+	if err := rs.Err(); err != nil {
+		return false, fmt.Errorf("postgres %s: select %s: %w", t.where, t.key, err)
+	}
+	switch oid {
+	case pgtype.Int8OID, pgtype.Int4OID, pgtype.Int2OID:
+		return true, nil
+	}
+	return false, nil
+}
 
 // check reads no rows of the table the way rows reads it: the error a
 // request would meet (permission denied for the view, no such relation, no
@@ -90,14 +171,11 @@ func (t *pgTable) check(ctx context.Context) error {
 	return nil
 }
 
-// rows fetches the rows of keys. cols nil selects every column. When a key
+// rows fetches the rows of keys (isInt: the key column is an integer, see
+// keyIsInt). cols nil selects every column. When a key
 // has several rows (upsert mode keeps one per run parameter set), the one
 // with the latest computed_at wins if order is set.
-func (t *pgTable) rows(ctx context.Context, keys []string, cols []string, order string) (map[string]map[string]any, error) {
-	isInt, err := t.keyIsInt(ctx)
-	if err != nil {
-		return nil, err
-	}
+func (t *pgTable) rows(ctx context.Context, isInt bool, keys []string, cols []string, order string) (map[string]map[string]any, error) {
 	var arg any
 	if isInt {
 		ints := make([]int64, 0, len(keys))

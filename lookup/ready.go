@@ -121,9 +121,6 @@ func misconfigured(err error) bool {
 	if errors.As(err, &pgErr) {
 		return strings.HasPrefix(pgErr.Code, "42") || strings.HasPrefix(pgErr.Code, "28")
 	}
-	if errors.Is(err, errNoKeyColumn) {
-		return true
-	}
 	msg := err.Error()
 	for _, p := range []string{"NOAUTH", "WRONGPASS", "NOPERM"} {
 		if strings.Contains(msg, p) {

@@ -95,8 +95,26 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.startWatcher(s.ctx)
+	s.warm()
 	s.routes()
 	return s, nil
+}
+
+func (s *Server) coldStart() coldStart {
+	return coldStart{ctx: s.ctx, wg: &s.bg, timeout: s.cfg.ColdStartTimeout}
+}
+
+// warm starts every Postgres table's cold-start queries, so that the
+// first requests find them done or under way.
+func (s *Server) warm() {
+	for _, name := range s.names {
+		n := s.ns[name]
+		for _, t := range []*pgTable{n.pg, n.features} {
+			if t != nil {
+				t.warm()
+			}
+		}
+	}
 }
 
 func specName(spec *jobs.Spec) string {
@@ -165,7 +183,7 @@ func (s *Server) buildNamespaces(specs []*jobs.Spec) error {
 				return fmt.Errorf("lookup: %w", err)
 			}
 			n.pg = newPGTable(pl, p.Schema, p.Table, spec.Source.Key)
-			n.pg.brk = pgBreakers[pl]
+			n.pg.brk, n.pg.cold = pgBreakers[pl], s.coldStart()
 		}
 		if spec.Serving.Live == nil || *spec.Serving.Live {
 			if err := s.loadLive(n, file); err != nil {
@@ -186,7 +204,7 @@ func (s *Server) buildNamespaces(specs []*jobs.Spec) error {
 					return fmt.Errorf("lookup: %w", err)
 				}
 				n.features = newPGTable(pl, "", f.Table, spec.Source.Key)
-				n.features.brk = pgBreakers[pl]
+				n.features.brk, n.features.cold = pgBreakers[pl], s.coldStart()
 			}
 		}
 		n.keys = s.metrics.keyCounters(n.name)

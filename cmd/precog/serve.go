@@ -84,6 +84,7 @@ separated) or --tokens-file. Without tokens the server refuses to start unless
 	f.IntVar(&cfg.MaxInFlight, "max-in-flight", 1024, "concurrent requests before shedding with 429")
 	f.DurationVar(&cfg.RequestTimeout, "request-timeout", 2*time.Second, "deadline of one request")
 	f.DurationVar(&cfg.StoreTimeout, "store-timeout", 100*time.Millisecond, "deadline of one store lookup before falling through")
+	f.DurationVar(&cfg.ColdStartTimeout, "cold-start-timeout", 10*time.Second, "deadline of a store's first, metadata queries after start (a Postgres key column's type); they run once, off the request path, and a slow one does not open the circuit breaker")
 	f.IntVar(&cfg.LiveBatchSize, "live-batch-size", 64, "most rows in one live inference")
 	f.DurationVar(&cfg.LiveBatchWait, "live-batch-wait", 500*time.Microsecond, "the most a live miss waits for others to batch with (adaptive: no wait while requests come one at a time)")
 	return cmd
