@@ -112,3 +112,40 @@ sinks:
 		t.Fatalf("misspelt field: %v", err)
 	}
 }
+
+// A served field (here the Redis namespace of a backfill's partitions)
+// that uses a run parameter serving was not given is refused, naming the
+// field, the parameter and the --param that serves one value: rendered
+// with the placeholder, the API served iris-bf-unset-when-serving and
+// /readyz said ok. Given the parameter, that partition is served.
+func TestServingRefusesTemplatedNamespace(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "job.yaml")
+	yaml := `name: iris-bf
+source:
+  parquet: { path: "data/dt={{.date}}" }
+  key: id
+model:
+  path: m.onnx
+  inputs: { features: { columns: [f0] } }
+  outputs: { score: score }
+sinks:
+  redis: { addr: "127.0.0.1:1", namespace: "iris-bf-{{.date}}" }
+`
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := LoadServingSpec(path, nil)
+	if err == nil || !strings.Contains(err.Error(), "sinks.redis.namespace") || !strings.Contains(err.Error(), "--param date=") {
+		t.Fatalf("templated namespace without its param: %v, want a refusal naming the field and --param date=", err)
+	}
+	_, err = New(Config{JobsDir: dir, InsecureNoAuth: true})
+	if err == nil || !strings.Contains(err.Error(), "sinks.redis.namespace") {
+		t.Fatalf("New over a jobs dir with a templated namespace: %v", err)
+	}
+	spec, err := LoadServingSpec(path, map[string]string{"date": "2026-11-03"})
+	if err != nil || spec.Sinks.Redis.Namespace != "iris-bf-2026-11-03" {
+		t.Fatalf("with --param date: %v %+v", err, spec)
+	}
+}

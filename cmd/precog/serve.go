@@ -35,7 +35,10 @@ live misses are batched into one model run.
 
 A publish of a new version switches reads to it at once (pub/sub on
 {namespace}:published, plus a poll), and live inference reloads the job's model
-when the published run used a different model version. --param is optional.
+when the published run used a different model version. --param is optional
+unless a served field (the Redis namespace, a Postgres table, the model) uses a
+run parameter: a backfill's namespace iris-bf-{{.date}} is served one date per
+server (--param date=2026-11-03), and without it serve refuses to start.
 
 Auth: Authorization: Bearer <token>, tokens from PRECOG_API_TOKENS (comma-
 separated) or --tokens-file. Without tokens the server refuses to start unless
@@ -75,7 +78,7 @@ separated) or --tokens-file. Without tokens the server refuses to start unless
 	f := cmd.Flags()
 	f.StringVar(&cfg.JobsDir, "jobs", "", "directory of job specs whose namespaces are served (required)")
 	f.StringVar(&cfg.Addr, "addr", ":8080", "listen address")
-	f.StringArrayVar(&params, "param", nil, "optional run parameter k=v for specs whose paths use {{.k}} (repeatable; serving reads the published version, so batch-only params such as a date need not be given)")
+	f.StringArrayVar(&params, "param", nil, "optional run parameter k=v for specs whose paths use {{.k}} (repeatable; serving reads the published version, so batch-only params such as a source's date need not be given; a served field that uses one, such as a namespace per date, needs it)")
 	f.StringVar(&tokensFile, "tokens-file", "", "file of bearer tokens, one per line (in addition to PRECOG_API_TOKENS)")
 	f.BoolVar(&cfg.InsecureNoAuth, "insecure-no-auth", false, "serve without authentication (never in production)")
 	f.BoolVar(&cfg.AccessLog, "access-log", false, "log every request at info level")
