@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs redis-server, PostgreSQL (and curl, for the demo) from Debian's packages when they are missing,
+# the en_US.UTF-8 locale (string models: ONNX Runtime's StringNormalizer needs it),
 # iproute2 (the cluster partition test),
 # chromium, node and npm for the dashboard's browser tests (and playwright-core from npm), an OpenAPI
 # validator from npm for docs/openapi.yaml,
@@ -20,12 +21,21 @@ command -v jq >/dev/null 2>&1 || need+=(jq)  # scripts/cluster-quickstart.sh (do
 [ -x /usr/bin/chromium ] || need+=(chromium)  # the dashboard's browser tests (driven by playwright-core)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
+[ -f /usr/share/i18n/locales/en_US ] || need+=(locales)  # the locale sources localedef builds en_US.UTF-8 from (below)
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# The en_US.UTF-8 locale: ONNX Runtime constructs it for text operators (StringNormalizer), and a
+# string model fails to load without it (the suite's TestStringNormalizerModel; a fresh Debian has
+# only C.UTF-8). localedef adds it to /usr/lib/locale/locale-archive, as locale-gen would.
+if ! locale -a 2>/dev/null | grep -qix 'en_US\.utf-\?8'; then
+  echo "installing: the en_US.UTF-8 locale (localedef)"
+  $SUDO localedef -i en_US -c -f UTF-8 en_US.UTF-8
 fi
 
 # playwright-core (pinned in dashboard/browser/package.json) drives Debian's chromium in the

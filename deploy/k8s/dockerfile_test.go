@@ -90,3 +90,26 @@ func TestDockerfiles(t *testing.T) {
 		}
 	}
 }
+
+// TestDockerfilesCarryLocale: the final stage of each image has the
+// en_US.UTF-8 locale, which ONNX Runtime builds for text operators
+// (StringNormalizer): without it a string model fails to load.
+func TestDockerfilesCarryLocale(t *testing.T) {
+	const gen = "localedef -i en_US -c -f UTF-8 en_US.UTF-8"
+	for _, name := range []string{"Dockerfile", "Dockerfile.gpu"} {
+		ins := dockerfile(t, name)
+		last := 0
+		for i, in := range ins {
+			if strings.HasPrefix(in, "FROM ") {
+				last = i
+			}
+		}
+		all, final := strings.Join(ins, "\n"), strings.Join(ins[last:], "\n")
+		if !strings.Contains(all, gen) {
+			t.Errorf("%s: no stage generates the en_US.UTF-8 locale (%s)", name, gen)
+		}
+		if !strings.Contains(final, gen) && !strings.Contains(final, "/usr/lib/locale/locale-archive /usr/lib/locale/locale-archive") {
+			t.Errorf("%s: the final stage neither generates en_US.UTF-8 nor copies the locale-archive that holds it", name)
+		}
+	}
+}

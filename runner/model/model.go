@@ -498,7 +498,7 @@ func (m *Model) startSessions(data []byte) error {
 			if cuda, _ := parseDevice(m.spec.Device); cuda >= 0 {
 				return m.errorf("model.device", "cuda:%d: create session for %s: %v", cuda, m.spec.Path, err)
 			}
-			return m.errorf("model.path", "%s: create ONNX Runtime session: %v", m.spec.Path, err)
+			return m.errorf("model.path", "%s: create ONNX Runtime session: %v", m.spec.Path, localeHint(err))
 		}
 		ro, err := ort.NewRunOptions()
 		if err != nil {
