@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/precog-ml/precog/internal/jsontext"
 	"github.com/precog-ml/precog/jobs"
 )
 
@@ -392,13 +393,13 @@ func (s *Server) batchGet(ctx context.Context, w *reqInfo, n *namespace, body []
 	now := time.Now()
 	var unavailMsg []byte
 	if unavail != nil {
-		unavailMsg = appendJSONString(nil, unavail.Error())
+		unavailMsg = jsontext.AppendString(nil, unavail.Error())
 	}
 	src, answered := "", 0
 	var spans [16]span
 	bp := bufPool.Get().(*[]byte)
 	b := append((*bp)[:0], `{"namespace":`...)
-	b = appendJSONString(b, n.name)
+	b = jsontext.AppendString(b, n.name)
 	b = append(b, `,"results":[`...)
 	for i, a := range ans {
 		if i > 0 {
@@ -424,12 +425,12 @@ func (s *Server) batchGet(ctx context.Context, w *reqInfo, n *namespace, body []
 		switch {
 		case req.KeyErrs != nil && req.KeyErrs[i] != nil:
 			b = append(b, statusError+`","error":`...)
-			b = append(appendJSONString(b, req.KeyErrs[i].Error()), '}')
+			b = append(jsontext.AppendString(b, req.KeyErrs[i].Error()), '}')
 			a.source = "error"
 			answered++
 		case a.bad != nil:
 			b = append(b, statusError+`","error":`...)
-			b = append(appendJSONString(b, a.bad.Error()), '}')
+			b = append(jsontext.AppendString(b, a.bad.Error()), '}')
 			a.source = "error"
 			answered++
 		case found:

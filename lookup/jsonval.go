@@ -11,6 +11,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 
 	"github.com/precog-ml/precog/internal/floattext"
+	"github.com/precog-ml/precog/internal/jsontext"
 )
 
 // JSON numbers are written as the Redis sink writes them: the shortest text
@@ -49,8 +50,7 @@ func arrowJSON(dst []byte, a arrow.Array, i int) ([]byte, error) {
 	case *array.Int64:
 		return strconv.AppendInt(dst, c.Value(i), 10), nil
 	case *array.String:
-		b, _ := json.Marshal(c.Value(i))
-		return append(dst, b...), nil
+		return jsontext.AppendString(dst, c.Value(i)), nil
 	case *array.Map: // a ZipMap output: a JSON object, keys as strings
 		start, end := c.ValueOffsets(i)
 		keys, items := c.Keys(), c.Items()
@@ -139,6 +139,8 @@ func pgJSON(dst []byte, v any) ([]byte, error) {
 		return strconv.AppendInt(dst, x, 10), nil
 	case bool:
 		return strconv.AppendBool(dst, x), nil
+	case string:
+		return jsontext.AppendString(dst, x), nil
 	case time.Time:
 		return strconv.AppendQuote(dst, x.UTC().Format(time.RFC3339Nano)), nil
 	case []any:

@@ -5,7 +5,8 @@ import (
 	"errors"
 	"sort"
 	"time"
-	"unicode/utf8"
+
+	"github.com/precog-ml/precog/internal/jsontext"
 )
 
 // The hit path never decodes a stored record into Go values: the Redis
@@ -153,11 +154,11 @@ func appendPrediction(dst []byte, ns, key string, found *bool, a answer, p *reco
 	dst = append(dst, '{')
 	if ns != "" {
 		dst = append(dst, `"namespace":`...)
-		dst = appendJSONString(dst, ns)
+		dst = jsontext.AppendString(dst, ns)
 		dst = append(dst, ',')
 	}
 	dst = append(dst, `"key":`...)
-	dst = appendJSONString(dst, key)
+	dst = jsontext.AppendString(dst, key)
 	if found != nil {
 		if *found {
 			dst = append(dst, `,"found":true`...)
@@ -211,21 +212,6 @@ func isNonEmptyString(raw []byte) bool {
 	return len(raw) > 2 && raw[0] == '"'
 }
 
-// appendJSONString appends s as a JSON string. Keys and namespaces are
-// almost always plain ASCII, which is copied as is.
-func appendJSONString(dst []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
-			b, _ := json.Marshal(s)
-			return append(dst, b...)
-		}
-	}
-	dst = append(dst, '"')
-	dst = append(dst, s...)
-	return append(dst, '"')
-}
-
 // pgRecord renders a row of the job's Postgres view as a stored-record JSON
 // object, columns in name order, so that every source answers through the
 // same encoder.
@@ -256,7 +242,7 @@ func pgRecord(m map[string]any) ([]byte, string, error) {
 		if len(b) > 1 {
 			b = append(b, ',')
 		}
-		b = appendJSONString(b, col)
+		b = jsontext.AppendString(b, col)
 		b = append(b, ':')
 		if b, err = pgJSON(b, v); err != nil {
 			return nil, col, err

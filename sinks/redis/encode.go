@@ -5,12 +5,12 @@ import (
 	"math"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 
 	"github.com/precog-ml/precog/internal/floattext"
+	"github.com/precog-ml/precog/internal/jsontext"
 )
 
 // recordEncoder writes the rows of output batches as JSON objects straight
@@ -59,7 +59,7 @@ func newRecordEncoder(schema *arrow.Schema, key string) (*recordEncoder, error) 
 		} else {
 			p = append(p, ',')
 		}
-		p = appendJSONString(p, f.Name)
+		p = jsontext.AppendString(p, f.Name)
 		p = append(p, ':')
 		e.cols = append(e.cols, i)
 		e.names = append(e.names, f.Name)
@@ -419,7 +419,7 @@ func (w stringWriter) appendValue(dst []byte, i int) ([]byte, error) {
 	if w.a.IsNull(i) {
 		return append(dst, "null"...), nil
 	}
-	return appendJSONString(dst, w.a.Value(i)), nil
+	return jsontext.AppendString(dst, w.a.Value(i)), nil
 }
 
 func (w stringWriter) appendRange(dst []byte, start, end int) ([]byte, error) {
@@ -509,50 +509,4 @@ func appendRange(w valueWriter, dst []byte, start, end int) ([]byte, error) {
 		}
 	}
 	return dst, nil
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s as a JSON string: quotes, backslashes and
-// control characters escaped, invalid UTF-8 replaced by U+FFFD (as
-// encoding/json does), everything else copied as is.
-func appendJSONString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
 }

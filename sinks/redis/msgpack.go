@@ -10,6 +10,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/precog-ml/precog/internal/floattext"
+	"github.com/precog-ml/precog/internal/jsontext"
 )
 
 // Record encodings (sinks.redis.encoding).
@@ -225,7 +226,7 @@ func appendMsgpackJSON(dst, b []byte, depth int) ([]byte, []byte, error) {
 		if s, b, err = msgp.ReadStringZC(b); err != nil {
 			return dst, b, err
 		}
-		return appendJSONString(dst, unsafe.String(unsafe.SliceData(s), len(s))), b, nil
+		return jsontext.AppendString(dst, unsafe.String(unsafe.SliceData(s), len(s))), b, nil
 	case msgp.Float32Type:
 		var f float32
 		if f, b, err = msgp.ReadFloat32Bytes(b); err != nil {
@@ -290,7 +291,7 @@ func appendMsgpackMap(dst, b []byte, depth int) ([]byte, []byte, error) {
 		if k, b, err = msgp.ReadStringZC(b); err != nil {
 			return dst, b, fmt.Errorf("map key: %w", err)
 		}
-		dst = appendJSONString(dst, unsafe.String(unsafe.SliceData(k), len(k)))
+		dst = jsontext.AppendString(dst, unsafe.String(unsafe.SliceData(k), len(k)))
 		dst = append(dst, ':')
 		if dst, b, err = appendMsgpackJSON(dst, b, depth+1); err != nil {
 			return dst, b, fmt.Errorf("field %q: %w", k, err)
