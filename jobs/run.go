@@ -122,3 +122,12 @@ type Shard struct {
 	Error       string    `json:"error,omitempty"`
 	UpdatedAt   time.Time `json:"updated_at"`
 }
+
+// PoolOrDefault is the pool p names, DefaultPool when empty: the one place
+// a run, backfill, worker or view without a recorded pool gets the default.
+func PoolOrDefault(p string) string {
+	if p == "" {
+		return DefaultPool
+	}
+	return p
+}

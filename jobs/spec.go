@@ -141,16 +141,16 @@ type SinksSpec struct {
 // RedisSinkSpec: records under {namespace}:{run_version}:{key}, cut over by
 // setting {namespace}:current (publish: atomic) or written in place.
 type RedisSinkSpec struct {
-	Addr      string   `yaml:"addr"`
-	Addrs     []string `yaml:"addrs"` // several nodes: Redis Cluster
-	Namespace string   `yaml:"namespace"`
-	TTL       Duration `yaml:"ttl"`
-	Publish   string   `yaml:"publish"` // atomic | in_place; default atomic
-	Retain    int      `yaml:"retain"`  // published versions kept; default 2
-	Username  string   `yaml:"username"`
-	Password  string   `yaml:"password"`
-	DB        int      `yaml:"db"`
-	TLS       bool     `yaml:"tls"`
+	Addr      string       `yaml:"addr"`
+	Addrs     []string     `yaml:"addrs"` // several nodes: Redis Cluster
+	Namespace string       `yaml:"namespace"`
+	TTL       Duration     `yaml:"ttl"`
+	Publish   RedisPublish `yaml:"publish"` // atomic | in_place; default atomic
+	Retain    int          `yaml:"retain"`  // published versions kept; default 2
+	Username  string       `yaml:"username"`
+	Password  string       `yaml:"password"`
+	DB        int          `yaml:"db"`
+	TLS       bool         `yaml:"tls"`
 	// PipelineBatch is the records per pipeline round trip. Default 512.
 	PipelineBatch int `yaml:"pipeline_batch"`
 	// PipelineDepth is the pipelines in flight per shard, and as many more
@@ -162,16 +162,16 @@ type RedisSinkSpec struct {
 	// with float32 lists as binary little-endian arrays (about a third of
 	// JSON's bytes for embeddings). Readers (the lookup API, its client)
 	// decode either; each version's encoding is recorded with it.
-	Encoding string `yaml:"encoding"`
+	Encoding RedisEncoding `yaml:"encoding"`
 }
 
 // PostgresSinkSpec: replace (a table per run behind a view) or upsert.
 type PostgresSinkSpec struct {
-	DSN    string `yaml:"dsn"`
-	Table  string `yaml:"table"`
-	Schema string `yaml:"schema"` // default public
-	Mode   string `yaml:"mode"`   // replace | upsert; default replace
-	Retain int    `yaml:"retain"` // run tables kept in replace mode; default 2
+	DSN    string       `yaml:"dsn"`
+	Table  string       `yaml:"table"`
+	Schema string       `yaml:"schema"` // default public
+	Mode   PostgresMode `yaml:"mode"`   // replace | upsert; default replace
+	Retain int          `yaml:"retain"` // run tables kept in replace mode; default 2
 	// Vector stores these list fields as pgvector vector(n) where installed.
 	Vector []string `yaml:"vector"`
 	// ModelVersionInKey (upsert mode) adds model_version to the table's key,

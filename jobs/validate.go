@@ -14,7 +14,7 @@ import (
 // Defaults applied to fields the spec leaves out.
 const (
 	DefaultTimezone    = "UTC"
-	DefaultConcurrency = "forbid"
+	DefaultConcurrency = ConcurrencyForbid
 	// Catchup policies (spec field catchup).
 	CatchupNone       = "none"
 	CatchupLatest     = "latest"
@@ -29,16 +29,16 @@ const (
 	MaxPriority                = 1000
 	DefaultRowsPerShard        = 250_000
 	DefaultBatchSize           = 1024
-	DefaultDevice              = "cpu"
+	DefaultDevice              = DeviceCPU
 	DefaultSessions            = 0 // auto: see runner/model.planSessions
-	DefaultRedisPublish        = "atomic"
-	DefaultRedisEncoding       = "json"
+	DefaultRedisPublish        = RedisPublishAtomic
+	DefaultRedisEncoding       = RedisEncodingJSON
 	DefaultRetain              = 2
 	DefaultPipelineBatch       = 512
 	DefaultPipelineDepth       = 4
 	DefaultRedisTimeout        = 5 * time.Second
 	DefaultPostgresSchema      = "public"
-	DefaultPostgresMode        = "replace"
+	DefaultPostgresMode        = PostgresReplace
 	DefaultCompression         = "snappy"
 	DefaultMaxAttempts         = 3
 	DefaultMaxRejectedFraction = 0.01
@@ -53,7 +53,7 @@ const (
 )
 
 // Reserved output field names: every stored record carries these.
-var reservedFields = []string{"model_version", "computed_at"}
+var reservedFields = []string{ColModelVersion, ColComputedAt}
 
 var (
 	jobNameRE    = regexp.MustCompile(`^[a-z0-9-]{1,63}$`)
@@ -93,9 +93,7 @@ func (d *decoder) applyDefaults(s *Spec) {
 	if s.Concurrency == "" {
 		s.Concurrency = DefaultConcurrency
 	}
-	if s.Pool == "" {
-		s.Pool = DefaultPool
-	}
+	s.Pool = PoolOrDefault(s.Pool)
 	if s.Catchup == "" {
 		s.Catchup = DefaultCatchup
 	}
@@ -115,43 +113,13 @@ func (d *decoder) applyDefaults(s *Spec) {
 		s.Model.Sessions = DefaultSessions
 	}
 	if r := s.Sinks.Redis; r != nil {
-		if r.Publish == "" {
-			r.Publish = DefaultRedisPublish
-		}
-		if r.Encoding == "" {
-			r.Encoding = DefaultRedisEncoding
-		}
-		if absent("sinks.redis.retain") {
-			r.Retain = DefaultRetain
-		}
-		if absent("sinks.redis.pipeline_batch") {
-			r.PipelineBatch = DefaultPipelineBatch
-		}
-		if absent("sinks.redis.pipeline_depth") {
-			r.PipelineDepth = DefaultPipelineDepth
-		}
-		if absent("sinks.redis.timeout") {
-			r.Timeout.Duration = DefaultRedisTimeout
-		}
+		r.Normalize(func(f string) bool { return absent("sinks.redis." + f) })
 	}
 	if p := s.Sinks.Postgres; p != nil {
-		if p.Schema == "" {
-			p.Schema = DefaultPostgresSchema
-		}
-		if p.Mode == "" {
-			p.Mode = DefaultPostgresMode
-		}
-		if absent("sinks.postgres.retain") {
-			p.Retain = DefaultRetain
-		}
+		p.Normalize(func(f string) bool { return absent("sinks.postgres." + f) })
 	}
 	if p := s.Sinks.Parquet; p != nil {
-		if p.Compression == "" {
-			p.Compression = DefaultCompression
-		}
-		if absent("sinks.parquet.retain") {
-			p.Retain = DefaultRetain
-		}
+		p.Normalize(func(f string) bool { return absent("sinks.parquet." + f) })
 	}
 	if absent("retry.max_attempts") {
 		s.Retry.MaxAttempts = DefaultMaxAttempts
@@ -191,7 +159,7 @@ func (d *decoder) validate(s *Spec) {
 		d.fail("timezone", "unknown time zone %q (use an IANA name such as UTC or Europe/Paris)", s.Timezone)
 	}
 	switch s.Concurrency {
-	case "forbid", "replace", "allow":
+	case ConcurrencyForbid, ConcurrencyReplace, ConcurrencyAllow:
 	default:
 		d.fail("concurrency", "must be forbid, replace or allow (got %q)", s.Concurrency)
 	}
@@ -376,14 +344,10 @@ func (d *decoder) validateSinks(s *Spec) {
 		if !strings.Contains(r.Namespace, "{{") && !namespaceRE.MatchString(r.Namespace) {
 			d.fail("sinks.redis.namespace", "%q must be 1 to 128 of [A-Za-z0-9_.-]", r.Namespace)
 		}
-		switch r.Publish {
-		case "atomic", "in_place":
-		default:
+		if !r.Publish.Valid() {
 			d.fail("sinks.redis.publish", "must be atomic or in_place (got %q)", r.Publish)
 		}
-		switch r.Encoding {
-		case "json", "msgpack":
-		default:
+		if !r.Encoding.Valid() {
 			d.fail("sinks.redis.encoding", "must be json or msgpack (got %q)", r.Encoding)
 		}
 		if ttl := r.TTL.Duration; ttl < 0 {
@@ -419,15 +383,13 @@ func (d *decoder) validateSinks(s *Spec) {
 		if !schemaNameRE.MatchString(p.Schema) {
 			d.fail("sinks.postgres.schema", "%q is not a valid schema name: [a-z_][a-z0-9_]{0,62}", p.Schema)
 		}
-		switch p.Mode {
-		case "replace", "upsert":
-		default:
+		if !p.Mode.Valid() {
 			d.fail("sinks.postgres.mode", "must be replace or upsert (got %q)", p.Mode)
 		}
 		if p.Retain < 1 {
 			d.fail("sinks.postgres.retain", "must be >= 1 (got %d)", p.Retain)
 		}
-		if p.ModelVersionInKey && p.Mode != "upsert" {
+		if p.ModelVersionInKey && p.Mode != PostgresUpsert {
 			d.fail("sinks.postgres.model_version_in_key", "applies to mode: upsert only (a replace run already holds one model's output)")
 		}
 		if strings.HasPrefix(p.Table, "precog_") {

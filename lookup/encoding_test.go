@@ -37,7 +37,7 @@ func (e *env) sinkPublish(encoding, version string, keys []string) {
 	e.t.Helper()
 	ctx := context.Background()
 	s, err := sinkredis.New(jobs.RedisSinkSpec{Addr: e.redis.Addr, DB: e.redis.DB, Password: e.redis.Password,
-		Namespace: e.ns, TTL: jobs.Duration{Duration: time.Hour}, Encoding: encoding, Retain: 5})
+		Namespace: e.ns, TTL: jobs.Duration{Duration: time.Hour}, Encoding: jobs.RedisEncoding(encoding), Retain: 5})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -605,7 +605,7 @@ func (s *Server) redisStep(ctx context.Context, q *lookupReq) error {
 // error is the step's failure.
 func (s *Server) postgresStep(ctx context.Context, q *lookupReq, ks []string) error {
 	n := q.n
-	rows, err := s.pgStep(ctx, n.pg, ks, nil, "computed_at")
+	rows, err := s.pgStep(ctx, n.pg, ks, nil, jobs.ColComputedAt)
 	if err != nil {
 		s.storeFailed(ctx, n, "postgres", err)
 		return err

@@ -11,6 +11,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/precog-ml/precog/internal/jsontext"
+	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/runner/model"
 )
 
@@ -159,10 +161,10 @@ func (lv *live) run(ctx context.Context, rows []row) ([]liveResult, error) {
 		return nil, fmt.Errorf("live inference for %s: %d output rows for %d inputs", lv.ns, out.NumRows(), len(uniq))
 	}
 	var tail []byte
-	tail = append(tail, `"model_version":`...)
-	tail = strconv.AppendQuote(tail, lv.model.Version())
-	tail = append(tail, `,"computed_at":`...)
-	tail = strconv.AppendQuote(tail, time.Now().UTC().Format(time.RFC3339Nano))
+	tail = append(jsontext.AppendString(tail, jobs.ColModelVersion), ':')
+	tail = jsontext.AppendString(tail, lv.model.Version())
+	tail = append(jsontext.AppendString(append(tail, ','), jobs.ColComputedAt), ':')
+	tail = jsontext.AppendString(tail, time.Now().UTC().Format(time.RFC3339Nano))
 	tail = append(tail, '}')
 	recs := make([]liveResult, len(uniq))
 	ends := make([]int, len(uniq)) // each record's end in buf

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/precog-ml/precog/internal/jsontext"
+	"github.com/precog-ml/precog/jobs"
 )
 
 // The hit path never decodes a stored record into Go values: the Redis
@@ -75,9 +76,9 @@ func splitRecord(rec []byte, buf []span) (recordParts, error) {
 		p.members = append(p.members, span{start, i})
 		// Later duplicates win, as encoding/json decodes them.
 		switch string(name) {
-		case "model_version":
+		case jobs.ColModelVersion:
 			p.mv, p.mvVal = m, rec[valStart:i]
-		case "computed_at":
+		case jobs.ColComputedAt:
 			p.ca, p.caVal = m, rec[valStart:i]
 		}
 		i = skipWS(rec, i)
@@ -204,7 +205,7 @@ func appendPrediction(dst []byte, ns, key string, found *bool, a answer, p *reco
 func isShadowed(rec []byte, p *recordParts, i int) bool {
 	m := p.members[i]
 	name := rec[m.start:skipString(rec, m.start)]
-	return string(name) == `"model_version"` || string(name) == `"computed_at"`
+	return string(name) == `"`+jobs.ColModelVersion+`"` || string(name) == `"`+jobs.ColComputedAt+`"`
 }
 
 // isNonEmptyString reports whether raw is a JSON string other than "".
@@ -226,13 +227,13 @@ func pgRecord(m map[string]any) ([]byte, string, error) {
 		v := m[col]
 		var err error
 		switch col {
-		case "model_version":
+		case jobs.ColModelVersion:
 			s, _ := v.(string)
 			if s == "" {
 				continue
 			}
 			v = s
-		case "computed_at":
+		case jobs.ColComputedAt:
 			t, ok := v.(time.Time)
 			if !ok {
 				continue

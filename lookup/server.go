@@ -170,7 +170,7 @@ func (s *Server) buildNamespaces(specs []*jobs.Spec) error {
 				redisConns[ck] = conn
 				s.redisConns = append(s.redisConns, conn)
 			}
-			n.redis = &redisStore{ns: r.Namespace, inPlace: r.Publish == "in_place", conn: conn}
+			n.redis = &redisStore{ns: r.Namespace, inPlace: r.Publish == jobs.RedisPublishInPlace, conn: conn}
 			n.redis.onLost = s.reportLost(n.name)
 			n.writebackTTL = spec.Serving.WritebackTTL.Duration
 		}

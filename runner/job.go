@@ -173,10 +173,7 @@ func outputSchema(key arrow.Field, outputs []arrow.Field, params []string) *arro
 	}
 	fields := []arrow.Field{{Name: key.Name, Type: keyType}}
 	fields = append(fields, outputs...)
-	fields = append(fields,
-		arrow.Field{Name: sinks.ColModelVersion, Type: arrow.BinaryTypes.String},
-		arrow.Field{Name: sinks.ColComputedAt, Type: &arrow.TimestampType{Unit: arrow.Microsecond, TimeZone: "UTC"}},
-	)
+	fields = append(fields, jobs.OutputTail()...)
 	for _, p := range params {
 		fields = append(fields, arrow.Field{Name: p, Type: arrow.BinaryTypes.String})
 	}

@@ -714,7 +714,7 @@ func outputs(spec *jobs.Spec, run jobs.Run) []string {
 		out = append(out, fmt.Sprintf("postgres: %s.%s (%s)", p.Schema, p.Table, p.Mode))
 	}
 	if r := spec.Sinks.Redis; r != nil {
-		if r.Publish == "in_place" {
+		if r.Publish == jobs.RedisPublishInPlace {
 			out = append(out, fmt.Sprintf("redis: %s:{key}", r.Namespace))
 		} else {
 			out = append(out, fmt.Sprintf("redis: %s:%s:{key} (current → %s)", r.Namespace, run.Version, run.Version))

@@ -57,9 +57,7 @@ func NewRun(spec *jobs.Spec, o NewRunOptions) (jobs.Run, []jobs.Shard) {
 		priority = *o.Priority
 	}
 	pool := spec.Pool
-	if pool == "" {
-		pool = jobs.DefaultPool
-	}
+	pool = jobs.PoolOrDefault(pool)
 	run := jobs.Run{
 		ID: spec.Name + "-" + version, Job: spec.Name, Version: version, Params: spec.Params,
 		ParamsKey: jobs.ParamsKey(spec.Params), SpecHash: spec.Hash(), ModelVersion: o.ModelVersion,

@@ -72,11 +72,9 @@ type ShardEvent struct {
 }
 
 func (o WorkerOptions) withDefaults() WorkerOptions {
-	if o.Pool == "" {
-		o.Pool = jobs.DefaultPool
-	}
+	o.Pool = jobs.PoolOrDefault(o.Pool)
 	if len(o.Devices) == 0 {
-		o.Devices = []string{"cpu"}
+		o.Devices = []string{jobs.DeviceCPU}
 	}
 	if o.ID == "" {
 		host, _ := os.Hostname()

@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/precog-ml/precog/jobs"
 )
 
 // RunInfo is what a sink knows of the run it writes.
@@ -270,10 +272,10 @@ type Rollbacker interface {
 // bad data or bad configuration.
 var ErrUnreachable = errors.New("sink unreachable")
 
-// Standard output column names every record carries.
+// Standard output column names every record carries (jobs owns them).
 const (
-	ColModelVersion = "model_version"
-	ColComputedAt   = "computed_at"
+	ColModelVersion = jobs.ColModelVersion
+	ColComputedAt   = jobs.ColComputedAt
 )
 
 // Checker is implemented by sinks that can verify reachability, permissions

@@ -112,7 +112,7 @@ func (h *harness) redisSink(ctx context.Context, s *section, addr string) error 
 		return err
 	}
 	defer sk.Close()
-	batch, depth := redissink.DefaultPipelineBatch, redissink.DefaultPipelineDepth
+	batch, depth := jobs.DefaultPipelineBatch, jobs.DefaultPipelineDepth
 	client := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: depth * 4})
 	defer client.Close()
 
@@ -242,7 +242,7 @@ func (h *harness) pgSink(ctx context.Context, s *section, dsn string) error {
 // an identical table with raw pgx CopyFrom, alternating reps times; it
 // returns the best time of each. mk builds a version's run and batches.
 func pgVsRaw(ctx context.Context, dsn, table string, n int, mk func(version string) (sinks.RunInfo, []arrow.RecordBatch)) (best, bestRaw time.Duration, err error) {
-	sk, err := pgsink.New(ctx, "bench", jobs.PostgresSinkSpec{DSN: dsn, Table: table, Mode: pgsink.ModeReplace, Retain: reps + 1})
+	sk, err := pgsink.New(ctx, "bench", jobs.PostgresSinkSpec{DSN: dsn, Table: table, Mode: jobs.PostgresReplace, Retain: reps + 1})
 	if err != nil {
 		return 0, 0, err
 	}

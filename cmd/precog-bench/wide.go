@@ -108,7 +108,7 @@ func (h *harness) wide(ctx context.Context) (*section, error) {
 		return s, fmt.Errorf("postgres 384-dim: %w", err)
 	}
 	s.note("Redis: sink and raw loop both send pipelines of %d SETs with EX, %d in flight (the sink's defaults); the raw loop's values are the sink's own bytes read back after each rep. used_memory is INFO memory's delta over the sink's shard on an emptied database, per record.",
-		redissink.DefaultPipelineBatch, redissink.DefaultPipelineDepth)
+		jobs.DefaultPipelineBatch, jobs.DefaultPipelineDepth)
 	if h.cfg.wideRows < 1_000_000 {
 		s.note("issue 24 asks for used_memory on 1M records; this run wrote %d (100-dim) and %d (384-dim) per rep (-wide-rows): the per-record delta is what scales.", n100, n384)
 	}
@@ -122,13 +122,13 @@ type wideMem struct{ bytes, mem float64 }
 // the same bytes with the raw pipelined SET loop, alternating reps times.
 func (h *harness) redisWide(ctx context.Context, s *section, addr string, dim, n int, enc string) (wideMem, error) {
 	const ns = "benchwide"
-	spec := jobs.RedisSinkSpec{Addr: addr, Namespace: ns, TTL: jobs.Duration{Duration: 48 * time.Hour}, Encoding: enc}
+	spec := jobs.RedisSinkSpec{Addr: addr, Namespace: ns, TTL: jobs.Duration{Duration: 48 * time.Hour}, Encoding: jobs.RedisEncoding(enc)}
 	sk, err := redissink.New(spec)
 	if err != nil {
 		return wideMem{}, err
 	}
 	defer sk.Close()
-	batch, depth := redissink.DefaultPipelineBatch, redissink.DefaultPipelineDepth
+	batch, depth := jobs.DefaultPipelineBatch, jobs.DefaultPipelineDepth
 	client := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: depth * 4})
 	defer client.Close()
 	var best, bestRaw time.Duration

@@ -351,12 +351,12 @@ func checkRangePublish(specs []*jobs.Spec, name string, parallel int) error {
 	}
 	s := specs[0]
 	var errs []error
-	if p := s.Sinks.Postgres; p != nil && p.Mode == "replace" {
+	if p := s.Sinks.Postgres; p != nil && p.Mode == jobs.PostgresReplace {
 		errs = append(errs, fmt.Errorf("sinks.postgres.mode: replace: each %s's run would replace the view %s.%s, leaving only the last one; use mode: upsert (keyed by key and params, every %s kept)", name, p.Schema, p.Table, name))
 	}
 	if r := s.Sinks.Redis; r != nil && specs[1].Sinks.Redis.Namespace == r.Namespace {
 		switch {
-		case r.Publish == "atomic":
+		case r.Publish == jobs.RedisPublishAtomic:
 			errs = append(errs, fmt.Errorf("sinks.redis.publish: atomic: %s:current is one per namespace, so each %s's publish would replace the previous one; use a namespace per %s (namespace: \"%s-{{.%s}}\"), or publish: in_place", r.Namespace, name, name, r.Namespace, name))
 		case parallel > 1:
 			errs = append(errs, fmt.Errorf("sinks.redis: every %s writes the same keys of namespace %s in place, so --parallel %d would have them fail at each other's writer lock; use a namespace per %s (namespace: \"%s-{{.%s}}\") to run them in parallel, or --parallel 1 to run them in order", name, r.Namespace, parallel, name, r.Namespace, name))

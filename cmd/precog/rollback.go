@@ -180,9 +180,9 @@ func rollbackStores(ctx context.Context, spec *jobs.Spec, snks []sinks.Sink, inf
 func keepsVersions(spec *jobs.Spec, name string) bool {
 	switch name {
 	case "postgres":
-		return spec.Sinks.Postgres.Mode != "upsert"
+		return spec.Sinks.Postgres.Mode != jobs.PostgresUpsert
 	case "redis":
-		return spec.Sinks.Redis.Publish != "in_place"
+		return spec.Sinks.Redis.Publish != jobs.RedisPublishInPlace
 	}
 	return true
 }

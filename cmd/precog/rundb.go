@@ -53,7 +53,7 @@ func runOnCluster(cmd *cobra.Command, g *globals, spec *jobs.Spec, o clusterRun)
 	for i := range devices {
 		devices[i] = spec.Model.Device
 		if devices[i] == "" {
-			devices[i] = "cpu"
+			devices[i] = jobs.DeviceCPU
 		}
 	}
 	w := runner.NewWorker(led, runner.WorkerOptions{Run: run.ID, Pool: run.Pool, Devices: devices, StateDir: g.stateDir, Logger: g.log})

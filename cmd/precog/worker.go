@@ -95,7 +95,7 @@ body says why. precog_pool_ledger_up follows the same rule.`,
 	addDBFlag(cmd, &db)
 	f := cmd.Flags()
 	f.StringVar(&opts.Pool, "pool", jobs.DefaultPool, "worker pool to serve (a job spec's pool field)")
-	f.StringVar(&devices, "devices", "cpu", "devices, one claim loop each: cpu, cuda:0, cuda:1, …")
+	f.StringVar(&devices, "devices", jobs.DeviceCPU, "devices, one claim loop each: cpu, cuda:0, cuda:1, …")
 	f.StringVar(&addr, "addr", "", "serve /healthz, /readyz and /metrics on this address, e.g. :9090")
 	f.BoolVar(&pollOnly, "poll-only", false, "do not LISTEN for notices, poll the ledger (PgBouncer in transaction mode)")
 	f.DurationVar(&opts.DrainTimeout, "drain-timeout", time.Minute, "on SIGTERM, how long in-flight shards may finish before they are released")

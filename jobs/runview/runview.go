@@ -95,10 +95,7 @@ func From(r jobs.Run, shards []jobs.Shard) Run { return FromAt(r, shards, time.N
 // FromAt builds the view of r with its shards at time now (which ends the
 // duration of an open run).
 func FromAt(r jobs.Run, shards []jobs.Shard, now time.Time) Run {
-	pool := r.Pool
-	if pool == "" {
-		pool = jobs.DefaultPool
-	}
+	pool := jobs.PoolOrDefault(r.Pool)
 	v := Run{ID: r.ID, Job: r.Job, State: publicState(r.State), Version: r.Version, ModelVersion: r.ModelVersion,
 		Pool: pool, Priority: r.Priority,
 		Params: r.Params, RowsDone: r.Counts.RowsIn, RowsOut: r.Counts.RowsOut, Rejected: r.Counts.Rejected,

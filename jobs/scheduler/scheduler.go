@@ -415,11 +415,11 @@ func (s *Scheduler) fire(ctx context.Context, j *job, t time.Time) error {
 	}
 	if len(open) > 0 {
 		switch j.spec.Concurrency {
-		case "forbid":
+		case jobs.ConcurrencyForbid:
 			s.record(ctx, ledger.Tick{Job: name, ScheduledFor: t, Outcome: ledger.TickSkipped,
 				Reason: j.reason(fmt.Sprintf("concurrency forbid: run %s is still %s", open[0].ID, open[0].State))}, nil, nil)
 			return nil
-		case "replace":
+		case jobs.ConcurrencyReplace:
 			for _, r := range open {
 				s.log.Info("concurrency replace: cancelling the open run", "job", name, "run", r.ID)
 				if err := s.opts.Cancel(ctx, r); err != nil {

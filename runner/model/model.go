@@ -367,7 +367,7 @@ func (m *Model) bindOutputs() error {
 // parseDevice reads "cpu" (or "") and "cuda:N"; cuda is -1 for cpu.
 func parseDevice(dev string) (cuda int, err error) {
 	switch {
-	case dev == "" || dev == "cpu":
+	case dev == "" || dev == jobs.DeviceCPU:
 		return -1, nil
 	case strings.HasPrefix(dev, "cuda:"):
 		n, err := strconv.Atoi(strings.TrimPrefix(dev, "cuda:"))

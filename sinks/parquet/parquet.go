@@ -79,7 +79,7 @@ type Sink struct {
 	RowGroupRows  int64
 	RowGroupBytes int64
 	// retain is how many published versions the target keeps, the current
-	// one included (spec.Retain; jobs.DefaultRetain when unset).
+	// one included (spec.Retain, defaulted by jobs.ParquetSinkSpec.Normalize).
 	retain int
 	// lease is the writer lease when the holder names none.
 	lease time.Duration
@@ -123,12 +123,9 @@ func New(job string, spec jobs.ParquetSinkSpec) (*Sink, error) {
 	if spec.Retain < 0 {
 		return nil, fmt.Errorf("sinks.parquet.retain: must be >= 1 (got %d)", spec.Retain)
 	}
-	retain := spec.Retain
-	if retain == 0 {
-		retain = jobs.DefaultRetain
-	}
+	spec.Normalize(nil) // jobs owns the defaults (retain)
 	return &Sink{job: job, spec: spec, codec: codec, RowGroupRows: DefaultRowGroupRows, RowGroupBytes: DefaultRowGroupBytes,
-		retain: retain, lease: sinks.DefaultLockLease, held: map[string]*leaseLock{}}, nil
+		retain: spec.Retain, lease: sinks.DefaultLockLease, held: map[string]*leaseLock{}}, nil
 }
 
 // Name is "parquet".

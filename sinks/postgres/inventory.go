@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/sinks"
 )
 
@@ -53,7 +54,7 @@ func (s *Sink) Stored(ctx context.Context, run sinks.RunInfo) ([]sinks.StoredVer
 		}
 		cur, isPublished := published[t.Version]
 		kind := "run table"
-		if s.spec.Mode == ModeUpsert {
+		if s.spec.Mode == jobs.PostgresUpsert {
 			kind = "staging table"
 		}
 		rowsDesc := "rows not counted yet"

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/sinks"
 )
 
@@ -27,7 +28,7 @@ const defaultLockTTL = sinks.DefaultLockLease
 // (all params share one view), the table and params in upsert mode.
 func (s *Sink) lockTarget(run sinks.RunInfo) string {
 	t := s.schema + "." + s.spec.Table
-	if s.spec.Mode == ModeUpsert && len(run.Params) > 0 {
+	if s.spec.Mode == jobs.PostgresUpsert && len(run.Params) > 0 {
 		v := url.Values{}
 		for k, p := range run.Params {
 			v.Set(k, p)

@@ -67,12 +67,6 @@ import (
 	"github.com/precog-ml/precog/sinks"
 )
 
-// Modes of the sink.
-const (
-	ModeReplace = "replace"
-	ModeUpsert  = "upsert"
-)
-
 // Hidden column names.
 const (
 	colShard   = "_shard"
@@ -114,21 +108,12 @@ func New(ctx context.Context, job string, spec jobs.PostgresSinkSpec) (*Sink, er
 	if job == "" {
 		return nil, errors.New("sinks.postgres: empty job name (it owns the tables the sink creates)")
 	}
-	if spec.Schema == "" {
-		spec.Schema = jobs.DefaultPostgresSchema
-	}
-	switch spec.Mode {
-	case "":
-		spec.Mode = ModeReplace
-	case ModeReplace, ModeUpsert:
-	default:
+	spec.Normalize(nil)
+	if !spec.Mode.Valid() {
 		return nil, fmt.Errorf("sinks.postgres.mode: %q is not replace or upsert", spec.Mode)
 	}
-	if spec.ModelVersionInKey && spec.Mode != ModeUpsert {
+	if spec.ModelVersionInKey && spec.Mode != jobs.PostgresUpsert {
 		return nil, errors.New("sinks.postgres.model_version_in_key: only for mode upsert")
-	}
-	if spec.Retain == 0 {
-		spec.Retain = 2
 	}
 	if spec.Retain < 1 {
 		return nil, fmt.Errorf("sinks.postgres.retain: %d, want at least 1", spec.Retain)
@@ -414,16 +399,16 @@ func (s *Sink) Prepare(ctx context.Context, run sinks.RunInfo) error {
 		} else if o.exists && o.relkind != "r" {
 			return fmt.Errorf("run table %s is not a table", rt)
 		}
-		if s.spec.Mode == ModeReplace && target.exists && target.relkind != "v" {
+		if s.spec.Mode == jobs.PostgresReplace && target.exists && target.relkind != "v" {
 			return fmt.Errorf("%s exists and is not a view (replace mode publishes a view; drop or rename the table)", s.spec.Table)
 		}
-		if s.spec.Mode == ModeUpsert && target.exists && target.relkind != "r" && target.relkind != "p" {
+		if s.spec.Mode == jobs.PostgresUpsert && target.exists && target.relkind != "r" && target.relkind != "p" {
 			return fmt.Errorf("%s exists and is not a table (upsert mode writes into a table)", s.spec.Table)
 		}
 		if err := s.createBookkeeping(ctx, tx); err != nil {
 			return err
 		}
-		if s.spec.Mode == ModeUpsert {
+		if s.spec.Mode == jobs.PostgresUpsert {
 			if err := s.createUpsertTable(ctx, tx, run, cols); err != nil {
 				return err
 			}

@@ -26,7 +26,13 @@ var schemaSeq atomic.Int64
 const testJob = "sinktest"
 
 // newSink returns a sink writing into a fresh schema of pg's database.
-func newSink(t testing.TB, pg *testservers.PG, mode, table string) *Sink {
+// The sink's modes, for the tests' newSink.
+const (
+	ModeReplace = jobs.PostgresReplace
+	ModeUpsert  = jobs.PostgresUpsert
+)
+
+func newSink(t testing.TB, pg *testservers.PG, mode jobs.PostgresMode, table string) *Sink {
 	t.Helper()
 	s, err := New(context.Background(), testJob, jobs.PostgresSinkSpec{
 		DSN:    pg.DSN,

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/sinks"
 )
 
@@ -17,7 +18,7 @@ import (
 // published before (even if since rolled back) is left alone, so a retried
 // Publish never undoes a later one.
 func (s *Sink) Publish(ctx context.Context, run sinks.RunInfo) error {
-	if s.spec.Mode == ModeUpsert {
+	if s.spec.Mode == jobs.PostgresUpsert {
 		return s.publishUpsert(ctx, run)
 	}
 	rt := s.runTable(run.Version)
@@ -104,7 +105,7 @@ func (s *Sink) recordPublished(ctx context.Context, tx pgx.Tx, run sinks.RunInfo
 	}
 	_, err := tx.Exec(ctx, "INSERT INTO "+s.ident(tabVersions)+
 		" (table_name, version, job, run_id, run_table, mode, is_current) VALUES ($1, $2, $3, $4, $5, $6, true)",
-		s.spec.Table, run.Version, s.job, run.RunID, runTable, s.spec.Mode)
+		s.spec.Table, run.Version, s.job, run.RunID, runTable, string(s.spec.Mode))
 	return err
 }
 
@@ -160,7 +161,7 @@ func (s *Sink) Abort(ctx context.Context, run sinks.RunInfo) error {
 		if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", s.ident(tabVersions)).Scan(&prepared); err != nil || !prepared {
 			return err // never prepared: nothing to drop
 		}
-		if s.spec.Mode == ModeReplace {
+		if s.spec.Mode == jobs.PostgresReplace {
 			if published, err := s.published(ctx, tx, run.Version); err != nil {
 				return err
 			} else if published {
@@ -205,7 +206,7 @@ func (s *Sink) Current(ctx context.Context, run sinks.RunInfo) (string, error) {
 // Rollback points the view back at a retained version's run table in one
 // transaction. Upsert mode keeps no earlier versions.
 func (s *Sink) Rollback(ctx context.Context, run sinks.RunInfo, version string) error {
-	if s.spec.Mode == ModeUpsert {
+	if s.spec.Mode == jobs.PostgresUpsert {
 		return fmt.Errorf("postgres sink %s.%s: upsert mode keeps no earlier versions to roll back to", s.schema, s.spec.Table)
 	}
 	return s.ddl(ctx, "roll back to "+version, func(tx pgx.Tx) error {

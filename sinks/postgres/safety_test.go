@@ -12,6 +12,7 @@ import (
 
 	"github.com/precog-ml/precog/internal/retry"
 	"github.com/precog-ml/precog/internal/testservers"
+	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/sinks"
 	"github.com/precog-ml/precog/sinks/sinktest"
 )
@@ -40,7 +41,10 @@ func TestUserObjectRefused(t *testing.T) {
 	t.Parallel()
 	pg := testservers.Postgres(t)
 	ctx := context.Background()
-	for _, c := range []struct{ mode, create string }{
+	for _, c := range []struct {
+		mode   jobs.PostgresMode
+		create string
+	}{
 		{ModeReplace, "CREATE TABLE %s (user_id bigint, note text)"},
 		{ModeReplace, "CREATE VIEW %s AS SELECT 1::bigint AS user_id, 'mine'::text AS note"},
 		{ModeUpsert, "CREATE TABLE %s (user_id bigint, note text)"},

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/sinks"
 )
 
@@ -41,7 +42,7 @@ func (s *Sink) Stage(ctx context.Context, run sinks.RunInfo, committed []sinks.C
 		if _, err := tx.Exec(ctx, "ANALYZE "+s.ident(rt)); err != nil {
 			return fmt.Errorf("analyze %s: %w", rt, err)
 		}
-		if s.spec.Mode == ModeUpsert {
+		if s.spec.Mode == jobs.PostgresUpsert {
 			return s.checkUpsertStage(ctx, tx, run)
 		}
 		return nil

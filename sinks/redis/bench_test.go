@@ -252,7 +252,7 @@ func BenchmarkEncodingMemory(b *testing.B) {
 			b.Run(p.name+"/"+enc, func(b *testing.B) {
 				rs := testservers.NewRedis(b) // private: used_memory is per server
 				spec := benchSpec(rs)
-				spec.Encoding = enc
+				spec.Encoding = jobs.RedisEncoding(enc)
 				s, err := New(spec)
 				if err != nil {
 					b.Fatal(err)

@@ -46,7 +46,7 @@ func TestConformanceMsgpack(t *testing.T) {
 		New: func(t *testing.T) sinks.Sink {
 			rs := testservers.Redis(t)
 			s, err := New(jobs.RedisSinkSpec{
-				Addr: rs.Addr, DB: rs.DB, Namespace: rs.Prefix, Encoding: EncodingMsgpack,
+				Addr: rs.Addr, DB: rs.DB, Namespace: rs.Prefix, Encoding: jobs.RedisEncodingMsgpack,
 				TTL: jobs.Duration{Duration: time.Hour}, PipelineBatch: 16, PipelineDepth: 3,
 			})
 			if err != nil {

@@ -47,7 +47,7 @@ func TestEncodingsAcrossVersions(t *testing.T) {
 	ns := rs.Prefix
 	sinkFor := map[string]*Sink{
 		EncodingJSON:    newTestSink(t, rs, func(sp *jobs.RedisSinkSpec) { sp.Retain = 2 }),
-		EncodingMsgpack: newTestSink(t, rs, func(sp *jobs.RedisSinkSpec) { sp.Retain = 2; sp.Encoding = EncodingMsgpack }),
+		EncodingMsgpack: newTestSink(t, rs, func(sp *jobs.RedisSinkSpec) { sp.Retain = 2; sp.Encoding = jobs.RedisEncodingMsgpack }),
 	}
 	s := sinkFor[EncodingJSON]
 	metaEncoding := func() string { return c.HGet(ctx, metaKey(ns), EncodingField).Val() }

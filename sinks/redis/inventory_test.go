@@ -104,7 +104,7 @@ func TestStoredInPlace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	rs := testservers.Redis(t)
-	s := newTestSink(t, rs, func(sp *jobs.RedisSinkSpec) { sp.Publish = PublishInPlace })
+	s := newTestSink(t, rs, func(sp *jobs.RedisSinkSpec) { sp.Publish = jobs.RedisPublishInPlace })
 	pub, killed := testRun("v1"), testRun("v2")
 	for _, run := range []sinks.RunInfo{pub, killed} {
 		if err := s.Prepare(ctx, run); err != nil {

@@ -11,12 +11,14 @@ import (
 
 	"github.com/precog-ml/precog/internal/floattext"
 	"github.com/precog-ml/precog/internal/jsontext"
+	"github.com/precog-ml/precog/jobs"
 )
 
-// Record encodings (sinks.redis.encoding).
+// Record encodings (sinks.redis.encoding, jobs.RedisEncoding) as the
+// Shards hash and {namespace}:meta record them.
 const (
 	// EncodingJSON writes each record as a JSON object (the default).
-	EncodingJSON = "json"
+	EncodingJSON = string(jobs.RedisEncodingJSON)
 	// EncodingMsgpack writes the same object as a MessagePack map: field
 	// names as str, numbers as msgpack ints and float32/float64, strings
 	// (computed_at and dates in the same RFC 3339 text as JSON) as str,
@@ -24,7 +26,7 @@ const (
 	// nulls is one bin of little-endian float32s (4 bytes an element,
 	// against 10 to 12 as JSON text). A list of float32 with a null in it
 	// stays an array of float32 and nil.
-	EncodingMsgpack = "msgpack"
+	EncodingMsgpack = string(jobs.RedisEncodingMsgpack)
 )
 
 // The msgpack form is appended with tinylib/msgp's append-style runtime

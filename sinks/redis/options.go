@@ -17,27 +17,13 @@ import (
 	"github.com/precog-ml/precog/sinks"
 )
 
-// Defaults applied by New when the spec leaves a field zero.
-const (
-	DefaultPipelineBatch = 512
-	DefaultPipelineDepth = 4
-	DefaultRetain        = 2
-	DefaultTimeout       = 5 * time.Second
-)
-
-// Publish modes of RedisSinkSpec.Publish.
-const (
-	PublishAtomic  = "atomic"
-	PublishInPlace = "in_place"
-)
-
 // config is the defaulted, validated form of jobs.RedisSinkSpec.
 type config struct {
 	conn      Conn
 	addrs     []string
 	namespace string
 	ttl       time.Duration
-	publish   string
+	publish   jobs.RedisPublish
 	retain    int
 	username  string
 	password  string
@@ -49,9 +35,11 @@ type config struct {
 	encoding  string // EncodingJSON or EncodingMsgpack
 }
 
-// newConfig applies defaults and validates the spec. Errors name the
+// newConfig applies the spec's defaults (jobs owns them: a spec built in
+// code gets the same as a loaded one) and validates it. Errors name the
 // spec field (sinks.redis.*) and never contain the password.
 func newConfig(spec jobs.RedisSinkSpec) (config, error) {
+	spec.Normalize(nil)
 	conn, err := ParseConn(spec)
 	if err != nil {
 		return config{}, err
@@ -70,16 +58,12 @@ func newConfig(spec jobs.RedisSinkSpec) (config, error) {
 		batch:     spec.PipelineBatch,
 		depth:     spec.PipelineDepth,
 		timeout:   spec.Timeout.Duration,
-		encoding:  spec.Encoding,
+		encoding:  string(spec.Encoding),
 	}
 	if err := ValidNamespace(c.namespace); err != nil {
 		return c, fmt.Errorf("sinks.redis.namespace: %w", err)
 	}
-	switch c.publish {
-	case "":
-		c.publish = PublishAtomic
-	case PublishAtomic, PublishInPlace:
-	default:
+	if !c.publish.Valid() {
 		return c, fmt.Errorf("sinks.redis.publish: %q is not atomic or in_place", c.publish)
 	}
 	if c.ttl < 0 {
@@ -88,32 +72,16 @@ func newConfig(spec jobs.RedisSinkSpec) (config, error) {
 	if c.ttl > 0 && c.ttl < time.Millisecond {
 		return c, fmt.Errorf("sinks.redis.ttl: %s is below Redis's 1ms resolution", c.ttl)
 	}
-	if c.retain == 0 {
-		c.retain = DefaultRetain
-	}
 	if c.retain < 1 {
 		return c, fmt.Errorf("sinks.redis.retain: %d must be at least 1", c.retain)
-	}
-	if c.batch == 0 {
-		c.batch = DefaultPipelineBatch
 	}
 	if c.batch < 1 || c.batch > 1<<20 {
 		return c, fmt.Errorf("sinks.redis.pipeline_batch: %d out of range 1..%d", c.batch, 1<<20)
 	}
-	if c.depth == 0 {
-		c.depth = DefaultPipelineDepth
-	}
 	if c.depth < 1 || c.depth > 1024 {
 		return c, fmt.Errorf("sinks.redis.pipeline_depth: %d out of range 1..1024", c.depth)
 	}
-	if c.timeout == 0 {
-		c.timeout = DefaultTimeout
-	}
-	switch c.encoding {
-	case "":
-		c.encoding = EncodingJSON
-	case EncodingJSON, EncodingMsgpack:
-	default:
+	if !spec.Encoding.Valid() {
 		return c, fmt.Errorf("sinks.redis.encoding: %q is not json or msgpack", c.encoding)
 	}
 	if c.timeout < 0 {

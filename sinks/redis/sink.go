@@ -141,7 +141,7 @@ func New(spec jobs.RedisSinkSpec) (*Sink, error) {
 	return &Sink{
 		batches:   newBatchPool(2*cfg.depth + 1),
 		cfg:       cfg,
-		layout:    Layout{Namespace: cfg.namespace, InPlace: cfg.publish == PublishInPlace},
+		layout:    Layout{Namespace: cfg.namespace, InPlace: cfg.publish == jobs.RedisPublishInPlace},
 		lockTTL:   DefaultLockTTL,
 		closeWait: CloseTimeout,
 		client:    cfg.newClient(),
@@ -207,7 +207,7 @@ func (s *Sink) Prepare(ctx context.Context, run sinks.RunInfo) error {
 }
 
 func (s *Sink) checkRun(run sinks.RunInfo) error {
-	if s.cfg.publish == PublishAtomic {
+	if s.cfg.publish == jobs.RedisPublishAtomic {
 		if err := ValidVersion(run.Version); err != nil {
 			return fmt.Errorf("redis sink: run %s: %w", run.RunID, err)
 		}
@@ -374,7 +374,7 @@ func (s *Sink) writeMeta(ctx context.Context, version string, at time.Time) erro
 		return err
 	}
 	err = s.client.HSet(ctx, metaKey(s.cfg.namespace), "version", version,
-		"published_at", at.Format(time.RFC3339Nano), "mode", s.cfg.publish, EncodingField, enc).Err()
+		"published_at", at.Format(time.RFC3339Nano), "mode", string(s.cfg.publish), EncodingField, enc).Err()
 	return s.cfg.sanitize("publish: write "+metaKey(s.cfg.namespace), err)
 }
 
@@ -438,7 +438,7 @@ func (s *Sink) Abort(ctx context.Context, run sinks.RunInfo) error {
 
 // Versions lists the retained published versions, newest first.
 func (s *Sink) Versions(ctx context.Context, run sinks.RunInfo) ([]string, error) {
-	if s.cfg.publish == PublishInPlace {
+	if s.cfg.publish == jobs.RedisPublishInPlace {
 		return nil, nil
 	}
 	vs, err := s.client.ZRevRange(ctx, VersionsKey(s.cfg.namespace), 0, -1).Result()
@@ -453,7 +453,7 @@ func (s *Sink) Versions(ctx context.Context, run sinks.RunInfo) ([]string, error
 // namespace decides.
 func (s *Sink) Current(ctx context.Context, _ sinks.RunInfo) (string, error) {
 	cmd := s.client.Get(ctx, CurrentKey(s.cfg.namespace))
-	if s.cfg.publish == PublishInPlace {
+	if s.cfg.publish == jobs.RedisPublishInPlace {
 		cmd = s.client.HGet(ctx, metaKey(s.cfg.namespace), "version")
 	}
 	v, err := cmd.Result()
@@ -469,7 +469,7 @@ func (s *Sink) Current(ctx context.Context, _ sinks.RunInfo) (string, error) {
 // Rollback makes a retained version current again with one SET and
 // announces it. A version not retained is an error listing those that are.
 func (s *Sink) Rollback(ctx context.Context, run sinks.RunInfo, version string) error {
-	if s.cfg.publish == PublishInPlace {
+	if s.cfg.publish == jobs.RedisPublishInPlace {
 		return fmt.Errorf("redis sink: namespace %s uses publish: in_place, which keeps no earlier versions to roll back to", s.cfg.namespace)
 	}
 	vs, err := s.Versions(ctx, run)

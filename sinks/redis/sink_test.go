@@ -421,7 +421,7 @@ func TestInPlace(t *testing.T) {
 	ctx := context.Background()
 	rs := testservers.Redis(t)
 	c := rs.Client(t)
-	s := newTestSink(t, rs, func(sp *jobs.RedisSinkSpec) { sp.Publish = PublishInPlace })
+	s := newTestSink(t, rs, func(sp *jobs.RedisSinkSpec) { sp.Publish = jobs.RedisPublishInPlace })
 	run := testRun("v1")
 	if err := writeShard(ctx, s, run, 0, 0, 30, 30, 2); err != nil {
 		t.Fatal(err)

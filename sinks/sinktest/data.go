@@ -15,6 +15,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/sinks"
 )
 
@@ -45,14 +46,12 @@ func NewRun(version string, stringKey bool, params map[string]string) sinks.RunI
 	if stringKey {
 		key, kt = StringKey, arrow.BinaryTypes.String
 	}
-	fields := []arrow.Field{
+	fields := append([]arrow.Field{
 		{Name: key, Type: kt},
 		{Name: ColScore, Type: arrow.PrimitiveTypes.Float32},
 		{Name: ColItems, Type: arrow.ListOf(arrow.PrimitiveTypes.Int64)},
 		{Name: ColEmb, Type: arrow.ListOf(arrow.PrimitiveTypes.Float32)},
-		{Name: sinks.ColModelVersion, Type: arrow.BinaryTypes.String},
-		{Name: sinks.ColComputedAt, Type: &arrow.TimestampType{Unit: arrow.Microsecond, TimeZone: "UTC"}},
-	}
+	}, jobs.OutputTail()...)
 	names := make([]string, 0, len(params))
 	for k := range params {
 		names = append(names, k)

@@ -65,9 +65,7 @@ func (l *Ledger) CreateBackfill(ctx context.Context, b ledger.Backfill, runs []l
 		b.CreatedAt = now
 	}
 	b.UpdatedAt, b.Dates = now, nil
-	if b.Pool == "" {
-		b.Pool = ledger.DefaultPool
-	}
+	b.Pool = jobs.PoolOrDefault(b.Pool)
 	err := l.db.Update(func(tx *bbolt.Tx) error {
 		if _, err := getBackfill(tx, b.ID); err == nil {
 			return fmt.Errorf("backfill %s already exists", b.ID)
@@ -291,9 +289,7 @@ func (l *Ledger) createChild(tx *bbolt.Tx, run jobs.Run, shards []jobs.Shard) er
 		return errors.New("empty run id")
 	}
 	now := l.now()
-	if run.Pool == "" {
-		run.Pool = ledger.DefaultPool
-	}
+	run.Pool = jobs.PoolOrDefault(run.Pool)
 	run.State, run.Shards, run.Counts = jobs.RunPending, len(shards), jobs.Counts{}
 	if run.CreatedAt.IsZero() {
 		run.CreatedAt = now

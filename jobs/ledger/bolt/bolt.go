@@ -245,9 +245,7 @@ func (l *Ledger) CreateRun(ctx context.Context, run jobs.Run, shards []jobs.Shar
 		return errors.New("ledger: create run: empty run id")
 	}
 	now := l.now()
-	if run.Pool == "" {
-		run.Pool = ledger.DefaultPool
-	}
+	run.Pool = jobs.PoolOrDefault(run.Pool)
 	run.State = jobs.RunPending
 	run.Shards = len(shards)
 	run.Counts = jobs.Counts{}

@@ -96,9 +96,7 @@ func (l *Ledger) RecordTick(ctx context.Context, t ledger.Tick, run *jobs.Run, s
 			return nil
 		}
 		r := *run
-		if r.Pool == "" {
-			r.Pool = ledger.DefaultPool
-		}
+		r.Pool = jobs.PoolOrDefault(r.Pool)
 		r.State, r.Shards, r.Counts, r.UpdatedAt = jobs.RunPending, len(shards), jobs.Counts{}, t.RecordedAt
 		if r.CreatedAt.IsZero() {
 			r.CreatedAt = t.RecordedAt

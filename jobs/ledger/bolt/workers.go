@@ -42,9 +42,7 @@ func (l *Ledger) HeartbeatWorker(ctx context.Context, w ledger.WorkerInfo) error
 				rec.StartedAt = old.StartedAt
 			}
 		}
-		if rec.Pool == "" {
-			rec.Pool = ledger.DefaultPool
-		}
+		rec.Pool = jobs.PoolOrDefault(rec.Pool)
 		rec.HeartbeatAt, rec.Lost, rec.HeartbeatAge = now, false, 0
 		v, err := json.Marshal(rec)
 		if err != nil {

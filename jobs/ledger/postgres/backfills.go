@@ -207,8 +207,5 @@ func (l *Ledger) SetBackfill(ctx context.Context, id string, parallel int, cance
 
 // poolName is the pool recorded for a backfill ("" reads as the default).
 func poolName(p string) string {
-	if p == "" {
-		return jobs.DefaultPool
-	}
-	return p
+	return jobs.PoolOrDefault(p)
 }

@@ -187,10 +187,7 @@ func scanShard(row pgx.Row) (jobs.Shard, error) {
 }
 
 func poolOf(r jobs.Run) string {
-	if r.Pool == "" {
-		return ledger.DefaultPool
-	}
-	return r.Pool
+	return jobs.PoolOrDefault(r.Pool)
 }
 
 // CreateRun stores run in state pending with its shards (COPY), refusing a

@@ -42,10 +42,7 @@ func (l *Ledger) HeartbeatWorker(ctx context.Context, w ledger.WorkerInfo) error
 }
 
 func poolOrDefault(p string) string {
-	if p == "" {
-		return ledger.DefaultPool
-	}
-	return p
+	return jobs.PoolOrDefault(p)
 }
 
 // RemoveWorker implements ledger.Workers.

@@ -1,0 +1,59 @@
+package jobs
+
+// The spec's enumerations, each with its one set of values: the sinks, the
+// runner and the CLI compare against these constants, never literals.
+
+// RedisPublish is sinks.redis.publish: how a run's records become visible.
+type RedisPublish string
+
+const (
+	// RedisPublishAtomic writes a run under its own version and switches
+	// {namespace}:current to it at publish (the default).
+	RedisPublishAtomic RedisPublish = "atomic"
+	// RedisPublishInPlace writes the live keys as shards commit: no
+	// version switch, no rollback.
+	RedisPublishInPlace RedisPublish = "in_place"
+)
+
+// Valid reports a known value.
+func (p RedisPublish) Valid() bool { return p == RedisPublishAtomic || p == RedisPublishInPlace }
+
+// RedisEncoding is sinks.redis.encoding: how a record is stored. The value
+// is also what {namespace}:meta records for a version.
+type RedisEncoding string
+
+const (
+	// RedisEncodingJSON stores each record as a JSON object (the default).
+	RedisEncodingJSON RedisEncoding = "json"
+	// RedisEncodingMsgpack stores the same object as a MessagePack map.
+	RedisEncodingMsgpack RedisEncoding = "msgpack"
+)
+
+// Valid reports a known value.
+func (e RedisEncoding) Valid() bool { return e == RedisEncodingJSON || e == RedisEncodingMsgpack }
+
+// PostgresMode is sinks.postgres.mode.
+type PostgresMode string
+
+const (
+	// PostgresReplace writes each run to its own table and points the view
+	// at it at publish (the default).
+	PostgresReplace PostgresMode = "replace"
+	// PostgresUpsert merges each run into one table by key.
+	PostgresUpsert PostgresMode = "upsert"
+)
+
+// Valid reports a known value.
+func (m PostgresMode) Valid() bool { return m == PostgresReplace || m == PostgresUpsert }
+
+// Concurrency policies (spec field concurrency): what a scheduled tick does
+// while the job's previous run is still going.
+const (
+	ConcurrencyForbid  = "forbid"
+	ConcurrencyReplace = "replace"
+	ConcurrencyAllow   = "allow"
+)
+
+// DeviceCPU is model.device (and a worker's --devices entry) for the CPU;
+// the others are cuda:N.
+const DeviceCPU = "cpu"
