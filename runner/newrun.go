@@ -5,21 +5,11 @@
 package runner
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"time"
 
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/sources"
 )
-
-// NewVersion names a run's data in every sink: sortable UTC time plus a
-// random suffix, lower-case so it is a valid identifier fragment everywhere.
-func NewVersion(now time.Time) string {
-	var b [2]byte
-	_, _ = rand.Read(b[:])
-	return now.UTC().Format("20060102t150405") + "-" + hex.EncodeToString(b[:])
-}
 
 // NewRunOptions are what a new run records beyond its spec.
 type NewRunOptions struct {
@@ -47,7 +37,7 @@ func NewRun(spec *jobs.Spec, o NewRunOptions) (jobs.Run, []jobs.Shard) {
 		now = time.Now()
 	}
 	now = now.UTC().Truncate(time.Microsecond)
-	version := NewVersion(now)
+	version := jobs.NewVersion(now).String()
 	file := o.SpecFile
 	if file == "" {
 		file = spec.File

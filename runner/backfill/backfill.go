@@ -127,7 +127,7 @@ func Ensure(ctx context.Context, led Ledger, req Request) (Outcome, error) {
 	}
 	if prev == nil {
 		b := ledger.Backfill{
-			ID: first.Name + "-bf-" + runner.NewVersion(time.Now()), Job: first.Name, Param: req.Param,
+			ID: first.Name + "-bf-" + jobs.NewVersion(time.Now()).String(), Job: first.Name, Param: req.Param,
 			From: req.From, To: req.To, Step: req.Step, ParamsKey: others, Parallel: req.Parallel,
 			Priority: priority, Pool: first.Pool,
 		}

@@ -167,8 +167,8 @@ func (s *Sink) Target(run sinks.RunInfo) (string, error) {
 
 func (s *Sink) dirs(run sinks.RunInfo) (dirs, error) {
 	v := run.Version
-	if v == "" || v == "." || v == ".." || strings.ContainsAny(v, `/\`+"\x00") {
-		return dirs{}, fmt.Errorf("parquet: run %s: version %q cannot name a directory", run.RunID, v)
+	if err := jobs.Version(v).Validate(); err != nil {
+		return dirs{}, fmt.Errorf("parquet: run %s: %w", run.RunID, err)
 	}
 	t, err := s.Target(run)
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/precog-ml/precog/jobs"
 )
 
 // Layout is the one source of truth for where the Redis sink and its
@@ -154,15 +156,12 @@ func ValidNamespace(ns string) error {
 	return nil
 }
 
-// ValidVersion applies the namespace rules to a run version, which becomes
-// the middle part of every record key, and rejects the reserved words of
-// the layout.
+// ValidVersion applies jobs.Version's rules to a run version, which
+// becomes the middle part of every record key, and rejects the reserved
+// words of the layout.
 func ValidVersion(v string) error {
-	if v == "" {
-		return errors.New("run version is empty")
-	}
-	if err := ValidNamespace(v); err != nil {
-		return fmt.Errorf("run version %w", err)
+	if err := jobs.Version(v).Validate(); err != nil {
+		return err
 	}
 	for _, r := range reservedVersions {
 		if v == r {

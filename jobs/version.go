@@ -1,0 +1,78 @@
+package jobs
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Version names a run's data in every sink: the middle part of its Redis
+// keys, the suffix of its Postgres run table, its Parquet directory. It is
+// the one owner of their format: NewVersion creates them, ParseVersion
+// reads one given from outside (a flag, a store), Validate says what every
+// sink can hold. Run.Version and sinks.RunInfo.Version carry it as text.
+type Version string
+
+// versionTime is the time part of a version NewVersion makes: sortable,
+// UTC, lower-case, so that it is an identifier fragment everywhere.
+const versionTime = "20060102t150405"
+
+// maxVersionLen bounds a version: a Redis key part like a namespace.
+const maxVersionLen = 128
+
+// NewVersion makes the version of a run created at now: its UTC time to
+// the second and 4 random hex digits (20261103t140501-a3f9), so that
+// versions sort by creation and two runs in one second differ.
+func NewVersion(now time.Time) Version {
+	var b [2]byte
+	_, _ = rand.Read(b[:])
+	return Version(now.UTC().Format(versionTime) + "-" + hex.EncodeToString(b[:]))
+}
+
+// ParseVersion reads a version given from outside, validated.
+func ParseVersion(s string) (Version, error) {
+	v := Version(s)
+	if err := v.Validate(); err != nil {
+		return "", err
+	}
+	return v, nil
+}
+
+// Validate reports a version no sink can hold: empty, longer than 128
+// bytes, "." or "..", or with whitespace, a control character, ':' (the
+// Redis key separator), glob characters, braces (Redis hash tags) or a
+// path separator. Versions from NewVersion always pass; so do the plain
+// names tests and older runs use (v1, run-7).
+func (v Version) Validate() error {
+	s := string(v)
+	switch {
+	case s == "":
+		return errors.New("run version is empty")
+	case len(s) > maxVersionLen:
+		return fmt.Errorf("run version %q is longer than %d bytes", s, maxVersionLen)
+	case s == "." || s == "..":
+		return fmt.Errorf("run version %q cannot name a directory", s)
+	}
+	for _, r := range s {
+		if r <= ' ' || r == 0x7f || strings.ContainsRune(":*?[]\\{}/", r) {
+			return fmt.Errorf("run version %q: character %q not allowed (no whitespace, ':', '/', glob characters or braces)", s, r)
+		}
+	}
+	return nil
+}
+
+// Time is when a version NewVersion made was created; ok is false for a
+// version of another form.
+func (v Version) Time() (t time.Time, ok bool) {
+	s := string(v)
+	if len(s) < len(versionTime) {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(versionTime, s[:len(versionTime)])
+	return t, err == nil
+}
+
+func (v Version) String() string { return string(v) }
