@@ -20,7 +20,7 @@ import (
 func TestSlowFirstQueryDoesNotOpenTheBreaker(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{mutate: func(c *Config) {
-		c.StoreTimeout = time.Second
+		c.StoreTimeout = 2 * time.Second // generous, as the suite's: the rows query after the lock goes
 		c.RequestTimeout = time.Minute
 	}})
 	tbl := e.srv.ns[e.ns].pg
