@@ -24,12 +24,10 @@ var wideComputedAt = time.Date(2026, 11, 1, 6, 0, 0, 0, time.UTC)
 // vecRunInfo is the schema of an embedding job's output: a string key, a
 // float32 vector, model_version and computed_at, as the runner builds it.
 func vecRunInfo(version string) sinks.RunInfo {
-	fields := []arrow.Field{
+	fields := append([]arrow.Field{
 		{Name: "item_id", Type: arrow.BinaryTypes.String},
 		{Name: "vec", Type: arrow.ListOf(arrow.PrimitiveTypes.Float32)},
-		{Name: sinks.ColModelVersion, Type: arrow.BinaryTypes.String},
-		{Name: sinks.ColComputedAt, Type: &arrow.TimestampType{Unit: arrow.Microsecond, TimeZone: "UTC"}},
-	}
+	}, jobs.OutputTail()...)
 	return sinks.RunInfo{Job: "bench-wide", RunID: "run-" + version, Version: version,
 		Schema: arrow.NewSchema(fields, nil), Key: "item_id"}
 }
