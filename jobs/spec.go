@@ -97,7 +97,8 @@ type ModelSpec struct {
 	Device    string            `yaml:"device"`     // cpu | cuda:N; default cpu
 	Threads   int               `yaml:"threads"`    // intra-op threads per session, 0 = auto
 	// Sessions is the number of concurrent sessions per device. 0 (the
-	// default) is auto: 2 half-width sessions for a CPU model on 2+ cores.
+	// default) is auto: 2 half-width sessions for a CPU model on 2+ cores,
+	// 2 sessions (CUDA streams) for a GPU model.
 	Sessions int `yaml:"sessions"`
 	// Pooling reduces a last_hidden_state output [N, T, D] to one vector
 	// per row over the attention mask: mean | cls | max | none (default).

@@ -30,6 +30,12 @@ type keyGuard struct {
 	hint int
 	strs map[string]uint64
 	ints map[int64]uint64
+	// asc holds the shard's integer keys while they arrive strictly
+	// ascending (a source sorted by key, the usual layout): no key can
+	// repeat then, so none is looked up; the first key at or below the
+	// last moves them into ints. Probing a map of a shard's keys was a
+	// quarter of a null-model job's CPU (a cache miss per row).
+	asc []placedKey
 	// locs[b] names the rows of the shard's batch b (for duplicates).
 	locs   []func(int) string
 	sketch *hll.Sketch
@@ -71,8 +77,6 @@ func (g *keyGuard) check(rec arrow.RecordBatch, keyIdx int, loc func(int) string
 	text := isStringKey(col.DataType())
 	if text && g.strs == nil {
 		g.strs = make(map[string]uint64, g.hint)
-	} else if !text && g.ints == nil {
-		g.ints = make(map[int64]uint64, g.hint)
 	}
 	var drop []int
 	for r := range int(rec.NumRows()) {
@@ -92,8 +96,7 @@ func (g *keyGuard) check(rec arrow.RecordBatch, keyIdx int, loc func(int) string
 			v, err := keyInt(col, r)
 			if err != nil {
 				reason = err.Error()
-			} else if first, dup = g.ints[v]; !dup {
-				g.ints[v] = place
+			} else if first, dup = g.seenInt(v, place); !dup {
 				g.sketch.AddInt(v)
 			}
 			switch {
@@ -127,6 +130,36 @@ func (g *keyGuard) check(rec arrow.RecordBatch, keyIdx int, loc func(int) string
 		return keptRows{}, 0, err
 	}
 	return keptRows{rec: kept, orig: orig, loc: loc}, len(drop), nil
+}
+
+// placedKey is an integer key and where it was first seen
+// (batch<<32 | row).
+type placedKey struct {
+	key   int64
+	place uint64
+}
+
+// seenInt records integer key v at place unless the shard has it already,
+// and returns where it was first seen.
+func (g *keyGuard) seenInt(v int64, place uint64) (first uint64, dup bool) {
+	if g.ints == nil {
+		if n := len(g.asc); n == 0 || v > g.asc[n-1].key {
+			if g.asc == nil {
+				g.asc = make([]placedKey, 0, max(g.hint, 1024))
+			}
+			g.asc = append(g.asc, placedKey{v, place})
+			return 0, false
+		}
+		g.ints = make(map[int64]uint64, max(g.hint, 2*len(g.asc)))
+		for _, k := range g.asc {
+			g.ints[k.key] = k.place
+		}
+		g.asc = nil
+	}
+	if first, dup = g.ints[v]; !dup {
+		g.ints[v] = place
+	}
+	return first, dup
 }
 
 // dropRows returns rec without the rows in drop (ascending) and the source

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -140,5 +142,99 @@ func TestNonFinite(t *testing.T) {
 	defer kept.Release()
 	if kept.NumRows() != 2 || orig[0] != 0 || orig[1] != 2 || len(nonFinite(kept, 0, 2)) != 0 {
 		t.Fatalf("dropRows kept %d rows %v", kept.NumRows(), orig)
+	}
+}
+
+func int64Batch(t *testing.T, keys ...int64) arrow.RecordBatch {
+	t.Helper()
+	kb := array.NewInt64Builder(memory.DefaultAllocator)
+	defer kb.Release()
+	kb.AppendValues(keys, nil)
+	k := kb.NewArray()
+	defer k.Release()
+	schema := arrow.NewSchema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}}, nil)
+	return array.NewRecordBatch(schema, []arrow.Array{k}, int64(len(keys)))
+}
+
+// TestKeyGuardIntKeysAscendingThenNot: integer keys that arrive ascending
+// skip the map until the first key at or below the last; a repeat of any
+// earlier key is still found after the switch, naming where it was first.
+func TestKeyGuardIntKeysAscendingThenNot(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		b1, b2     []int64
+		key, first string
+	}{
+		{"repeat of the last", []int64{1, 5, 9}, []int64{10, 9}, "9", "p1 row 2"},
+		{"repeat of the first", []int64{1, 5, 9}, []int64{3, 1}, "1", "p1 row 0"},
+		{"repeat within the batch that breaks the order", []int64{1, 2}, []int64{7, 4, 8, 7}, "7", "p2 row 0"},
+		{"descending from the start", []int64{9, 8}, []int64{7, 8}, "8", "p1 row 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b1, b2 := int64Batch(t, tc.b1...), int64Batch(t, tc.b2...)
+			defer b1.Release()
+			defer b2.Release()
+			g := newKeyGuard("id", "fail", 4)
+			k1, _, err := g.check(b1, 0, loc("p1"), &memRejects{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			k1.rec.Release()
+			_, _, err = g.check(b2, 0, loc("p2"), &memRejects{})
+			var de *sinks.DuplicateKeyError
+			if !errors.As(err, &de) || de.Key != tc.key || de.First != tc.first {
+				t.Fatalf("err = %v, want duplicate key %s first at %s", err, tc.key, tc.first)
+			}
+		})
+	}
+	// Ascending throughout: every key kept, all counted.
+	g := newKeyGuard("id", "fail", 0)
+	for i := range int64(3) {
+		b := int64Batch(t, 10*i, 10*i+1, 10*i+5)
+		k, n, err := g.check(b, 0, loc("p"), &memRejects{})
+		if err != nil || n != 0 || k.rec.NumRows() != 3 {
+			t.Fatalf("batch %d: kept %v, rejected %d, err %v", i, k.rec, n, err)
+		}
+		k.rec.Release()
+		b.Release()
+	}
+	if g.ints != nil || g.sketch.Count() != 9 {
+		t.Fatalf("ascending keys: map %v, sketch %d; want no map and 9 keys", g.ints != nil, g.sketch.Count())
+	}
+}
+
+// BenchmarkKeyGuardInts: a 100k-row shard's keys in 1024-row batches,
+// ascending (a sorted source) and shuffled.
+func BenchmarkKeyGuardInts(b *testing.B) {
+	const rows, batch = 100_000, 1024
+	keys := make([]int64, rows)
+	for i := range keys {
+		keys[i] = int64(i) * 7
+	}
+	shuffled := slices.Clone(keys)
+	rand.New(rand.NewPCG(1, 2)).Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+	for _, c := range []struct {
+		name string
+		keys []int64
+	}{{"ascending", keys}, {"shuffled", shuffled}} {
+		b.Run(c.name, func(b *testing.B) {
+			t := &testing.T{}
+			var recs []arrow.RecordBatch
+			for lo := 0; lo < rows; lo += batch {
+				recs = append(recs, int64Batch(t, c.keys[lo:min(lo+batch, rows)]...))
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				g := newKeyGuard("id", "fail", rows)
+				for _, r := range recs {
+					k, _, err := g.check(r, 0, loc("p"), &memRejects{})
+					if err != nil {
+						b.Fatal(err)
+					}
+					k.rec.Release()
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*rows), "ns/row")
+		})
 	}
 }

@@ -24,6 +24,32 @@ import (
 // item, memory is O(queueDepth × batch_size × row width), never dataset size.
 const queueDepth = 2
 
+// minReadRows is the most rows the pipeline reads, encodes, infers and
+// writes as one unit: many model batches (Infer runs them batch_size rows
+// at a time). Every stage pays per call (a Parquet page decode per column,
+// an output record, a sink write per column), and at 1024 rows those costs
+// were most of a cheap model's job: a null-model job spent 4x the CPU of a
+// raw read-sum-write loop over the same files. A text model sorts the
+// whole unit by token length, so its buckets pad less.
+const minReadRows = 16384
+
+// unitsPerShard is the fewest units a shard is cut into, so that its
+// stages still overlap inside it (and a failure, progress or a cancel
+// lands mid-shard as before on small shards).
+const unitsPerShard = 4
+
+// ReadRows is the rows per pipeline unit for a model.batch_size and a
+// shard of shardRows rows (0: unknown): at most minReadRows, at most a
+// quarter of the shard, at least one model batch. Memory stays
+// O(queueDepth × ReadRows × row width), set by configuration.
+func ReadRows(batchSize int, shardRows int64) int {
+	unit := minReadRows
+	if shardRows > 0 {
+		unit = int(min(int64(unit), shardRows/unitsPerShard))
+	}
+	return max(batchSize, unit)
+}
+
 // RejectWriter receives the rows the encoder rejected (null or non-finite
 // features) for one shard attempt; Commit makes them durable.
 type RejectWriter interface {
@@ -65,12 +91,13 @@ type encoded struct {
 func (j *Job) ExecShard(ctx context.Context, t ShardTask) (jobs.Counts, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	rdr, err := j.Source.Open(ctx, t.Shard.Plan, sources.ReadOptions{Columns: j.Columns(), BatchSize: j.Spec.Model.BatchSize})
+	unit := ReadRows(j.Spec.Model.BatchSize, t.Shard.EstRows)
+	rdr, err := j.Source.Open(ctx, t.Shard.Plan, sources.ReadOptions{Columns: j.Columns(), BatchSize: unit})
 	if err != nil {
 		return jobs.Counts{}, fmt.Errorf("open: %w", err)
 	}
 	defer rdr.Close()
-	p := &shardPipeline{j: j, t: t, rdr: rdr, cancel: cancel,
+	p := &shardPipeline{j: j, t: t, rdr: rdr, cancel: cancel, unit: unit,
 		guard: newKeyGuard(j.Spec.Source.Key, j.Spec.DuplicateKeys, t.Shard.EstRows), rejects: &syncRejects{w: t.Rejects}}
 	if err := p.openWriters(ctx); err != nil {
 		return jobs.Counts{}, err
@@ -100,6 +127,8 @@ type shardPipeline struct {
 	guard   *keyGuard
 	rejects *syncRejects
 	cancel  context.CancelCauseFunc
+	// unit is the rows read, encoded and inferred as one (ReadRows).
+	unit int
 
 	mu     sync.Mutex // counts
 	counts jobs.Counts
@@ -156,7 +185,7 @@ func (p *shardPipeline) run(ctx context.Context) error {
 		wg.Go(func() { p.profile(ctx, profCh) })
 	}
 	wg.Go(func() { p.readEncode(ctx, encCh) })
-	consts := newConstColumns(p.j.Output, p.t.Run, p.j.Model.Version(), p.t.ComputedAt, p.j.Spec.Model.BatchSize)
+	consts := newConstColumns(p.j.Output, p.t.Run, p.j.Model.Version(), p.t.ComputedAt, p.unit)
 	defer consts.release()
 	for range max(p.j.Model.Sessions(), 1) {
 		inferWG.Go(func() { p.infer(ctx, encCh, outs, consts) })

@@ -118,7 +118,9 @@ type runStats struct {
 	Skipped    int // shards already committed by an earlier attempt
 	Shards     int
 	MaxRSS     int64 // bytes
-	Killed     bool
+	// CPU is the command's user+system CPU time.
+	CPU    time.Duration
+	Killed bool
 	// Stages is the summary's stage busy-time line ("infer 1.2s, write
 	// parquet 0.3s, …"), busiest first: the busiest stage bounds the run.
 	Stages string
@@ -171,6 +173,7 @@ func (h *harness) runPrecog(ctx context.Context, spec, stateDir string, killWhen
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		st.MaxRSS = ru.Maxrss * 1024
 	}
+	st.CPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	if st.Killed {
 		return st, nil
 	}

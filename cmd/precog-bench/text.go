@@ -20,6 +20,7 @@ import (
 
 	"github.com/precog-ml/precog/internal/testgen"
 	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/runner"
 	"github.com/precog-ml/precog/runner/model"
 	"github.com/precog-ml/precog/runner/model/tokenizer"
 )
@@ -270,7 +271,7 @@ func (h *harness) bucketing(ctx context.Context, s *section, mspec jobs.ModelSpe
 		}
 		bestPadded = max(bestPadded, float64(rows*calls)/took.Seconds())
 	}
-	s.add(atLeast(fmt.Sprintf("length bucketing: encode + infer of %d length-skewed titles in buckets of %d rows padded to their own longest (precog) vs every bucket padded to max_length %d", rows, model.BucketRows, textMaxLen),
+	s.add(atLeast(fmt.Sprintf("length bucketing: encode + infer of %d length-skewed titles in length-sorted buckets sized by tokens, padded to their own longest (precog) vs every bucket padded to max_length %d", rows, textMaxLen),
 		best, bestPadded, "rows/s", 1.5))
 	return nil
 }
@@ -320,7 +321,7 @@ sinks:
 	if err != nil {
 		return fmt.Errorf("raw ORT: %w", err)
 	}
-	s.add(atLeast(fmt.Sprintf("text embedding job (%d titles → Parquet, %d shards): run rows/s (summary) vs raw ORT on the same padded batches (length-sorted buckets of %d rows per %d-row batch)", st.RowsIn, (n+textRowsPerShard-1)/textRowsPerShard, model.BucketRows, batchSize),
+	s.add(atLeast(fmt.Sprintf("text embedding job (%d titles → Parquet, %d shards): run rows/s (summary) vs raw ORT on the same padded buckets (sorted by length per %d-row window, sized by tokens)", st.RowsIn, (n+textRowsPerShard-1)/textRowsPerShard, runner.ReadRows(batchSize, textRowsPerShard)),
 		st.SummaryRPS, max(raw, raw2), "rows/s", 0.9))
 	s.note("text job: wall %s; stage busy time %s; raw ORT measured before and after the run: %s, %s (each the best of one session with the runtime's default intra-op threads and two sessions of half the cores each, precog's sessions: auto; no spinning, as precog's).",
 		dur(st.Wall), st.Stages, rate(raw, "rows/s"), rate(raw2, "rows/s"))
@@ -328,8 +329,8 @@ sinks:
 }
 
 // rawTextORT is the raw limit of a text job: the first rows titles
-// tokenized beforehand, cut into the job's batches, each sorted by token
-// length into buckets of model.BucketRows padded to their longest, as
+// tokenized beforehand, sorted by token length per window of the pipeline's unit (runner.ReadRows) into the
+// buckets the model cuts (model.TextBucketEnds), padded to their longest, as
 // prebuilt input_ids and attention_mask tensors, run in a loop for the
 // measure duration by ONNX Runtime sessions with the options precog uses,
 // in each of rawConfigs; the best rows/s.
@@ -382,14 +383,21 @@ func (h *harness) rawTextORTWith(modelPath string, tok *tokenizer.Tokenizer, row
 		}
 	}()
 	pad := int64(tok.PadID())
-	for lo := 0; lo < rows; lo += batchSize {
+	window := runner.ReadRows(batchSize, textRowsPerShard)
+	for lo := 0; lo < rows; lo += window {
 		var ids [][]int32
-		for r := lo; r < min(lo+batchSize, rows); r++ {
+		for r := lo; r < min(lo+window, rows); r++ {
 			ids = append(ids, tok.Encode(nil, title(r), textMaxLen))
 		}
 		slices.SortStableFunc(ids, func(a, b []int32) int { return len(a) - len(b) })
-		for b := 0; b < len(ids); b += model.BucketRows {
-			bucket := ids[b:min(b+model.BucketRows, len(ids))]
+		sorted := make([]int, len(ids))
+		for j, row := range ids {
+			sorted[j] = len(row)
+		}
+		start := 0
+		for _, end := range model.TextBucketEnds(sorted, "cpu", batchSize) {
+			bucket := ids[start:end]
+			start = end
 			T := len(bucket[len(bucket)-1])
 			tid := make([]int64, len(bucket)*T)
 			mask := make([]int64, len(bucket)*T)

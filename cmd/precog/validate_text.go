@@ -17,13 +17,17 @@ func printText(w io.Writer, m *model.Model) {
 	}
 	fmt.Fprintf(w, "text input %s: columns %s, tokenizer %s, vocabulary %d, max_length %d\n",
 		t.Input, strings.Join(t.Columns, "+"), t.Kind, t.VocabSize, t.MaxLength)
-	fmt.Fprintf(w, "  padded shape per bucket: [≤%d, longest row ≤ %d] (rows sorted by token length, each bucket padded to its own longest row)\n",
-		t.BucketRows, t.MaxLength)
+	fmt.Fprintf(w, "  padded shape per bucket: [≤%d, longest row ≤ %d], ≤%d tokens (rows sorted by token length, each bucket padded to its own longest row)\n",
+		t.BucketRows, t.MaxLength, t.BucketTokens)
 	if p := m.Spec().Pooling; p != "" && p != "none" {
 		n := m.Spec().Normalize
 		if n == "" {
 			n = "none"
 		}
-		fmt.Fprintf(w, "  pooling %s over the attention mask, normalize %s\n", p, n)
+		where := "in the ONNX graph (a run returns one vector per row)"
+		if why := m.GoPooling(); why != "" {
+			where = "in Go: " + why
+		}
+		fmt.Fprintf(w, "  pooling %s over the attention mask, normalize %s, %s\n", p, n, where)
 	}
 }

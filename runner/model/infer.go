@@ -32,9 +32,13 @@ func (m *Model) Infer(ctx context.Context, b *Batch) (arrow.RecordBatch, error) 
 	}
 	defer m.release(s)
 
+	// A batch of more rows than model.batch_size (the pipeline reads and
+	// encodes many model batches as one unit) runs in batch_size pieces.
 	chunk := n
 	if m.fixedBatch > 0 {
 		chunk = m.fixedBatch
+	} else if bs := m.spec.BatchSize; bs > 0 && n > bs {
+		chunk = bs
 	}
 	collectors := make([]collector, len(m.outputs))
 	for i, o := range m.outputs {
@@ -43,8 +47,11 @@ func (m *Model) Infer(ctx context.Context, b *Batch) (arrow.RecordBatch, error) 
 	ins := make([]ort.Value, len(m.inputs))
 	outs := make([]ort.Value, len(m.outputs))
 	for lo := 0; lo < n; lo += chunk {
-		runRows := chunk // padded rows in this run
 		keep := min(chunk, n-lo)
+		runRows := keep
+		if m.fixedBatch > 0 {
+			runRows = chunk // padded rows in this run
+		}
 		if err := m.makeInputs(b, ins, lo, runRows); err != nil {
 			destroyAll(ins)
 			return nil, err

@@ -101,6 +101,9 @@ type output struct {
 	// pool is set for a [N,T,D] output (last_hidden_state) reduced to a
 	// [N,D] list field by model.pooling.
 	pool bool
+	// inGraph: the pooling (and normalize: l2) run as nodes appended to
+	// the graph (graphpool.go); the session returns [N,D].
+	inGraph bool
 }
 
 // Model is a loaded ONNX model with a pool of sessions, checked against a
@@ -130,6 +133,9 @@ type Model struct {
 	// hasText: the model has a tokenized text input; Infer runs it in
 	// length buckets (text.go).
 	hasText bool
+	// goPooling says why Go pools a pooled output instead of the graph
+	// (empty when the graph does, or nothing is pooled).
+	goPooling string
 	// padTo, when set (benchmarks only), pads every bucket to this length:
 	// the padding-to-max_length baseline bucketing is measured against.
 	padTo int
@@ -155,6 +161,9 @@ type LoadOption func(*loadOptions)
 
 type loadOptions struct {
 	noSpin bool
+	// goPooling keeps model.pooling in Go (tests compare it with the
+	// graph's).
+	goPooling bool
 }
 
 // WithoutSpinning keeps ONNX Runtime's intra-op threads from spinning while
@@ -191,7 +200,12 @@ func Load(spec jobs.ModelSpec, file string, opts ...LoadOption) (*Model, error) 
 		m.version = hex.EncodeToString(sum[:])[:12]
 	}
 	m.plan = planSessions(spec, len(data))
-	if err := m.startSessions(data); err != nil {
+	run, why, err := m.poolInGraph(data)
+	if err != nil {
+		return nil, m.errorf("model.pooling", "%s: append the pooling to the graph: %v", spec.Path, err)
+	}
+	m.goPooling = why
+	if err := m.startSessions(run); err != nil {
 		return nil, err
 	}
 	return m, nil

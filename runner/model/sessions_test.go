@@ -8,7 +8,8 @@ import (
 )
 
 // TestPlanSessions: set sessions are kept; auto gives a CPU model two
-// half-width sessions, and a GPU model, one core or a large model one.
+// half-width sessions, a GPU model two (streams), and one core or a large
+// model one.
 func TestPlanSessions(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
 	cases := []struct {
@@ -21,7 +22,8 @@ func TestPlanSessions(t *testing.T) {
 		{"set with threads", jobs.ModelSpec{Sessions: 1, Threads: 2, Device: "cpu"}, 1 << 20, sessionPlan{1, 2}},
 		{"auto", jobs.ModelSpec{Device: "cpu"}, 1 << 20, sessionPlan{2, 4}},
 		{"auto, threads set", jobs.ModelSpec{Threads: 3, Device: "cpu"}, 1 << 20, sessionPlan{2, 3}},
-		{"auto, gpu", jobs.ModelSpec{Device: "cuda:0"}, 1 << 20, sessionPlan{1, 0}},
+		{"auto, gpu", jobs.ModelSpec{Device: "cuda:0"}, 1 << 20, sessionPlan{gpuSessions, 0}},
+		{"auto, gpu, large model", jobs.ModelSpec{Device: "cuda:0"}, autoSessionMaxBytes + 1, sessionPlan{1, 0}},
 		{"auto, large model", jobs.ModelSpec{Device: "cpu"}, autoSessionMaxBytes + 1, sessionPlan{1, 0}},
 	}
 	for _, c := range cases {

@@ -18,15 +18,28 @@ import (
 
 // Text models (sentence embedders): a text input holds the token ids of a
 // string column, tokenized with the model's tokenizer.json; its attention
-// mask and token type ids are derived inputs. Infer sorts a batch's rows by
-// token length and runs them in buckets of bucketRows, each padded to its
-// own longest row instead of max_length, then puts the outputs back in row
-// order. A [N,T,D] output (last_hidden_state) is pooled over the mask
-// (mean, cls or max) into a [N,D] list field, optionally L2-normalized.
+// mask and token type ids are derived inputs. Infer sorts all the rows it
+// is given by token length (the pipeline hands it many model batches at
+// once, so the sort spans a window of them) and runs them in buckets sized
+// by tokens for the device, each padded to its own longest row instead of
+// max_length, then puts the outputs back in row order. A [N,T,D] output
+// (last_hidden_state) is pooled over the mask (mean, cls or max) into a
+// [N,D] list field, optionally L2-normalized: by nodes appended to the
+// graph where it can take them (graphpool.go), else in Go.
 
-// bucketRows is the rows per run of a text model: small enough that a
-// bucket's rows have similar lengths, large enough to keep runs efficient.
-const bucketRows = 64
+// Bucket sizes, in padded tokens (rows × the bucket's longest row): a
+// bucket takes length-sorted rows until the next would pass its device's
+// budget, and at most model.batch_size rows. Sized by tokens, a bucket of
+// short titles holds many rows and one of long texts few, so every run
+// costs about the same. The CPU budget is the 64 rows × 128 tokens of the
+// fixed 64-row buckets before; a GPU's is PyTorch's batch of 1024 × 128.
+const (
+	cpuBucketTokens = 64 * 128
+	gpuBucketTokens = 1024 * 128
+)
+
+// bucketRows is the most rows of one bucket when model.batch_size is unset.
+const bucketRows = jobs.DefaultBatchSize
 
 // textInput is a tokenized text input.
 type textInput struct {
@@ -131,7 +144,8 @@ type TextInfo struct {
 	Columns     []string
 	VocabSize   int
 	MaxLength   int
-	BucketRows  int
+	// BucketTokens and BucketRows bound one bucket: padded tokens, rows.
+	BucketTokens, BucketRows int
 }
 
 // Text describes the text input; ok is false for models without one.
@@ -139,7 +153,8 @@ func (m *Model) Text() (TextInfo, bool) {
 	for _, in := range m.inputs {
 		if in.text != nil {
 			return TextInfo{Input: in.name, Kind: in.text.tok.Kind(), Columns: in.text.columns,
-				VocabSize: in.text.tok.VocabSize(), MaxLength: in.text.maxLength, BucketRows: bucketRows}, true
+				VocabSize: in.text.tok.VocabSize(), MaxLength: in.text.maxLength,
+				BucketTokens: m.bucketTokens(), BucketRows: m.bucketMaxRows()}, true
 		}
 	}
 	return TextInfo{}, false
@@ -221,8 +236,10 @@ func (m *Model) inferText(ctx context.Context, b *Batch) (arrow.RecordBatch, err
 	collectors := make([]collector, len(m.outputs))
 	for i, o := range m.outputs {
 		switch {
-		case o.pool:
+		case o.pool && !o.inGraph:
 			collectors[i] = &poolCollector{o: o, mode: m.spec.Pooling}
+		case o.pool:
+			collectors[i] = &typedCollector[float32]{o: o, width: o.width}
 		case o.kind == kindFloat32 || o.kind == kindFloat64 || o.kind == kindInt32 || o.kind == kindInt64:
 			collectors[i] = newCollector(o)
 		default:
@@ -254,7 +271,7 @@ func (m *Model) inferText(ctx context.Context, b *Batch) (arrow.RecordBatch, err
 	cols := make([]arrow.Array, len(collectors))
 	for i, c := range collectors {
 		unsort(c, order)
-		if m.spec.Normalize == "l2" && m.outputs[i].list && m.outputs[i].kind == kindFloat32 {
+		if o := m.outputs[i]; m.spec.Normalize == "l2" && o.list && o.kind == kindFloat32 && !o.inGraph {
 			l2Normalize(c)
 		}
 		cols[i] = c.array(n)
@@ -272,17 +289,20 @@ type bucketOutputs struct {
 	lens []int // the bucket's rows' token lengths
 }
 
-// runBuckets runs the batch's length-sorted buckets of bucketRows rows on
-// session s, each padded to its own longest row, and hands each bucket's
+// runBuckets runs the length-sorted rows on session s in buckets cut by
+// bucketEnds, each padded to its own longest row, and hands each bucket's
 // outputs to taken in order.
 func (m *Model) runBuckets(ctx context.Context, s *session, b *Batch, order, lens []int, taken chan<- bucketOutputs) error {
 	ins := make([]ort.Value, len(m.inputs))
-	for lo := 0; lo < len(order); lo += bucketRows {
-		bucket := order[lo:min(lo+bucketRows, len(order))]
-		blens := make([]int, len(bucket))
-		for j, k := range bucket {
-			blens[j] = lens[k]
-		}
+	sorted := make([]int, len(order))
+	for j, k := range order {
+		sorted[j] = lens[k]
+	}
+	lo := 0
+	for _, hi := range bucketEnds(sorted, m.bucketTokens(), m.bucketMaxRows()) {
+		bucket := order[lo:hi]
+		blens := slices.Clone(sorted[lo:hi])
+		lo = hi
 		T := blens[len(blens)-1] // sorted: the bucket's longest row
 		if m.padTo > 0 {
 			T = max(T, m.padTo) // the benchmark's baseline: pad to max_length
@@ -298,6 +318,38 @@ func (m *Model) runBuckets(ctx context.Context, s *session, b *Batch, order, len
 		taken <- bucketOutputs{outs: outs, lens: blens}
 	}
 	return nil
+}
+
+// bucketTokens is the padded tokens of one bucket on the model's device.
+func (m *Model) bucketTokens() int {
+	if cuda, _ := parseDevice(m.spec.Device); cuda >= 0 {
+		return gpuBucketTokens
+	}
+	return cpuBucketTokens
+}
+
+// bucketMaxRows is the most rows of one bucket: model.batch_size.
+func (m *Model) bucketMaxRows() int {
+	if m.spec.BatchSize > 0 {
+		return m.spec.BatchSize
+	}
+	return bucketRows
+}
+
+// bucketEnds cuts rows of ascending token lengths into buckets and returns
+// each bucket's end: a bucket takes rows while rows × its longest row stays
+// within tokens and its rows within maxRows, and holds at least one row.
+func bucketEnds(sortedLens []int, tokens, maxRows int) []int {
+	var ends []int
+	for lo := 0; lo < len(sortedLens); {
+		hi := lo + 1
+		for hi < len(sortedLens) && hi-lo < maxRows && (hi-lo+1)*max(sortedLens[hi], 1) <= tokens {
+			hi++
+		}
+		ends = append(ends, hi)
+		lo = hi
+	}
+	return ends
 }
 
 // takeBuckets moves each bucket's outputs into the collectors, in bucket
@@ -332,15 +384,27 @@ func lengthOrder(lens []int) []int {
 	return order
 }
 
-// paddedTokens is the tensor size (rows × padded length) of running lens in
-// length-sorted buckets of size rows each, against padding every row to the
-// batch's longest: what bucketing saves.
-func paddedTokens(lens []int, size int) (bucketed, flat int) {
-	order := lengthOrder(lens)
+// paddedTokens is the tensor size (rows × padded length) of running lens
+// sorted by length in windows of window rows (0: all at once), each window
+// cut by bucketEnds, against padding every row to the longest: what
+// sorting and bucketing save.
+func paddedTokens(lens []int, window, tokens, maxRows int) (bucketed, flat int) {
+	if window <= 0 {
+		window = max(len(lens), 1)
+	}
 	longest := 0
-	for lo := 0; lo < len(order); lo += size {
-		b := order[lo:min(lo+size, len(order))]
-		bucketed += len(b) * lens[b[len(b)-1]]
+	for lo := 0; lo < len(lens); lo += window {
+		w := lens[lo:min(lo+window, len(lens))]
+		order := lengthOrder(w)
+		sorted := make([]int, len(order))
+		for j, k := range order {
+			sorted[j] = w[k]
+		}
+		start := 0
+		for _, end := range bucketEnds(sorted, tokens, maxRows) {
+			bucketed += (end - start) * sorted[end-1]
+			start = end
+		}
 	}
 	for _, l := range lens {
 		longest = max(longest, l)

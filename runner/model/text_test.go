@@ -3,13 +3,17 @@ package model
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/precog-ml/precog/internal/testgen"
 	"github.com/precog-ml/precog/jobs"
@@ -191,9 +195,139 @@ func TestBucketPadding(t *testing.T) {
 			t.Fatalf("order not by length at %d", j)
 		}
 	}
-	bucketed, flat := paddedTokens(lens, bucketRows)
+	bucketed, flat := paddedTokens(lens, 0, cpuBucketTokens, bucketRows)
 	t.Logf("padded tokens: %d bucketed vs %d padded to the longest row (%.1fx)", bucketed, flat, float64(flat)/float64(bucketed))
 	if float64(flat)/float64(bucketed) < 2 {
 		t.Fatalf("bucketing saves only %d → %d tokens", flat, bucketed)
+	}
+}
+
+// windowRows is the pipeline's unit for batch_size 1024 (runner.ReadRows):
+// the rows Infer sorts by length at once.
+const windowRows = 16384
+
+// TestWindowSortPadding: sorting a window of 16 batches by token length
+// and cutting buckets by tokens pads no more than sorting each 1024-row
+// batch on its own into 64-row buckets (the scheme before), on random
+// length-skewed titles; both counts are reported. Every bucket stays
+// within its token budget unless it is a single row.
+func TestWindowSortPadding(t *testing.T) {
+	_, _, tok := textSpec(t, "mean", "l2", 128)
+	r := rand.New(rand.NewPCG(3, 4))
+	short := []string{"blue shoe", "Café naïve", "東京の本", "red cat 😀", "usb-c cable", "the quick brown fox", "wireless headset"}
+	lens := make([]int, windowRows)
+	for i := range lens {
+		s := short[r.IntN(len(short))]
+		if r.IntN(8) == 0 {
+			s = strings.Repeat("the lazy dog jumps over the green jacket, ", 1+r.IntN(12))
+		} else if r.IntN(3) == 0 {
+			s += " " + short[r.IntN(len(short))] + " " + short[r.IntN(len(short))]
+		}
+		lens[i] = len(tok.Encode(nil, s, 128))
+	}
+	before, flat := paddedTokens(lens, 1024, math.MaxInt, 64)
+	after, _ := paddedTokens(lens, windowRows, cpuBucketTokens, bucketRows)
+	real := 0
+	for _, l := range lens {
+		real += l
+	}
+	t.Logf("padded tokens of %d titles (%d real): per-batch sort, 64-row buckets %d (+%.1f%%); window sort, token buckets %d (+%.1f%%); padded to the longest %d",
+		len(lens), real, before, 100*float64(before-real)/float64(real), after, 100*float64(after-real)/float64(real), flat)
+	if after > before {
+		t.Fatalf("window sort pads %d tokens, more than per-batch sort's %d", after, before)
+	}
+	sorted := slices.Sorted(slices.Values(lens))
+	lo := 0
+	for _, hi := range bucketEnds(sorted, cpuBucketTokens, bucketRows) {
+		if n := hi - lo; n > 1 && n*sorted[hi-1] > cpuBucketTokens || n > bucketRows || n < 1 {
+			t.Fatalf("bucket [%d,%d) of longest %d: %d padded tokens", lo, hi, sorted[hi-1], n*sorted[hi-1])
+		}
+		lo = hi
+	}
+}
+
+// TestPoolingInGraph: the pooling and l2 nodes appended to the graph give
+// the session an [N,D] output equal, within 1e-5, to Go's pooling of the
+// [N,T,D] output (the path before them) for every pooling × normalize, on
+// the WordPiece and the BPE test models, at opset 17 (Reduce* axes as
+// attributes, but ReduceSum's an input) and 18 (every axes an input).
+func TestPoolingInGraph(t *testing.T) {
+	for _, pooling := range []string{"mean", "cls", "max"} {
+		for _, normalize := range []string{"l2", "none"} {
+			for _, v := range []struct {
+				bpe   bool
+				opset int64
+			}{{false, 17}, {true, 17}, {false, 18}} {
+				t.Run(fmt.Sprintf("%s/%s/bpe=%v/opset%d", pooling, normalize, v.bpe, v.opset), func(t *testing.T) {
+					tm := testgen.NewTextEmbedder(testgen.DefaultSeed)
+					if v.bpe {
+						tm = testgen.NewTextEmbedderBPE(testgen.DefaultSeed)
+					}
+					spec, _, _ := textSpecFor(t, tm, pooling, normalize, 32)
+					if v.opset != testgen.DefaultOpset {
+						setOpset(t, spec.Path, v.opset)
+					}
+					inGraph := loadModel(t, spec)
+					if !inGraph.outputs[0].inGraph || inGraph.goPooling != "" || inGraph.outNames[0] == "last_hidden_state" {
+						t.Fatalf("pooling not in the graph: inGraph %v, why %q, session output %q", inGraph.outputs[0].inGraph, inGraph.goPooling, inGraph.outNames[0])
+					}
+					goPool, err := Load(spec, "job.yaml", func(o *loadOptions) { o.goPooling = true })
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer goPool.Close()
+					if goPool.outputs[0].inGraph {
+						t.Fatal("goPooling: pooling still in the graph")
+					}
+					rec := titlesRecord(textCorpus(300), nil)
+					defer rec.Release()
+					_, got := infer(t, inGraph, rec)
+					_, want := infer(t, goPool, rec)
+					g := got.Column(0).(*array.List).ListValues().(*array.Float32).Float32Values()
+					w := want.Column(0).(*array.List).ListValues().(*array.Float32).Float32Values()
+					if len(g) != len(w) || len(g) != 300*tm.D {
+						t.Fatalf("%d values in the graph, %d in Go, want %d", len(g), len(w), 300*tm.D)
+					}
+					var worst float64
+					for i := range g {
+						worst = max(worst, math.Abs(float64(g[i])-float64(w[i])))
+					}
+					t.Logf("max |Δ| graph vs Go pooling: %.2g", worst)
+					if worst > 1e-5 {
+						t.Fatalf("max |Δ| %.3g > 1e-5", worst)
+					}
+				})
+			}
+		}
+	}
+}
+
+// setOpset rewrites the default-domain opset import of the model file.
+func setOpset(t *testing.T, path string, version int64) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	for b := data; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if n < 0 || m < 0 {
+			t.Fatalf("%s: bad protobuf", path)
+		}
+		if num == fModelOpset {
+			op := appendVarint(nil, fOpsetVersion, uint64(version))
+			out = appendMsg(out, fModelOpset, op)
+		} else {
+			out = append(out, b[:n+m]...)
+		}
+		b = b[n+m:]
+	}
+	if got, _, err := modelOpsetAndGraph(out); err != nil || got != version {
+		t.Fatalf("opset %d, %v; want %d", got, err, version)
+	}
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
