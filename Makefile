@@ -30,7 +30,7 @@ $(ORT_LIB):
 	@rm -rf $(ORT_DIR)/package $(ORT_DIR)/onnxruntime-node-$(ORT_VERSION).tgz
 	@echo "ONNX Runtime at $(ORT_LIB)"
 
-## servers: install redis-server and postgresql from Debian packages when missing.
+## servers: install redis-server and postgresql from Debian packages, and versitygw (S3) from its Go module, when missing.
 servers:
 	@bash scripts/install-servers.sh
 

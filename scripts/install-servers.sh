@@ -6,6 +6,8 @@
 # validator from npm for docs/openapi.yaml,
 # and the tools deploy/k8s's test needs: promtool (Debian's prometheus package) and a kustomize of v4 or
 # later (kubectl's built-in one when kubectl is that recent; else kustomize itself, built from its Go module).
+# and versitygw, the S3 server of the object-storage tests, built from its Go module into a cache dir
+# (internal/testservers finds it there; its version is pinned in internal/testservers/s3.go).
 # Tests start their own instances in temp dirs; nothing here starts a service.
 set -euo pipefail
 need=()
@@ -66,4 +68,14 @@ kubectl_kustomize_major() {
 if [ "$(kubectl_kustomize_major)" -lt 4 ] && ! command -v kustomize >/dev/null 2>&1; then
   echo "installing: kustomize $KUSTOMIZE_VERSION (go install)"
   $SUDO env GOBIN=/usr/local/bin "$(command -v go)" install "sigs.k8s.io/kustomize/kustomize/v5@$KUSTOMIZE_VERSION"
+fi
+
+# versitygw (Apache 2.0): a real S3 server over a directory, for the object-storage tests. Built once
+# per version into the cache dir that internal/testservers looks in; a missing one fails those tests.
+VERSITYGW_VERSION=v1.8.0
+SERVERS_CACHE="${PRECOG_SERVERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/precog-servers}"
+if [ ! -x "$SERVERS_CACHE/versitygw-$VERSITYGW_VERSION/versitygw" ]; then
+  echo "installing: versitygw $VERSITYGW_VERSION (go install, into $SERVERS_CACHE)"
+  mkdir -p "$SERVERS_CACHE/versitygw-$VERSITYGW_VERSION"
+  GOBIN="$SERVERS_CACHE/versitygw-$VERSITYGW_VERSION" go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
 fi

@@ -14,6 +14,7 @@
 //		rd := testservers.Redis(t)     // rd.Addr, rd.DB: a fresh DB index, flushed at cleanup
 //		c := rd.Client(t)              // a go-redis client on that DB, closed at cleanup
 //		priv := testservers.NewRedis(t) // a private redis-server the test may Stop() and Start()
+//		s3 := testservers.S3(t)        // s3.URL("data/x.parquet"): a fresh bucket on a real S3 server (versitygw)
 //		...
 //	}
 //
@@ -25,7 +26,9 @@
 // servers behind: each server is started with a parent-death signal, and
 // temp directories of dead test binaries are removed by the next start.
 //
-// Binaries come from PATH, or for Postgres also from /usr/lib/postgresql/*/bin.
+// Binaries come from PATH, or for Postgres also from /usr/lib/postgresql/*/bin,
+// and for the S3 server (versitygw) from S3ServerCacheDir, where
+// scripts/install-servers.sh builds the pinned version.
 // When one is missing the test fails (it is never skipped) with a message
 // saying to run `make servers`. When running as root, Postgres runs as the
 // `postgres` user, since it refuses to run as root.

@@ -3,9 +3,14 @@ package testservers
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -139,5 +144,34 @@ func TestNewPostgresRestart(t *testing.T) {
 	defer conn.Close(context.Background())
 	if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM kept").Scan(&n); err != nil || n != 1 {
 		t.Fatalf("after restart: %d rows, %v", n, err)
+	}
+}
+
+// The S3 server answers with the generated credentials, in a bucket of the
+// test's own, and the install script builds the version this package pins.
+func TestS3(t *testing.T) {
+	t.Parallel()
+	a, b := S3(t), S3(t)
+	if a.Bucket == b.Bucket {
+		t.Fatalf("two calls returned the same bucket %s", a.Bucket)
+	}
+	ctx := context.Background()
+	if _, err := a.Client().PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(a.Bucket), Key: aws.String("k"), Body: strings.NewReader("v")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Client().HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(b.Bucket), Key: aws.String("k")}); err == nil {
+		t.Fatal("an object of bucket a is visible in bucket b")
+	}
+	bad := s3.New(s3.Options{Region: S3Region, BaseEndpoint: aws.String(a.Endpoint), UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(a.AccessKey, "wrong", "")})
+	if _, err := bad.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(a.Bucket), Key: aws.String("k")}); err == nil {
+		t.Fatal("a wrong secret was accepted")
+	}
+	script, err := os.ReadFile("../../scripts/install-servers.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(script), "VERSITYGW_VERSION="+VersityGWVersion+"\n") {
+		t.Fatalf("scripts/install-servers.sh does not install versitygw %s", VersityGWVersion)
 	}
 }
