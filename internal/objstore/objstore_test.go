@@ -46,8 +46,11 @@ func TestParse(t *testing.T) {
 }
 
 func TestCoalesce(t *testing.T) {
-	got := Coalesce([]Range{{100, 10}, {0, 50}, {60, 20}, {50, 0}, {500, 5}, {70, 5}}, 10)
-	want := []Range{{0, 80}, {100, 10}, {500, 5}}
+	// Holes of up to 10 bytes are read when they are at most 1/16 of the
+	// merged range: {200,10} follows a 10-byte hole but would only make
+	// a 40-byte range.
+	got := Coalesce([]Range{{100, 10}, {0, 150}, {160, 20}, {150, 0}, {500, 5}, {170, 5}, {505, 5}, {200, 10}}, 10)
+	want := []Range{{0, 180}, {200, 10}, {500, 10}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("Coalesce = %v, want %v", got, want)
 	}

@@ -1,6 +1,8 @@
 // Package parquet is the Parquet implementation of sources.Source.
 //
-// A dataset is a file, a directory (every *.parquet file below it) or a glob.
+// A dataset is a file, a directory (every *.parquet file below it) or a glob,
+// on disk or on object storage (s3://, gs://, azblob:// URLs, where prefixes
+// work as directories; objects.go).
 // Plans are made from file footers alone: a shard is a run of whole row groups
 // of one file, or a row range of one row group when that group is larger than
 // the shard size. Shards are read with arrow-go's pqarrow reader, which handles
@@ -41,6 +43,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/schema"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/precog-ml/precog/internal/objstore"
 	"github.com/precog-ml/precog/sources"
 )
 
@@ -63,6 +66,9 @@ const streamBufferSize = 1 << 20
 type Source struct {
 	path  string
 	files []string
+	// bucket is set for a dataset on object storage; files are then
+	// object URLs of it.
+	bucket *objstore.Bucket
 }
 
 var _ sources.Source = (*Source)(nil)
@@ -70,20 +76,28 @@ var _ sources.Source = (*Source)(nil)
 // New resolves path to its files. path is a file, a directory (all *.parquet
 // files below it, recursively, skipping names that start with "_" or ".") or
 // a glob such as "data/users/dt=*/*.parquet" (directories matched by the glob
-// are walked like a directory). Files are sorted lexically so plans are
-// stable. It fails when nothing matches.
+// are walked like a directory).
+// Files are sorted lexically so plans are stable. It fails when nothing
+// matches. An object-store URL is resolved the same way over key prefixes
+// (objects.go).
 func New(path string) (*Source, error) {
 	if path == "" {
 		return nil, errors.New("parquet source: empty path")
 	}
-	files, err := resolve(path)
+	src := &Source{path: path}
+	var err error
+	if objstore.IsURL(path) {
+		src.bucket, src.files, err = resolveObjects(context.Background(), path)
+	} else {
+		src.files, err = resolve(path)
+	}
 	if err != nil {
 		return nil, err
 	}
-	if len(files) == 0 {
+	if len(src.files) == 0 {
 		return nil, fmt.Errorf("parquet source %q: no parquet files matched", path)
 	}
-	return &Source{path: path, files: files}, nil
+	return src, nil
 }
 
 // Files returns the resolved files in plan order.
@@ -164,6 +178,8 @@ func resolve(path string) ([]string, error) {
 type fingerprint struct {
 	Size    int64 `json:"size"`
 	MTimeNS int64 `json:"mtime_ns"`
+	// ETag is an object's entity tag (empty on disk).
+	ETag string `json:"etag,omitempty"`
 }
 
 func statFingerprint(path string) (fingerprint, error) {
@@ -186,15 +202,38 @@ func readerProps() *pq.ReaderProperties {
 
 // openedFile is an open Parquet file with its parsed footer.
 type openedFile struct {
-	f   *os.File
 	rdr *file.Reader
+	// ranged is the object reader of a file on object storage, told which
+	// column chunks a shard will read.
+	ranged *objstore.RangeReader
 	// zeroRows is set when the footer said 0 rows but its row groups hold
 	// some: the count was corrected (fixZeroRowCount).
 	zeroRows bool
 }
 
 func (o *openedFile) Close() error {
-	return o.rdr.Close() // closes o.f too
+	return o.rdr.Close() // closes the file or object reader too
+}
+
+// input is what a Parquet file is read through: an *os.File or an
+// objstore.RangeReader.
+type input interface {
+	pq.ReaderAtSeeker
+	Close() error
+}
+
+// openAny opens a file of the source, on disk or on object storage, and
+// returns it with its fingerprint.
+func (s *Source) openAny(ctx context.Context, path string) (*openedFile, fingerprint, error) {
+	if s.bucket != nil {
+		return s.openObject(ctx, path)
+	}
+	fp, err := statFingerprint(path)
+	if err != nil {
+		return nil, fingerprint{}, err
+	}
+	of, err := openFile(path)
+	return of, fp, err
 }
 
 // openFile opens path and parses its footer. Decoder panics on corrupt
@@ -207,20 +246,26 @@ func openFile(path string) (of *openedFile, err error) {
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err != nil {
-			f.Close()
-		}
-	}()
-	rdr, err := newParquetReader(f)
-	if err == nil {
-		return &openedFile{f: f, rdr: rdr, zeroRows: fixZeroRowCount(rdr.MetaData())}, nil
-	}
-	st, serr := f.Stat()
-	if serr != nil {
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
 		return nil, err
 	}
-	md, cols, ferr := footerWithoutUnknownLogicalTypes(f, st.Size())
+	of, err = parseFile(path, f, st.Size())
+	if err != nil {
+		f.Close()
+	}
+	return of, err
+}
+
+// parseFile parses the footer of f, of size bytes, named path in errors
+// and warnings. The caller closes f on error.
+func parseFile(path string, f input, size int64) (*openedFile, error) {
+	rdr, err := newParquetReader(f)
+	if err == nil {
+		return &openedFile{rdr: rdr, zeroRows: fixZeroRowCount(rdr.MetaData())}, nil
+	}
+	md, cols, ferr := footerWithoutUnknownLogicalTypes(f, size)
 	if ferr != nil || len(cols) == 0 {
 		return nil, err
 	}
@@ -229,7 +274,7 @@ func openFile(path string) (of *openedFile, err error) {
 		return nil, err
 	}
 	warnUnknownLogicalTypes(path, cols)
-	return &openedFile{f: f, rdr: rdr, zeroRows: fixZeroRowCount(rdr.MetaData())}, nil
+	return &openedFile{rdr: rdr, zeroRows: fixZeroRowCount(rdr.MetaData())}, nil
 }
 
 // fixZeroRowCount sets the file's row count to its row groups' total when
@@ -259,7 +304,7 @@ func fixZeroRowCount(md *metadata.FileMetaData) bool {
 
 // newParquetReader is file.NewParquetReader with its panics turned into
 // errors.
-func newParquetReader(f *os.File, opts ...file.ReadOption) (rdr *file.Reader, err error) {
+func newParquetReader(f input, opts ...file.ReadOption) (rdr *file.Reader, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			rdr, err = nil, fmt.Errorf("corrupt parquet footer: %v", r)
@@ -292,12 +337,8 @@ type footer struct {
 	schema    *arrow.Schema
 }
 
-func readFooter(path string) (ft footer, err error) {
-	fp, err := statFingerprint(path)
-	if err != nil {
-		return footer{}, fmt.Errorf("parquet file %s: %w", path, err)
-	}
-	of, err := openFile(path)
+func (s *Source) readFooter(ctx context.Context, path string) (ft footer, err error) {
+	of, fp, err := s.openAny(ctx, path)
 	if err != nil {
 		return footer{}, fmt.Errorf("parquet file %s: %w", path, err)
 	}
@@ -359,10 +400,7 @@ func checkColumnChunks(md *metadata.FileMetaData, size int64) error {
 			if err != nil {
 				return fmt.Errorf("row group %d, column %d: %w", rg, c, err)
 			}
-			start, n := cc.DataPageOffset(), cc.TotalCompressedSize()
-			if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && cc.DictionaryPageOffset() < start {
-				start = cc.DictionaryPageOffset()
-			}
+			start, n := chunkRange(cc)
 			if start < 0 || n < 0 || start > size || n > size-start {
 				return fmt.Errorf("row group %d, column %q: corrupt footer: column chunk at offset %d, %d bytes, outside the file (%d bytes)",
 					rg, cc.PathInSchema().String(), start, n, size)
@@ -458,7 +496,7 @@ func (s *Source) readFooters(ctx context.Context) ([]footer, error) {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			ft, err := readFooter(p)
+			ft, err := s.readFooter(ctx, p)
 			if err != nil {
 				return err
 			}
@@ -516,6 +554,7 @@ type shardPlan struct {
 	File          string `json:"file"`
 	Size          int64  `json:"size"`
 	MTimeNS       int64  `json:"mtime_ns"`
+	ETag          string `json:"etag,omitempty"`
 	FirstRowGroup int    `json:"first_row_group"`
 	NumRowGroups  int    `json:"num_row_groups"`
 	Offset        int64  `json:"offset"`
@@ -561,7 +600,7 @@ func (s *Source) Plan(ctx context.Context, rowsPerShard int64) ([]sources.ShardP
 
 func planFile(path string, ft footer, rowsPerShard int64) []shardPlan {
 	var out []shardPlan
-	base := shardPlan{File: path, Size: ft.fp.Size, MTimeNS: ft.fp.MTimeNS}
+	base := shardPlan{File: path, Size: ft.fp.Size, MTimeNS: ft.fp.MTimeNS, ETag: ft.fp.ETag}
 	cur := base
 	cur.FirstRowGroup = -1
 	flush := func() {

@@ -46,18 +46,18 @@ func (s *Source) Open(ctx context.Context, plan json.RawMessage, opts sources.Re
 		batch = jobs.DefaultBatchSize // ReadOptions.BatchSize zero or negative
 	}
 
-	fp, err := statFingerprint(sp.File)
+	of, fp, err := s.openAny(ctx, sp.File)
 	if err != nil {
 		return nil, fmt.Errorf("parquet file %s: %w", sp.File, err)
 	}
-	if fp.Size != sp.Size || fp.MTimeNS != sp.MTimeNS {
-		return nil, fmt.Errorf("parquet file %s changed since the run was planned (size %d→%d, mtime %d→%d); start a new run",
-			sp.File, sp.Size, fp.Size, sp.MTimeNS, fp.MTimeNS)
-	}
-
-	of, err := openFile(sp.File)
-	if err != nil {
-		return nil, fmt.Errorf("parquet file %s: %w", sp.File, err)
+	if fp.Size != sp.Size || fp.MTimeNS != sp.MTimeNS || fp.ETag != sp.ETag {
+		of.Close()
+		etag := ""
+		if sp.ETag != fp.ETag {
+			etag = fmt.Sprintf(", etag %s→%s", sp.ETag, fp.ETag)
+		}
+		return nil, fmt.Errorf("parquet file %s changed since the run was planned (size %d→%d, mtime %d→%d%s); start a new run",
+			sp.File, sp.Size, fp.Size, sp.MTimeNS, fp.MTimeNS, etag)
 	}
 	// newReader owns of from here: it closes it on failure.
 	r, err := newReader(ctx, of, sp, opts.Columns, batch, readRows(batch))
@@ -192,6 +192,19 @@ func newReader(ctx context.Context, of *openedFile, sp shardPlan, columns []stri
 	rowGroups := make([]int, sp.NumRowGroups)
 	for i := range rowGroups {
 		rowGroups[i] = first + i
+	}
+	if of.ranged != nil {
+		// Tell the object reader which column chunks this shard reads, so
+		// that it fetches them ahead, several at once.
+		var leaves []int
+		for _, fi := range want {
+			leaves = appendLeaves(leaves, &fields[fi])
+		}
+		ranges, err := shardRanges(md, rowGroups, leaves)
+		if err != nil {
+			return nil, err
+		}
+		of.ranged.Plan(ranges)
 	}
 	out := make([]arrow.Field, len(want))
 	r.cols = make([]*pqarrow.ColumnReader, len(want))
