@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -217,11 +218,23 @@ func parseSpec(data []byte, file string, params map[string]string, lookupEnv fun
 // a sink equal to, inside or around the source would replace the input.
 // The source's glob is reduced to its fixed leading directories.
 func overlap(source, sink string) string {
-	src := source
+	if IsURL(source) != IsURL(sink) {
+		return "" // one on object storage, the other on disk
+	}
+	src, dst := source, sink
+	if IsURL(source) {
+		// Compared as paths, without the URLs' options.
+		src, dst = strings.SplitN(src, "?", 2)[0], path.Clean(strings.SplitN(sink, "?", 2)[0])
+	}
 	if i := strings.IndexAny(src, "*?[{"); i >= 0 {
 		src = filepath.Dir(src[:i] + "x")
 	}
-	a, b := realPath(src), realPath(sink)
+	var a, b string
+	if IsURL(source) {
+		a, b = path.Clean(src), dst
+	} else {
+		a, b = realPath(src), realPath(dst)
+	}
 	switch {
 	case a == b:
 		return fmt.Sprintf("%q is the source's path too (%s): a publish would replace the input with predictions", sink, source)
@@ -258,10 +271,26 @@ func within(p, dir string) bool {
 }
 
 func resolvePath(base, p string) string {
-	if p == "" || filepath.IsAbs(p) {
+	if p == "" || filepath.IsAbs(p) || IsURL(p) {
 		return p
 	}
 	return filepath.Join(base, p)
+}
+
+// IsURL reports whether a spec path is a URL ("scheme://…", an object-store
+// location such as s3://bucket/prefix) rather than a local path. Which
+// schemes are accepted is internal/objstore's to say, when it opens one.
+func IsURL(p string) bool {
+	i := strings.Index(p, "://")
+	if i <= 0 {
+		return false
+	}
+	for _, c := range p[:i] {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 // decoder turns a YAML node tree into a Spec strictly: unknown and duplicate

@@ -604,6 +604,8 @@ func TestSinkOverlapsSource(t *testing.T) {
 		{"data", "data/out", "is inside the source path"},
 		{"data", "alias/out", "is inside the source path"},
 		{"data/dt=1", ".", "contains the source path"},
+		{"s3://b/data/dt=*/*.parquet", "s3://b/data", "is the source's path too"},
+		{"s3://b/data", "s3://b/data/out?endpoint=http://x", "is inside the source path"},
 	}
 	for _, b := range bad {
 		_, err := Parse([]byte(spec(b.src, b.sink)), filepath.Join(dir, "job.yaml"), nil, nil)
@@ -611,9 +613,18 @@ func TestSinkOverlapsSource(t *testing.T) {
 			t.Errorf("source %s, sink %s: err = %v, want sinks.parquet.path: …%s", b.src, b.sink, err, b.want)
 		}
 	}
-	for _, ok := range [][2]string{{"data", "out"}, {"data/dt=*/x.parquet", "data-out"}, {"data/dt=1", "dataset"}} {
-		if _, err := Parse([]byte(spec(ok[0], ok[1])), filepath.Join(dir, "job.yaml"), nil, nil); err != nil {
+	for _, ok := range [][2]string{{"data", "out"}, {"data/dt=*/x.parquet", "data-out"}, {"data/dt=1", "dataset"},
+		{"s3://b/data", "s3://b/out"}, {"s3://b/data", "data"}, {"data", "gs://b/data"}} {
+		s, err := Parse([]byte(spec(ok[0], ok[1])), filepath.Join(dir, "job.yaml"), nil, nil)
+		if err != nil {
 			t.Errorf("source %s, sink %s: %v", ok[0], ok[1], err)
+			continue
+		}
+		// URLs are kept as written, not joined to the spec's directory.
+		for _, p := range []string{s.Source.Parquet.Path, s.Sinks.Parquet.Path} {
+			if strings.Contains(p, "://") && !strings.HasPrefix(p, "s3://") && !strings.HasPrefix(p, "gs://") {
+				t.Errorf("URL path rewritten to %q", p)
+			}
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/precog-ml/precog/internal/objstore"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/runner/model"
 )
@@ -143,7 +145,13 @@ func (c *modelCache) closeAll() {
 // spec it was bound with (device included) and the job file its errors
 // name.
 func (c *modelCache) modelKey(spec jobs.ModelSpec, file string) (string, error) {
-	sum, err := c.fileHash(spec.Path)
+	// A model on object storage is hashed in the object cache, where a
+	// worker fetches it once per version.
+	local, err := objstore.LocalFile(context.Background(), spec.Path)
+	if err != nil {
+		return "", fmt.Errorf("model.path: %w", err)
+	}
+	sum, err := c.fileHash(local)
 	if err != nil {
 		return "", err
 	}

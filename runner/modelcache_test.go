@@ -1,13 +1,21 @@
 package runner
 
 import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/precog-ml/precog/internal/objstore"
 	"github.com/precog-ml/precog/internal/testgen"
+	"github.com/precog-ml/precog/internal/testservers"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/runner/model"
 )
@@ -93,5 +101,69 @@ func TestWorkerReusesModelAcrossRuns(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(modelLoads.WithLabelValues("load")) - loads; n != 1 {
 		t.Fatalf("model loaded %v times for two runs of one job, want 1", n)
+	}
+}
+
+// TestModelCacheObjectModel: a model.path on object storage is fetched
+// once per version by a worker, shared by its content hash with the same
+// model on disk, and fetched again when the object changes.
+func TestModelCacheObjectModel(t *testing.T) {
+	_, spec := fixture(t, dataset)
+	srv := testservers.S3(t)
+	data, err := os.ReadFile(spec.Model.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(body []byte) {
+		t.Helper()
+		if _, err := srv.Client().PutObject(context.Background(), &s3.PutObjectInput{Bucket: aws.String(srv.Bucket), Key: aws.String("models/m.onnx"), Body: bytes.NewReader(body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(data)
+	c := newModelCache(4)
+	defer c.closeAll()
+	remote := spec.Model
+	remote.Path = srv.URL("models/m.onnx")
+	before := objstore.FetchedBytesWhole()
+	m1, rel1, err := c.load(remote, spec.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rel1()
+	rebound := remote
+	rebound.BatchSize = 64 // another session pool, the same file
+	m2, rel2, err := c.load(rebound, spec.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rel2()
+	if got := objstore.FetchedBytesWhole() - before; got != int64(len(data)) {
+		t.Fatalf("downloaded %d bytes for a %d-byte model loaded twice; want one fetch", got, len(data))
+	}
+	local, relLocal, err := c.load(spec.Model, spec.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer relLocal()
+	if m1.Version() != local.Version() || m2.Version() != local.Version() {
+		t.Fatalf("versions %s %s from S3, %s from disk", m1.Version(), m2.Version(), local.Version())
+	}
+	other := filepath.Join(t.TempDir(), "other.onnx")
+	if err := testgen.NewRanker(7).WriteONNX(other); err != nil {
+		t.Fatal(err)
+	}
+	data2, err := os.ReadFile(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(data2)
+	m3, rel3, err := c.load(remote, spec.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rel3()
+	if m3.Version() == m1.Version() {
+		t.Fatal("a changed model object was served from the cache")
 	}
 }

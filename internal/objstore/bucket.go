@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -221,6 +222,7 @@ func (b *Bucket) Download(ctx context.Context, key string, w io.Writer, limit in
 		return Attrs{}, fmt.Errorf("%s: %d bytes, over the limit of %d", b.loc.ObjectURL(key), a.Size, limit)
 	}
 	n, err := io.Copy(w, io.LimitReader(r, limit+1))
+	wholeBytes.Add(n)
 	if err != nil {
 		return Attrs{}, fmt.Errorf("%s: %w", b.loc.ObjectURL(key), err)
 	}
@@ -229,6 +231,12 @@ func (b *Bucket) Download(ctx context.Context, key string, w io.Writer, limit in
 	}
 	return a, nil
 }
+
+var wholeBytes atomic.Int64
+
+// FetchedBytesWhole is the total of bytes this process downloaded whole
+// (models, tokenizers, small objects).
+func FetchedBytesWhole() int64 { return wholeBytes.Load() }
 
 // ReadAll returns a small object's content (at most limit bytes).
 func (b *Bucket) ReadAll(ctx context.Context, key string, limit int64) ([]byte, error) {

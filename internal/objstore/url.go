@@ -17,6 +17,8 @@ import (
 	"path"
 	"sort"
 	"strings"
+
+	"github.com/precog-ml/precog/jobs"
 )
 
 // Schemes this package opens. One owner: the spec accepts any "scheme://"
@@ -24,19 +26,8 @@ import (
 var Schemes = []string{"s3", "gs", "azblob"}
 
 // IsURL reports whether p is an object-store URL ("scheme://…") rather
-// than a local path.
-func IsURL(p string) bool {
-	i := strings.Index(p, "://")
-	if i <= 0 {
-		return false
-	}
-	for _, c := range p[:i] {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.') {
-			return false
-		}
-	}
-	return true
-}
+// than a local path (jobs.IsURL, the spec's rule).
+func IsURL(p string) bool { return jobs.IsURL(p) }
 
 // Location is a parsed object-store URL: a bucket (a container on Azure)
 // and a key or key prefix within it, with the URL's query options.

@@ -84,8 +84,9 @@ var (
 // first use, with credentials generated for this test binary), removed at
 // cleanup. The first call also puts the server's Env into this process's
 // environment, so that code under test finds it through the AWS SDK's
-// standard chain as it would find AWS: tests must not set other AWS_*
-// variables. A missing server binary fails the test (run `make servers`).
+// standard chain as it would find AWS (tests must not set other AWS_*
+// variables), and points PRECOG_OBJECT_CACHE_DIR into the server's temp
+// dir unless it is set. A missing server binary fails the test (run `make servers`).
 func S3(t testing.TB) *S3Bucket {
 	t.Helper()
 	s3Once.Do(func() {
@@ -94,6 +95,11 @@ func S3(t testing.TB) *S3Bucket {
 			for _, kv := range s3Shared.Env() {
 				k, v, _ := strings.Cut(kv, "=")
 				os.Setenv(k, v)
+			}
+			if os.Getenv("PRECOG_OBJECT_CACHE_DIR") == "" {
+				// Objects fetched whole (models) are cached in the
+				// server's temp dir, not the user's cache.
+				os.Setenv("PRECOG_OBJECT_CACHE_DIR", filepath.Join(filepath.Dir(s3Shared.DataDir), "object-cache"))
 			}
 		}
 	})

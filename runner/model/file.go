@@ -1,12 +1,16 @@
 package model
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"strconv"
 	"syscall"
+
+	"github.com/precog-ml/precog/internal/objstore"
+	"github.com/precog-ml/precog/jobs"
 )
 
 // EnvMaxModelBytes names the environment variable that overrides
@@ -80,4 +84,31 @@ func modeName(m fs.FileMode) string {
 		return "a device"
 	}
 	return "mode " + m.String()
+}
+
+// localFiles is spec with its model and tokenizer paths that are
+// object-store URLs replaced by local copies from the object cache.
+func localFiles(spec jobs.ModelSpec) (jobs.ModelSpec, error) {
+	ctx := context.Background() // every object-store call has its own timeout
+	p, err := objstore.LocalFile(ctx, spec.Path)
+	if err != nil {
+		return spec, err
+	}
+	spec.Path = p
+	if len(spec.Inputs) == 0 {
+		return spec, nil
+	}
+	inputs := make(map[string]jobs.InputSpec, len(spec.Inputs))
+	for name, in := range spec.Inputs {
+		if in.Tokenizer != "" {
+			t, err := objstore.LocalFile(ctx, in.Tokenizer)
+			if err != nil {
+				return spec, fmt.Errorf("model.inputs.%s.tokenizer: %w", name, err)
+			}
+			in.Tokenizer = t
+		}
+		inputs[name] = in
+	}
+	spec.Inputs = inputs
+	return spec, nil
 }

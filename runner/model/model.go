@@ -176,7 +176,17 @@ func WithoutSpinning() LoadOption { return func(o *loadOptions) { o.noSpin = tru
 // Load reads the model spec.Path, checks the spec's inputs and outputs
 // against it (before any data is read) and starts spec.Sessions sessions on
 // spec.Device. file is the job spec's path, used in error text only.
+//
+// A model or tokenizer path that is an object-store URL is read from the
+// process's object cache (objstore.LocalFile): fetched once, kept by
+// content hash.
 func Load(spec jobs.ModelSpec, file string, opts ...LoadOption) (*Model, error) {
+	orig := spec.Path
+	local, err := localFiles(spec)
+	if err != nil {
+		return nil, (&Model{spec: spec, file: file}).errorf("model.path", "%v", err)
+	}
+	spec = local
 	m := &Model{spec: spec, file: file}
 	for _, o := range opts {
 		o(&m.opts)
@@ -186,7 +196,7 @@ func Load(spec jobs.ModelSpec, file string, opts ...LoadOption) (*Model, error) 
 		return nil, m.errorf("model.path", "%v", err)
 	}
 	if m.info, err = parseModel(data); err != nil {
-		return nil, m.errorf("model.path", "%s: not an ONNX model: %v", spec.Path, err)
+		return nil, m.errorf("model.path", "%s: not an ONNX model: %v", orig, err)
 	}
 	if err := m.bindInputs(); err != nil {
 		return nil, err
