@@ -50,6 +50,7 @@ var kinds = map[string]func() any{
 	"v1/ConfigMap":                            func() any { return new(corev1.ConfigMap) },
 	"v1/Service":                              func() any { return new(corev1.Service) },
 	"v1/PersistentVolumeClaim":                func() any { return new(corev1.PersistentVolumeClaim) },
+	"v1/ServiceAccount":                       func() any { return new(corev1.ServiceAccount) },
 	"apps/v1/Deployment":                      func() any { return new(appsv1.Deployment) },
 	"policy/v1/PodDisruptionBudget":           func() any { return new(policyv1.PodDisruptionBudget) },
 	"autoscaling/v2/HorizontalPodAutoscaler":  func() any { return new(autoscalingv2.HorizontalPodAutoscaler) },
