@@ -86,7 +86,7 @@ func TestRangeReader(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := FetchedBytes()
-	r, attrs, err := b.OpenRange(ctx, "obj.bin")
+	r, attrs, err := b.OpenRange(ctx, "obj.bin", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestRangeReaderCancelled(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r, _, err := b.OpenRange(ctx, "o")
+	r, _, err := b.OpenRange(ctx, "o", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -89,23 +90,74 @@ type block struct {
 }
 
 // OpenRange opens key for ranged reads under ctx (its reads stop when ctx
-// is cancelled) and fetches the object's last TailSize bytes. size and
-// etag, when known from a plan, are checked: a different object fails.
-func (b *Bucket) OpenRange(ctx context.Context, key string) (*RangeReader, Attrs, error) {
-	a, err := b.Attributes(ctx, key)
+// is cancelled) and fetches the object's last TailSize bytes. With known
+// attributes (a plan's), the tail is read at once and the object's
+// attributes come from that read's answer, saving a metadata round trip
+// on S3; the caller compares them with what it planned.
+func (b *Bucket) OpenRange(ctx context.Context, key string, known *Attrs) (*RangeReader, Attrs, error) {
+	if known == nil || known.Size <= 0 || b.loc.Scheme != "s3" {
+		a, err := b.Attributes(ctx, key)
+		if err != nil {
+			return nil, Attrs{}, err
+		}
+		known = &a
+	}
+	r := &RangeReader{b: b, key: key, size: known.Size, ctx: ctx, sem: make(chan struct{}, inFlight), blocks: map[int64]*block{}}
+	n := min(known.Size, TailSize)
+	r.tail, r.tailOff = make([]byte, n), known.Size-n
+	if n == 0 {
+		return r, *known, nil
+	}
+	a, err := b.readTail(ctx, key, r.tailOff, r.tail)
 	if err != nil {
 		return nil, Attrs{}, err
 	}
-	r := &RangeReader{b: b, key: key, size: a.Size, ctx: ctx, sem: make(chan struct{}, inFlight), blocks: map[int64]*block{}}
-	n := min(a.Size, TailSize)
-	r.tail, r.tailOff = make([]byte, n), a.Size-n
-	if n > 0 {
-		if err := b.ReadRange(ctx, key, r.tailOff, r.tail); err != nil {
-			return nil, Attrs{}, err
-		}
-		countFetched(int(n))
+	countFetched(int(n))
+	if a.Size != known.Size {
+		// Rewritten since known was taken: report what is there now.
+		return r, a, nil
+	}
+	if a.ETag == "" {
+		a.ETag = known.ETag
 	}
 	return r, a, nil
+}
+
+// readTail reads dst from off and returns the object's attributes as the
+// read's answer gives them (size, modification time, and on S3 the ETag).
+func (b *Bucket) readTail(ctx context.Context, key string, off int64, dst []byte) (Attrs, error) {
+	var a Attrs
+	var err error
+	for attempt := range maxAttempts {
+		if attempt > 0 {
+			if werr := sleep(ctx, attempt); werr != nil {
+				return Attrs{}, errors.Join(err, werr)
+			}
+		}
+		if a, err = b.readTailOnce(ctx, key, off, dst); err == nil || NotFound(err) || ctx.Err() != nil {
+			return a, err
+		}
+	}
+	return Attrs{}, err
+}
+
+func (b *Bucket) readTailOnce(ctx context.Context, key string, off int64, dst []byte) (Attrs, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	r, err := b.b.NewRangeReader(ctx, key, off, int64(len(dst)), nil)
+	if err != nil {
+		return Attrs{}, fmt.Errorf("%s: reading bytes %d..%d: %w", b.loc.ObjectURL(key), off, off+int64(len(dst)), err)
+	}
+	defer r.Close()
+	a := Attrs{Size: r.Size(), ModTime: r.ModTime()}
+	var out s3.GetObjectOutput
+	if r.As(&out) && out.ETag != nil {
+		a.ETag = *out.ETag
+	}
+	if _, err := io.ReadFull(r, dst); err != nil {
+		return Attrs{}, fmt.Errorf("%s: reading bytes %d..%d: %w", b.loc.ObjectURL(key), off, off+int64(len(dst)), err)
+	}
+	return a, nil
 }
 
 // Size is the object's size.

@@ -6,6 +6,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 
@@ -74,12 +75,19 @@ func (s *Source) objectKey(file string) (string, error) {
 // openObject opens an object for ranged reads under ctx and parses its
 // footer; the fingerprint is the object's size, modification time and
 // ETag as its metadata gives them.
-func (s *Source) openObject(ctx context.Context, file string) (*openedFile, fingerprint, error) {
+//
+// With the planned fingerprint (Open), the object's attributes come from
+// the footer read itself: no metadata round trip before it.
+func (s *Source) openObject(ctx context.Context, file string, planned *fingerprint) (*openedFile, fingerprint, error) {
 	key, err := s.objectKey(file)
 	if err != nil {
 		return nil, fingerprint{}, err
 	}
-	rr, attrs, err := s.bucket.OpenRange(ctx, key)
+	var known *objstore.Attrs
+	if planned != nil {
+		known = &objstore.Attrs{Size: planned.Size, ModTime: time.Unix(0, planned.MTimeNS), ETag: planned.ETag}
+	}
+	rr, attrs, err := s.bucket.OpenRange(ctx, key, known)
 	if err != nil {
 		return nil, fingerprint{}, err
 	}
@@ -127,7 +135,7 @@ func shardRanges(md *metadata.FileMetaData, rowGroups, leaves []int) ([]objstore
 func (s *Source) ProjectedBytes(ctx context.Context, columns []string) (int64, error) {
 	var total int64
 	for _, f := range s.files {
-		of, _, err := s.openAny(ctx, f)
+		of, _, err := s.openAny(ctx, f, nil)
 		if err != nil {
 			return 0, fmt.Errorf("parquet file %s: %w", f, err)
 		}

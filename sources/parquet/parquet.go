@@ -223,10 +223,11 @@ type input interface {
 }
 
 // openAny opens a file of the source, on disk or on object storage, and
-// returns it with its fingerprint.
-func (s *Source) openAny(ctx context.Context, path string) (*openedFile, fingerprint, error) {
+// returns it with its fingerprint; planned is the fingerprint a plan
+// recorded (nil when planning).
+func (s *Source) openAny(ctx context.Context, path string, planned *fingerprint) (*openedFile, fingerprint, error) {
 	if s.bucket != nil {
-		return s.openObject(ctx, path)
+		return s.openObject(ctx, path, planned)
 	}
 	fp, err := statFingerprint(path)
 	if err != nil {
@@ -338,7 +339,7 @@ type footer struct {
 }
 
 func (s *Source) readFooter(ctx context.Context, path string) (ft footer, err error) {
-	of, fp, err := s.openAny(ctx, path)
+	of, fp, err := s.openAny(ctx, path, nil)
 	if err != nil {
 		return footer{}, fmt.Errorf("parquet file %s: %w", path, err)
 	}

@@ -46,7 +46,7 @@ func (s *Source) Open(ctx context.Context, plan json.RawMessage, opts sources.Re
 		batch = jobs.DefaultBatchSize // ReadOptions.BatchSize zero or negative
 	}
 
-	of, fp, err := s.openAny(ctx, sp.File)
+	of, fp, err := s.openAny(ctx, sp.File, &fingerprint{Size: sp.Size, MTimeNS: sp.MTimeNS, ETag: sp.ETag})
 	if err != nil {
 		return nil, fmt.Errorf("parquet file %s: %w", sp.File, err)
 	}
