@@ -122,7 +122,13 @@ func OpenSinks(ctx context.Context, spec *jobs.Spec) ([]sinks.Sink, error) {
 		return nil, err
 	}
 	if spec.Sinks.Parquet != nil {
-		s, err := pqsink.New(spec.Name, *spec.Sinks.Parquet)
+		var s sinks.Sink
+		var err error
+		if jobs.IsURL(spec.Sinks.Parquet.Path) {
+			s, err = pqsink.NewObject(spec.Name, *spec.Sinks.Parquet)
+		} else {
+			s, err = pqsink.New(spec.Name, *spec.Sinks.Parquet)
+		}
 		if err != nil {
 			return fail(fmt.Errorf("sinks.parquet: %w", err))
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sort"
 	"strings"
@@ -100,7 +101,22 @@ func (t objectTarget) lock() string                { return t.prefix + "/" + Mar
 func (t objectTarget) version(v string) string     { return t.prefix + "/" + versionsDir + "/" + v + "/" }
 func (t objectTarget) part(v string, i int) string { return t.version(v) + partName(i) }
 
-// Target renders the spec's path with the run's parameters.
+// versionTarget is target for a run that names a version.
+func (s *ObjectSink) versionTarget(ctx context.Context, run sinks.RunInfo) (objectTarget, error) {
+	if err := checkVersionName(run.RunID, run.Version); err != nil {
+		return objectTarget{}, err
+	}
+	return s.target(ctx, run)
+}
+
+func checkVersionName(runID, v string) error {
+	if v == "" || v == "." || v == ".." || strings.ContainsAny(v, `/\?*[`+"\x00") {
+		return fmt.Errorf("parquet: run %s: version %q cannot name a prefix", runID, v)
+	}
+	return nil
+}
+
+// target renders the spec's path with the run's parameters.
 func (s *ObjectSink) target(ctx context.Context, run sinks.RunInfo) (objectTarget, error) {
 	p := s.spec.Path
 	if strings.Contains(p, "{{") {
@@ -121,9 +137,6 @@ func (s *ObjectSink) target(ctx context.Context, run sinks.RunInfo) (objectTarge
 	prefix := strings.Trim(loc.Key, "/")
 	if prefix == "" || objstore.HasGlob(prefix) {
 		return objectTarget{}, fmt.Errorf("sinks.parquet.path %q: name a prefix under the bucket, without glob characters", p)
-	}
-	if v := run.Version; v == "" || strings.ContainsAny(v, `/\?*[`+"\x00") {
-		return objectTarget{}, fmt.Errorf("parquet: run %s: version %q cannot name a prefix", run.RunID, v)
 	}
 	b, err := objstore.Open(ctx, loc)
 	if err != nil {
@@ -209,7 +222,7 @@ func (s *ObjectSink) Prepare(ctx context.Context, run sinks.RunInfo) error {
 	if run.Schema == nil {
 		return fmt.Errorf("parquet: run %s: no output schema", run.RunID)
 	}
-	t, err := s.target(ctx, run)
+	t, err := s.versionTarget(ctx, run)
 	if err != nil {
 		return err
 	}
@@ -231,7 +244,7 @@ func writeRefused(t objectTarget, err error) error {
 // Shard starts an attempt at shard index: the disk sink's writer into the
 // spool; Commit uploads the finished file over the shard's object.
 func (s *ObjectSink) Shard(ctx context.Context, run sinks.RunInfo, index int) (sinks.ShardWriter, error) {
-	t, err := s.target(ctx, run)
+	t, err := s.versionTarget(ctx, run)
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +284,7 @@ func (w *objectShard) Commit(ctx context.Context) error {
 // shards not committed, and writes the version's _SUCCESS. Nothing becomes
 // visible to readers.
 func (s *ObjectSink) Stage(ctx context.Context, run sinks.RunInfo, committed []sinks.CommittedShard) error {
-	t, err := s.target(ctx, run)
+	t, err := s.versionTarget(ctx, run)
 	if err != nil {
 		return err
 	}
@@ -349,7 +362,7 @@ func objectRows(ctx context.Context, b *objstore.Bucket, key string) (n int64, e
 // *sinks.SupersededError; a version without _SUCCESS is refused (no holes);
 // a lock of this sink on the target that was taken over fences it.
 func (s *ObjectSink) Publish(ctx context.Context, run sinks.RunInfo) error {
-	t, err := s.target(ctx, run)
+	t, err := s.versionTarget(ctx, run)
 	if err != nil {
 		return err
 	}
@@ -360,13 +373,29 @@ func (s *ObjectSink) Publish(ctx context.Context, run sinks.RunInfo) error {
 	if ok && cur.Version == run.Version {
 		return nil
 	}
-	if ok {
-		if cur.Job != run.Job {
-			return &sinks.NotOwnedError{Sink: "parquet", Target: t.url(), Hint: fmt.Sprintf("job %q publishes there", cur.Job)}
+	if ok && cur.Job != run.Job {
+		return &sinks.NotOwnedError{Sink: "parquet", Target: t.url(), Hint: fmt.Sprintf("job %q publishes there", cur.Job)}
+	}
+	// The newest version ever published orders publishes, not the current
+	// one: after a rollback a retried publish must not move readers.
+	vs, err := listVersions(ctx, t)
+	if err != nil {
+		return err
+	}
+	latest := cur.Version
+	for _, v := range vs {
+		if !v.published {
+			continue
 		}
-		if err := sinks.CheckPublishOrder("parquet", run.Version, cur.Version); err != nil {
-			return err
+		if v.version == run.Version {
+			return nil // published before: readers stay where they are
 		}
+		if latest == "" || sinks.VersionStamp(v.version) > sinks.VersionStamp(latest) {
+			latest = v.version
+		}
+	}
+	if err := sinks.CheckPublishOrder("parquet", run.Version, latest); err != nil {
+		return err
 	}
 	if _, err := t.b.Attributes(ctx, t.version(run.Version)+SuccessFile); err != nil {
 		return fmt.Errorf("parquet sink: version %s of %s is not staged: %w", run.Version, t.url(), err)
@@ -374,17 +403,26 @@ func (s *ObjectSink) Publish(ctx context.Context, run sinks.RunInfo) error {
 	if err := s.fenced(ctx, t); err != nil {
 		return err
 	}
-	body, _ := json.Marshal(Success{Job: run.Job, RunID: run.RunID, Version: run.Version, PublishedAt: time.Now().UTC()})
-	if err := t.b.Write(ctx, t.pointer(), bytes.NewReader(body), objstore.WriteOptions{ContentType: "application/json"}); err != nil {
+	// Marked published before the pointer moves: a publish cut off between
+	// the two leaves a retained version, never a current unmarked one.
+	if err := t.b.Write(ctx, t.version(run.Version)+publishedFile, strings.NewReader(time.Now().UTC().Format(time.RFC3339)), objstore.WriteOptions{}); err != nil {
 		return writeRefused(t, err)
+	}
+	if err := writePointer(ctx, t, run, run.Version); err != nil {
+		return err
+	}
+	// Old versions beyond retention go after the cutover; a failure here
+	// leaves them for the next publish or precog gc.
+	if err := gcVersions(ctx, t, run.Version); err != nil {
+		slog.Warn("parquet sink: removing old versions", "target", t.url(), "err", err)
 	}
 	return nil
 }
 
-// Abort removes every object of an unpublished version; the current
-// version is kept.
+// Abort removes every object of an unpublished version; a version that
+// was published (current or retained) is kept.
 func (s *ObjectSink) Abort(ctx context.Context, run sinks.RunInfo) error {
-	t, err := s.target(ctx, run)
+	t, err := s.versionTarget(ctx, run)
 	if err != nil {
 		return err
 	}
@@ -394,6 +432,9 @@ func (s *ObjectSink) Abort(ctx context.Context, run sinks.RunInfo) error {
 	}
 	if ok && cur.Version == run.Version {
 		return nil
+	}
+	if _, err := t.b.Attributes(ctx, t.version(run.Version)+publishedFile); err == nil {
+		return nil // published once: a rollback target, gc's to remove
 	}
 	var keys []string
 	if err := t.b.List(ctx, t.version(run.Version), func(o objstore.Object) error {

@@ -79,7 +79,7 @@ func readObjects(ctx context.Context, s *ObjectSink, run sinks.RunInfo) (sinktes
 		case name == SuccessFile:
 			hasSuccess = true
 			continue
-		case name == preparedFile:
+		case name == preparedFile, name == publishedFile:
 			continue
 		case !strings.HasPrefix(name, "part-") || !strings.HasSuffix(name, ".parquet"):
 			return snap, fmt.Errorf("unexpected object %s in a published version", k)
