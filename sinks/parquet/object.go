@@ -145,18 +145,34 @@ func (s *ObjectSink) target(ctx context.Context, run sinks.RunInfo) (objectTarge
 	return objectTarget{b: b, loc: loc, prefix: prefix}, nil
 }
 
+// objectPointer is the content of T/_PRECOG: the current version, and the
+// newest version ever published there (which orders publishes: after a
+// rollback it is not the current one).
+type objectPointer struct {
+	Success
+	Latest string `json:"latest,omitempty"`
+}
+
+// latest is the newest version published to the target.
+func (p objectPointer) latest() string {
+	if p.Latest != "" {
+		return p.Latest
+	}
+	return p.Version
+}
+
 // readPointer returns the target's pointer; ok is false when none exists.
-func readPointer(ctx context.Context, t objectTarget) (Success, bool, error) {
+func readPointer(ctx context.Context, t objectTarget) (objectPointer, bool, error) {
 	raw, err := t.b.ReadAll(ctx, t.pointer(), maxPointerBytes)
 	if objstore.NotFound(err) {
-		return Success{}, false, nil
+		return objectPointer{}, false, nil
 	}
 	if err != nil {
-		return Success{}, false, fmt.Errorf("parquet sink: %w", err)
+		return objectPointer{}, false, fmt.Errorf("parquet sink: %w", err)
 	}
-	var p Success
+	var p objectPointer
 	if err := json.Unmarshal(raw, &p); err != nil || p.Version == "" {
-		return Success{}, false, fmt.Errorf("parquet sink: %s is not precog's pointer (%v)", t.loc.ObjectURL(t.pointer()), err)
+		return objectPointer{}, false, fmt.Errorf("parquet sink: %s is not precog's pointer (%v)", t.loc.ObjectURL(t.pointer()), err)
 	}
 	return p, true, nil
 }
@@ -170,9 +186,9 @@ func (s *ObjectSink) CurrentObject(ctx context.Context, run sinks.RunInfo) (Succ
 	}
 	p, ok, err := readPointer(ctx, t)
 	if err != nil || !ok {
-		return p, "", ok, err
+		return p.Success, "", ok, err
 	}
-	return p, t.loc.ObjectURL(t.version(p.Version)), true, nil
+	return p.Success, t.loc.ObjectURL(t.version(p.Version)), true, nil
 }
 
 // checkOwnedObjects refuses a target precog did not create: a pointer of
@@ -370,31 +386,13 @@ func (s *ObjectSink) Publish(ctx context.Context, run sinks.RunInfo) error {
 	if err != nil {
 		return err
 	}
-	if ok && cur.Version == run.Version {
-		return nil
+	if ok && (cur.Version == run.Version || cur.latest() == run.Version) {
+		return nil // published: readers stay where they are (a rollback too)
 	}
 	if ok && cur.Job != run.Job {
 		return &sinks.NotOwnedError{Sink: "parquet", Target: t.url(), Hint: fmt.Sprintf("job %q publishes there", cur.Job)}
 	}
-	// The newest version ever published orders publishes, not the current
-	// one: after a rollback a retried publish must not move readers.
-	vs, err := listVersions(ctx, t)
-	if err != nil {
-		return err
-	}
-	latest := cur.Version
-	for _, v := range vs {
-		if !v.published {
-			continue
-		}
-		if v.version == run.Version {
-			return nil // published before: readers stay where they are
-		}
-		if latest == "" || sinks.VersionStamp(v.version) > sinks.VersionStamp(latest) {
-			latest = v.version
-		}
-	}
-	if err := sinks.CheckPublishOrder("parquet", run.Version, latest); err != nil {
+	if err := sinks.CheckPublishOrder("parquet", run.Version, cur.latest()); err != nil {
 		return err
 	}
 	if _, err := t.b.Attributes(ctx, t.version(run.Version)+SuccessFile); err != nil {
@@ -408,7 +406,7 @@ func (s *ObjectSink) Publish(ctx context.Context, run sinks.RunInfo) error {
 	if err := t.b.Write(ctx, t.version(run.Version)+publishedFile, strings.NewReader(time.Now().UTC().Format(time.RFC3339)), objstore.WriteOptions{}); err != nil {
 		return writeRefused(t, err)
 	}
-	if err := writePointer(ctx, t, run, run.Version); err != nil {
+	if err := writePointer(ctx, t, run, run.Version, run.Version); err != nil {
 		return err
 	}
 	// Old versions beyond retention go after the cutover; a failure here

@@ -112,14 +112,20 @@ func (s *ObjectSink) Rollback(ctx context.Context, run sinks.RunInfo, version st
 	if _, err := t.b.Attributes(ctx, t.version(version)+publishedFile); err != nil {
 		return fmt.Errorf("parquet sink: %s does not retain version %s: %w", t.url(), version, err)
 	}
+	cur, _, err := readPointer(ctx, t)
+	if err != nil {
+		return err
+	}
 	if err := s.fenced(ctx, t); err != nil {
 		return err
 	}
-	return writePointer(ctx, t, run, version)
+	return writePointer(ctx, t, run, version, cur.latest())
 }
 
-func writePointer(ctx context.Context, t objectTarget, run sinks.RunInfo, version string) error {
-	body, _ := json.Marshal(Success{Job: run.Job, RunID: run.RunID, Version: version, PublishedAt: time.Now().UTC()})
+// writePointer makes version current; latest is the newest version ever
+// published to the target.
+func writePointer(ctx context.Context, t objectTarget, run sinks.RunInfo, version, latest string) error {
+	body, _ := json.Marshal(objectPointer{Success: Success{Job: run.Job, RunID: run.RunID, Version: version, PublishedAt: time.Now().UTC()}, Latest: latest})
 	if err := t.b.Write(ctx, t.pointer(), bytes.NewReader(body), objstore.WriteOptions{ContentType: "application/json"}); err != nil {
 		return writeRefused(t, err)
 	}
