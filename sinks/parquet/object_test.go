@@ -174,7 +174,6 @@ func publishObjectRun(t *testing.T, s *ObjectSink, run sinks.RunInfo) {
 	}
 }
 
-
 // A publish cut off after the version was marked published but before
 // the pointer moved (a kill -9 between the two PUTs) leaves readers on the
 // previous version, whole; the retried publish makes the new one current,

@@ -201,7 +201,9 @@ func deleteVersion(ctx context.Context, t objectTarget, version string) error {
 	}); err != nil {
 		return fmt.Errorf("parquet sink: %w", err)
 	}
-	sort.SliceStable(keys, func(i, j int) bool { return !strings.HasSuffix(keys[i], "/"+publishedFile) && strings.HasSuffix(keys[j], "/"+publishedFile) })
+	sort.SliceStable(keys, func(i, j int) bool {
+		return !strings.HasSuffix(keys[i], "/"+publishedFile) && strings.HasSuffix(keys[j], "/"+publishedFile)
+	})
 	for _, k := range keys {
 		if err := t.b.Delete(ctx, k); err != nil {
 			return fmt.Errorf("parquet sink: %w", err)
