@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,9 +50,10 @@ func uploadFixture(t *testing.T, srv *testservers.S3Bucket, rel string) {
 
 // TestClusterObjectStorage: two real workers run a job whose dataset and
 // model are on a real S3 server (versitygw), found through the AWS SDK's
-// standard variables; one worker is killed with SIGKILL mid-run and
-// replaced. The published outputs equal an uninterrupted `precog run` of
-// the same job over the same files on disk, in every sink, row for row.
+// standard variables, and whose Parquet sink publishes there; one worker
+// is killed with SIGKILL mid-run and replaced. The published outputs (the
+// version _PRECOG names, for Parquet) equal an uninterrupted `precog run`
+// of the same job over the same files on disk, in every sink, row for row.
 func TestClusterObjectStorage(t *testing.T) {
 	srv := testservers.S3(t) // puts AWS_* of the server into the environment the workers inherit
 	uploadFixture(t, srv, filepath.Join("data", "users", "dt="+e2eDate))
@@ -61,8 +63,9 @@ func TestClusterObjectStorage(t *testing.T) {
 	want := c.reference(j)
 	body := strings.NewReplacer(
 		`"data/users/dt={{.date}}"`, `"`+srv.URL("data/users/dt={{.date}}")+`"`,
-		"models/heavy.onnx", srv.URL("models/heavy.onnx")).Replace(j.specBody())
-	if !strings.Contains(body, "s3://") || strings.Count(body, "s3://") != 2 {
+		"models/heavy.onnx", srv.URL("models/heavy.onnx"),
+		`"out/scores/date={{.date}}"`, `"`+srv.URL("out/scores/date={{.date}}")+`"`).Replace(j.specBody())
+	if strings.Count(body, "s3://") != 3 {
 		t.Fatalf("spec does not name both URLs:\n%s", body)
 	}
 	c.spec = writeSpec(t, c.dir, "job.yaml", body)
@@ -87,8 +90,62 @@ func TestClusterObjectStorage(t *testing.T) {
 		t.Fatalf("run %s: %s (%s)", id, r.State, r.Error)
 	}
 	stopWorkers(t, w2, w3)
+	if _, err := os.Stat(filepath.Join(c.dir, "out")); !os.IsNotExist(err) {
+		t.Fatalf("the Parquet sink wrote to the local disk: %v", err)
+	}
+	downloadPublished(t, srv, "out/scores/date="+e2eDate, filepath.Join(c.dir, "out", "scores", "date="+e2eDate))
 	got := c.checkOutputs(j, want)
 	if len(got.parquet) != 4000 {
 		t.Fatalf("parquet sink holds %d rows, want 4000", len(got.parquet))
+	}
+}
+
+// downloadPublished copies the version the pointer under prefix names into
+// dir, as a reader following _PRECOG would read it.
+func downloadPublished(t *testing.T, srv *testservers.S3Bucket, prefix, dir string) {
+	t.Helper()
+	ctx := context.Background()
+	loc, err := objstore.Parse(srv.URL(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := objstore.Open(ctx, loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := b.ReadAll(ctx, prefix+"/_PRECOG", 1<<16)
+	if err != nil {
+		t.Fatalf("the pointer: %v", err)
+	}
+	var p struct{ Version, Job string }
+	if err := json.Unmarshal(raw, &p); err != nil || p.Version == "" || p.Job != "scores" {
+		t.Fatalf("the pointer %s: %+v, %v", raw, p, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	vprefix := prefix + "/_versions/" + p.Version + "/"
+	var keys []string
+	if err := b.List(ctx, vprefix, func(o objstore.Object) error { keys = append(keys, o.Key); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	success := false
+	for _, k := range keys {
+		name := strings.TrimPrefix(k, vprefix)
+		success = success || name == "_SUCCESS"
+		if !strings.HasSuffix(name, ".parquet") {
+			continue
+		}
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Download(ctx, k, f, 1<<30); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	if !success {
+		t.Fatalf("the published version %s has no _SUCCESS", p.Version)
 	}
 }
