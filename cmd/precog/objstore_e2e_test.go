@@ -1,13 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/precog-ml/precog/internal/objstore"
 	"github.com/precog-ml/precog/internal/testservers"
@@ -147,5 +153,43 @@ func downloadPublished(t *testing.T, srv *testservers.S3Bucket, prefix, dir stri
 	}
 	if !success {
 		t.Fatalf("the published version %s has no _SUCCESS", p.Version)
+	}
+}
+
+// TestParquetSinkBucketRefusesWrites: a run whose Parquet sink is a bucket
+// the credentials may read but not write fails before computing anything,
+// with an error naming the target, the permission and that nothing was
+// published; the bucket holds nothing more than before.
+func TestParquetSinkBucketRefusesWrites(t *testing.T) {
+	srv := testservers.S3(t)
+	dir := workdir(t)
+	spec := writeSpec(t, dir, "job.yaml", strings.Replace(rankerSpec, `"out/scores/date={{.date}}"`, `"`+srv.URL("out/scores/date={{.date}}")+`"`, 1))
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, precogBin, "--state-dir", filepath.Join(dir, ".precog"), "run", spec, "--param", "date="+e2eDate, "--no-progress")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), srv.ReadOnlyEnv(t)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("precog run into a read-only bucket: %v, want a failed run\n%s", err, stderr.String())
+	}
+	msg := stderr.String()
+	for _, want := range []string{srv.URL("out/scores/date=" + e2eDate), "s3:PutObject", "nothing was published"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("stderr does not say %q:\n%s", want, msg)
+		}
+	}
+	if strings.Contains(msg, "panic") {
+		t.Errorf("stderr shows a panic:\n%s", msg)
+	}
+	out, err := srv.Client().ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: aws.String(srv.Bucket)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Contents) != 0 {
+		t.Fatalf("the refused bucket holds %d objects (first %s)", len(out.Contents), aws.ToString(out.Contents[0].Key))
 	}
 }

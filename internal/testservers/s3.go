@@ -37,7 +37,10 @@ type S3Server struct {
 	AccessKey, SecretKey string
 	// DataDir holds one directory per bucket (the posix backend).
 	DataDir string
-	proc    *serverProc
+	// AdminEndpoint serves versitygw's admin API (users).
+	AdminEndpoint string
+	bin           string
+	proc          *serverProc
 }
 
 // S3Bucket is a test's bucket of its own on the shared S3 server.
@@ -185,29 +188,64 @@ func startS3() (*S3Server, error) {
 		}
 	}
 	s := &S3Server{AccessKey: "AK" + randomHex(9), SecretKey: randomHex(20), DataDir: data}
+	s.bin = bin
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		port, err := freePort()
 		if err != nil {
 			return nil, err
 		}
+		aport, err := freePort()
+		if err != nil {
+			return nil, err
+		}
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		cmd := exec.Command(bin, "--port", addr, "--region", S3Region, "--quiet",
+		admin := net.JoinHostPort("127.0.0.1", strconv.Itoa(aport))
+		iam := filepath.Join(dir, fmt.Sprintf("iam-%d", attempt))
+		if err := os.MkdirAll(iam, 0o700); err != nil {
+			return nil, fmt.Errorf("testservers: %w", err)
+		}
+		cmd := exec.Command(bin, "--port", addr, "--admin-port", admin, "--iam-dir", iam, "--region", S3Region, "--quiet",
 			"posix", "--sidecar", meta, data)
 		cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY_ID="+s.AccessKey, "ROOT_SECRET_ACCESS_KEY="+s.SecretKey)
 		proc, err := startProc("versitygw", cmd, filepath.Join(dir, "versitygw.log"), syscall.SIGTERM)
 		if err != nil {
 			return nil, err
 		}
-		if err := waitTCP(proc, addr, 30*time.Second); err != nil {
+		err = waitTCP(proc, addr, 30*time.Second)
+		if err == nil {
+			err = waitTCP(proc, admin, 30*time.Second)
+		}
+		if err != nil {
 			lastErr = err
 			proc.stop()
 			continue
 		}
 		proc.dir, proc.removeDir = dir, true
-		s.proc, s.Endpoint = proc, "http://"+addr
+		s.proc, s.Endpoint, s.AdminEndpoint = proc, "http://"+addr, "http://"+admin
 		return s, nil
 	}
 	_ = os.RemoveAll(dir)
 	return nil, fmt.Errorf("testservers: versitygw did not start: %w", lastErr)
+}
+
+// ReadOnlyEnv creates a user of the server, with generated credentials,
+// that the bucket's policy lets list and read but not write, and returns
+// the environment of a process running as that user: a bucket that
+// refuses writes, as a least-privilege role would.
+func (b *S3Bucket) ReadOnlyEnv(t testing.TB) []string {
+	t.Helper()
+	ak, sk := "RO"+randomHex(9), randomHex(20)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, b.bin, "admin", "--access", b.AccessKey, "--secret", b.SecretKey, "--endpoint-url", b.AdminEndpoint,
+		"create-user", "--access", ak, "--secret", sk, "--role", "user").CombinedOutput()
+	if err != nil {
+		t.Fatalf("testservers: create S3 user: %v\n%s", err, out)
+	}
+	policy := fmt.Sprintf(`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"AWS":[%q]},"Action":["s3:GetObject","s3:ListBucket"],"Resource":["arn:aws:s3:::%s","arn:aws:s3:::%s/*"]}]}`, ak, b.Bucket, b.Bucket)
+	if _, err := b.Client().PutBucketPolicy(ctx, &s3.PutBucketPolicyInput{Bucket: aws.String(b.Bucket), Policy: aws.String(policy)}); err != nil {
+		t.Fatalf("testservers: bucket policy: %v", err)
+	}
+	return []string{"AWS_ACCESS_KEY_ID=" + ak, "AWS_SECRET_ACCESS_KEY=" + sk}
 }

@@ -175,3 +175,31 @@ func TestS3(t *testing.T) {
 		t.Fatalf("scripts/install-servers.sh does not install versitygw %s", VersityGWVersion)
 	}
 }
+
+// ReadOnlyEnv's user reads the bucket and is refused writes.
+func TestS3ReadOnlyUser(t *testing.T) {
+	t.Parallel()
+	b := S3(t)
+	ctx := context.Background()
+	if _, err := b.Client().PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(b.Bucket), Key: aws.String("k"), Body: strings.NewReader("v")}); err != nil {
+		t.Fatal(err)
+	}
+	var ak, sk string
+	for _, kv := range b.ReadOnlyEnv(t) {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "AWS_ACCESS_KEY_ID":
+			ak = v
+		case "AWS_SECRET_ACCESS_KEY":
+			sk = v
+		}
+	}
+	ro := s3.New(s3.Options{Region: S3Region, BaseEndpoint: aws.String(b.Endpoint), UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(ak, sk, "")})
+	if _, err := ro.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(b.Bucket), Key: aws.String("k")}); err != nil {
+		t.Fatalf("read-only user cannot read: %v", err)
+	}
+	if _, err := ro.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(b.Bucket), Key: aws.String("w"), Body: strings.NewReader("v")}); err == nil {
+		t.Fatal("read-only user could write")
+	}
+}
