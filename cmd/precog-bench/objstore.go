@@ -97,6 +97,7 @@ func (h *harness) objstore(ctx context.Context) (*section, error) {
 	s.add(r)
 	return s, nil
 }
+
 // uploadDir copies every file under dir to the object-store URL prefix.
 func uploadDir(ctx context.Context, dir, prefix string) error {
 	loc, err := objstore.Parse(prefix)
