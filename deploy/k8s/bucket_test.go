@@ -126,4 +126,3 @@ func checkObjectCache(t *testing.T, d *appsv1.Deployment) {
 	}
 	t.Errorf("Deployment %s: nothing is mounted at PRECOG_OBJECT_CACHE_DIR %s", d.Name, dir)
 }
-
