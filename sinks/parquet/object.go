@@ -51,7 +51,7 @@ var _ sinks.Sink = (*ObjectSink)(nil)
 
 // Object layout names, relative to the target prefix.
 const (
-	versionsDir  = "_versions"
+	objectVersionsDir  = "_versions"
 	preparedFile = "_PREPARED"
 	lockSuffix   = ".lock"
 	// maxPointerBytes bounds the pointer and lock objects read.
@@ -73,7 +73,7 @@ func NewObject(job string, spec jobs.ParquetSinkSpec) (*ObjectSink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parquet: spool: %w", err)
 	}
-	local, err := New(job, jobs.ParquetSinkSpec{Path: spool + "/target", Compression: spec.Compression})
+	local, err := New(job, jobs.ParquetSinkSpec{Path: spool + "/target", Compression: spec.Compression, Retain: spec.Retain})
 	if err != nil {
 		os.RemoveAll(spool)
 		return nil, err
@@ -98,7 +98,7 @@ type objectTarget struct {
 func (t objectTarget) url() string                 { return t.loc.ObjectURL(t.prefix) }
 func (t objectTarget) pointer() string             { return t.prefix + "/" + MarkerFile }
 func (t objectTarget) lock() string                { return t.prefix + "/" + MarkerFile + lockSuffix }
-func (t objectTarget) version(v string) string     { return t.prefix + "/" + versionsDir + "/" + v + "/" }
+func (t objectTarget) version(v string) string     { return t.prefix + "/" + objectVersionsDir + "/" + v + "/" }
 func (t objectTarget) part(v string, i int) string { return t.version(v) + partName(i) }
 
 // versionTarget is target for a run that names a version.
@@ -216,7 +216,7 @@ func checkOwnedObjects(ctx context.Context, t objectTarget, job string) error {
 	errStop := errors.New("stop")
 	err = t.b.List(ctx, t.prefix+"/", func(o objstore.Object) error {
 		rel := strings.TrimPrefix(o.Key, t.prefix+"/")
-		if strings.HasPrefix(rel, versionsDir+"/") || rel == MarkerFile+lockSuffix {
+		if strings.HasPrefix(rel, objectVersionsDir+"/") || rel == MarkerFile+lockSuffix {
 			return nil
 		}
 		foreign = o.Key
@@ -411,7 +411,7 @@ func (s *ObjectSink) Publish(ctx context.Context, run sinks.RunInfo) error {
 	}
 	// Old versions beyond retention go after the cutover; a failure here
 	// leaves them for the next publish or precog gc.
-	if err := gcVersions(ctx, t, run.Version); err != nil {
+	if err := gcVersions(ctx, t, run.Version, s.local.retain); err != nil {
 		slog.Warn("parquet sink: removing old versions", "target", t.url(), "err", err)
 	}
 	return nil

@@ -14,22 +14,19 @@ import (
 	"github.com/precog-ml/precog/sinks"
 )
 
-// objectLockLease is how long a lock object holds without renewal; the
-// holder renews it every third of that. A holder that died or froze blocks
-// nobody past it.
-const objectLockLease = 30 * time.Second
-
-// lockRecord is the content of T/_PRECOG.lock.
-type lockRecord struct {
+// objectLockRecord is the content of T/_PRECOG.lock.
+type objectLockRecord struct {
 	Holder  sinks.Holder `json:"holder"`
 	Token   string       `json:"token"`
 	Expires time.Time    `json:"expires"`
 }
 
-// objectLock is a held lock object, renewed until released.
+// objectLock is a held lock object, renewed every third of its lease
+// (the holder's, else sinks.DefaultLockLease) until released.
 type objectLock struct {
 	t     objectTarget
-	rec   lockRecord
+	rec   objectLockRecord
+	lease time.Duration
 	sink  *ObjectSink
 	lost  chan struct{}
 	stop  chan struct{}
@@ -50,12 +47,16 @@ func (s *ObjectSink) Lock(ctx context.Context, run sinks.RunInfo, holder sinks.H
 	if _, err := rand.Read(tok[:]); err != nil {
 		return nil, err
 	}
+	lease := holder.Lease
+	if lease <= 0 {
+		lease = sinks.DefaultLockLease
+	}
 	for attempt := 0; attempt < 3; attempt++ {
-		rec := lockRecord{Holder: holder, Token: hex.EncodeToString(tok[:]), Expires: time.Now().Add(objectLockLease)}
+		rec := objectLockRecord{Holder: holder, Token: hex.EncodeToString(tok[:]), Expires: time.Now().Add(lease)}
 		body, _ := json.Marshal(rec)
 		err := t.b.Write(ctx, t.lock(), bytes.NewReader(body), objstore.WriteOptions{IfNotExist: true, ContentType: "application/json"})
 		if err == nil {
-			l := &objectLock{t: t, rec: rec, sink: s, lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+			l := &objectLock{t: t, rec: rec, lease: lease, sink: s, lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 			s.mu.Lock()
 			s.locks[t.url()] = l
 			s.mu.Unlock()
@@ -83,17 +84,17 @@ func (s *ObjectSink) Lock(ctx context.Context, run sinks.RunInfo, holder sinks.H
 	return nil, fmt.Errorf("parquet sink: could not take the lock %s", t.loc.ObjectURL(t.lock()))
 }
 
-func readLock(ctx context.Context, t objectTarget) (lockRecord, bool, error) {
+func readLock(ctx context.Context, t objectTarget) (objectLockRecord, bool, error) {
 	raw, err := t.b.ReadAll(ctx, t.lock(), maxPointerBytes)
 	if objstore.NotFound(err) {
-		return lockRecord{}, false, nil
+		return objectLockRecord{}, false, nil
 	}
 	if err != nil {
-		return lockRecord{}, false, fmt.Errorf("parquet sink: %w", err)
+		return objectLockRecord{}, false, fmt.Errorf("parquet sink: %w", err)
 	}
-	var rec lockRecord
+	var rec objectLockRecord
 	if err := json.Unmarshal(raw, &rec); err != nil {
-		return lockRecord{}, false, fmt.Errorf("parquet sink: %s: %w", t.loc.ObjectURL(t.lock()), err)
+		return objectLockRecord{}, false, fmt.Errorf("parquet sink: %s: %w", t.loc.ObjectURL(t.lock()), err)
 	}
 	return rec, true, nil
 }
@@ -102,7 +103,7 @@ func readLock(ctx context.Context, t objectTarget) (lockRecord, bool, error) {
 // this holder's; once it is not (taken over after a freeze), Lost closes.
 func (l *objectLock) renew() {
 	defer close(l.done)
-	tick := time.NewTicker(objectLockLease / 3)
+	tick := time.NewTicker(l.lease / 3)
 	defer tick.Stop()
 	for {
 		select {
@@ -110,11 +111,11 @@ func (l *objectLock) renew() {
 			return
 		case <-tick.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), objectLockLease/3)
+		ctx, cancel := context.WithTimeout(context.Background(), l.lease/3)
 		err := l.check(ctx)
 		if err == nil {
 			rec := l.rec
-			rec.Expires = time.Now().Add(objectLockLease)
+			rec.Expires = time.Now().Add(l.lease)
 			body, _ := json.Marshal(rec)
 			err = l.t.b.Write(ctx, l.t.lock(), bytes.NewReader(body), objstore.WriteOptions{ContentType: "application/json"})
 		}

@@ -17,11 +17,6 @@ import (
 // rollback target while retention keeps it.
 const publishedFile = "_PUBLISHED"
 
-// objectRetain is how many published versions a target keeps (the current
-// one included): the older ones are the rollback targets; gc after each
-// publish removes the rest.
-const objectRetain = 2
-
 var (
 	_ sinks.Rollbacker = (*ObjectSink)(nil)
 	_ sinks.Inventory  = (*ObjectSink)(nil)
@@ -38,7 +33,7 @@ type versionInfo struct {
 // listVersions lists the versions under T/_versions/, newest first.
 func listVersions(ctx context.Context, t objectTarget) ([]versionInfo, error) {
 	by := map[string]*versionInfo{}
-	root := t.prefix + "/" + versionsDir + "/"
+	root := t.prefix + "/" + objectVersionsDir + "/"
 	err := t.b.List(ctx, root, func(o objstore.Object) error {
 		v, name, ok := strings.Cut(strings.TrimPrefix(o.Key, root), "/")
 		if !ok {
@@ -63,7 +58,7 @@ func listVersions(ctx context.Context, t objectTarget) ([]versionInfo, error) {
 	for _, vi := range by {
 		out = append(out, *vi)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].version > out[j].version })
+	sort.Slice(out, func(i, j int) bool { return sinks.NewestFirst(out[i].version, out[j].version) < 0 })
 	return out, nil
 }
 
@@ -167,24 +162,23 @@ func sizeText(n int64) string {
 	}
 }
 
-// gcVersions removes published versions beyond objectRetain (never the
-// current one) and returns what it removed. Unpublished versions are a
-// killed run's, removed by Abort or precog gc.
-func gcVersions(ctx context.Context, t objectTarget, current string) error {
+// gcVersions removes the published versions retention drops (sinks.Retained
+// with sinks.parquet.retain: never the current one). Unpublished versions
+// are a killed run's, removed by Abort or precog gc.
+func gcVersions(ctx context.Context, t objectTarget, current string, retain int) error {
 	vs, err := listVersions(ctx, t)
 	if err != nil {
 		return err
 	}
-	kept := 0
+	var published []string
 	for _, v := range vs {
-		if !v.published && v.version != current {
-			continue
+		if v.published || v.version == current {
+			published = append(published, v.version)
 		}
-		kept++
-		if kept <= objectRetain || v.version == current {
-			continue
-		}
-		if err := deleteVersion(ctx, t, v.version); err != nil {
+	}
+	_, drop := sinks.Retained(published, current, retain)
+	for _, v := range drop {
+		if err := deleteVersion(ctx, t, v); err != nil {
 			return err
 		}
 	}
