@@ -51,9 +51,9 @@ var _ sinks.Sink = (*ObjectSink)(nil)
 
 // Object layout names, relative to the target prefix.
 const (
-	objectVersionsDir  = "_versions"
-	preparedFile = "_PREPARED"
-	lockSuffix   = ".lock"
+	objectVersionsDir = "_versions"
+	preparedFile      = "_PREPARED"
+	lockSuffix        = ".lock"
 	// maxPointerBytes bounds the pointer and lock objects read.
 	maxPointerBytes = 1 << 16
 )
@@ -95,10 +95,12 @@ type objectTarget struct {
 	prefix string
 }
 
-func (t objectTarget) url() string                 { return t.loc.ObjectURL(t.prefix) }
-func (t objectTarget) pointer() string             { return t.prefix + "/" + MarkerFile }
-func (t objectTarget) lock() string                { return t.prefix + "/" + MarkerFile + lockSuffix }
-func (t objectTarget) version(v string) string     { return t.prefix + "/" + objectVersionsDir + "/" + v + "/" }
+func (t objectTarget) url() string     { return t.loc.ObjectURL(t.prefix) }
+func (t objectTarget) pointer() string { return t.prefix + "/" + MarkerFile }
+func (t objectTarget) lock() string    { return t.prefix + "/" + MarkerFile + lockSuffix }
+func (t objectTarget) version(v string) string {
+	return t.prefix + "/" + objectVersionsDir + "/" + v + "/"
+}
 func (t objectTarget) part(v string, i int) string { return t.version(v) + partName(i) }
 
 // versionTarget is target for a run that names a version.
