@@ -74,6 +74,8 @@ type SourceSpec struct {
 
 // ParquetSourceSpec reads a file, a directory or a glob of Parquet files.
 type ParquetSourceSpec struct {
+	// Local, or an s3://, gs:// or azblob:// URL; globs and dt=
+	// partitions work on prefixes as on directories.
 	Path string `yaml:"path"`
 }
 
@@ -87,6 +89,8 @@ type PostgresSourceSpec struct {
 // ModelSpec names the ONNX model and maps source columns to its inputs and
 // its outputs to stored fields.
 type ModelSpec struct {
+	// Local, or an s3://, gs:// or azblob:// URL, fetched once per
+	// worker and cached by content hash.
 	Path    string `yaml:"path"`
 	Version string `yaml:"version"` // default: first 12 hex of the file's sha256
 	// Inputs maps an ONNX input name to the columns its tensor is built from.
@@ -182,6 +186,8 @@ type PostgresSinkSpec struct {
 
 // ParquetSinkSpec writes one file per shard under Path.
 type ParquetSinkSpec struct {
+	// Local, or an s3://, gs:// or azblob:// prefix, where each version
+	// lands under _versions/ and the _PRECOG pointer makes it current.
 	Path        string `yaml:"path"`
 	Compression string `yaml:"compression"` // snappy | zstd | gzip | none; default snappy
 	// Retain is how many published versions the sink keeps (the current
