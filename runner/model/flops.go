@@ -19,10 +19,10 @@ const SmallModelFLOPs = 1_000_000
 
 // ONNX NodeProto and TensorProto field numbers (onnx/onnx.proto3).
 const (
-	fGraphNode     = 1
-	fNodeInput     = 1
-	fNodeOpType    = 4
-	fTensorDims    = 1
+	fGraphNode  = 1
+	fNodeInput  = 1
+	fNodeOpType = 4
+	fTensorDims = 1
 )
 
 // weightOps are the operators whose weights (an initializer input) are
