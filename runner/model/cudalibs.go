@@ -27,6 +27,8 @@ import (
 	"path/filepath"
 	"strings"
 	"unsafe"
+
+	ort "github.com/yalue/onnxruntime_go"
 )
 
 // cudaProviderName is ONNX Runtime's CUDA execution provider, which its core
@@ -125,4 +127,15 @@ func cudaLibraryError(device int, lib string) error {
 		msg += fmt.Sprintf(" (and %s, which it opens at run time)", strings.Join(later, ", "))
 	}
 	return fmt.Errorf("%s: install CUDA 13 and cuDNN 9 and put their lib directories on LD_LIBRARY_PATH (docs/gpu.md)", msg)
+}
+
+// AppendDevice adds the execution provider of dev to opts: nothing for
+// "" or "cpu", CUDA for "cuda:N", as the model's own sessions do (for raw
+// ONNX Runtime loops that build their sessions themselves: the bench).
+func AppendDevice(opts *ort.SessionOptions, dev string) error {
+	cuda, err := parseDevice(dev)
+	if err != nil || cuda < 0 {
+		return err
+	}
+	return appendCUDA(opts, cuda)
 }
