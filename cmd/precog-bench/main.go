@@ -86,6 +86,9 @@ func main() {
 	flag.StringVar(&c.loadgen, "loadgen", "", "a prebuilt cmd/precog-bench/loadgen binary (empty: go build it into the scratch directory; set it where no Go toolchain is installed)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the scratch directory")
 	flag.Parse()
+	if *compareDirs != "" {
+		os.Exit(compareMain())
+	}
 	c = c.withDefaults()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
 
