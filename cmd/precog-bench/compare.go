@@ -34,7 +34,7 @@ type outputRow struct {
 // compareResult is what -compare found.
 type compareResult struct {
 	Rows, IntRowsDiffer int
-	MaxAbs             float64
+	MaxAbs              float64
 }
 
 // compareMain runs the -compare mode and returns the exit status.
