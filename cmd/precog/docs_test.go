@@ -59,7 +59,7 @@ func readPage(t *testing.T, page string) string {
 // flight writes (the GPU and object-storage pages); a link to one of them
 // is tolerated while it is missing. Once they are merged the list is
 // empty and must be removed.
-var otherBranchPages = map[string]bool{"docs/gpu.md": true, "docs/object-storage.md": true}
+var otherBranchPages = map[string]bool{"docs/object-storage.md": true}
 
 // TestDocsLinks: every link of the documentation points at a file (and,
 // with #anchor, a heading) that is in the repository, or at an external
