@@ -199,7 +199,7 @@ func costMetrics() []prometheus.Collector {
 }
 
 func observeCost(dev int, c jobs.Cost) {
-	name := "cpu"
+	name := jobs.DeviceCPU
 	if dev >= 0 {
 		name = "cuda:" + strconv.Itoa(dev)
 	}
