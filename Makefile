@@ -5,7 +5,7 @@
 
 SHELL        := /bin/bash
 GO           ?= go
-ORT_VERSION  ?= 1.24.3
+ORT_VERSION  ?= 1.29.0
 CACHE_DIR    ?= $(CURDIR)/.cache
 ORT_DIR      := $(CACHE_DIR)/onnxruntime-node-$(ORT_VERSION)
 ORT_LIB      := $(ORT_DIR)/libonnxruntime.so.1
@@ -15,20 +15,37 @@ TEST_TIMEOUT ?= 30m
 export PRECOG_ORT_LIB ?= $(ORT_LIB)
 export PRECOG_TESTDATA ?= $(CURDIR)/testdata/generated
 
-.PHONY: all build test test-stability lint demo bench ort servers testdata fuzz clean cluster-quickstart docs
+.PHONY: all build test test-stability lint demo bench ort ort-gpu test-gpu gpu-bundle servers testdata fuzz clean cluster-quickstart docs
 
 all: build
 
-## ort: fetch the ONNX Runtime shared library from the onnxruntime-node npm package (cached).
+## ort: fetch the ONNX Runtime shared library from the onnxruntime-node npm package
+## (cached, checked by the sha256 pinned in scripts/ort.sh).
 ort: $(ORT_LIB)
 $(ORT_LIB):
-	@mkdir -p $(ORT_DIR)
-	@echo "fetching ONNX Runtime $(ORT_VERSION) (npm package onnxruntime-node)"
-	@cd $(ORT_DIR) && npm pack --silent onnxruntime-node@$(ORT_VERSION) >/dev/null
-	@tar -xzf $(ORT_DIR)/onnxruntime-node-$(ORT_VERSION).tgz -C $(ORT_DIR) package/bin/napi-v6/linux/x64/libonnxruntime.so.1
-	@mv $(ORT_DIR)/package/bin/napi-v6/linux/x64/libonnxruntime.so.1 $(ORT_LIB).tmp && mv $(ORT_LIB).tmp $(ORT_LIB)
-	@rm -rf $(ORT_DIR)/package $(ORT_DIR)/onnxruntime-node-$(ORT_VERSION).tgz
-	@echo "ONNX Runtime at $(ORT_LIB)"
+	@ORT_VERSION=$(ORT_VERSION) bash scripts/ort.sh cpu $(ORT_DIR)
+
+## ort-gpu: the same ONNX Runtime with its CUDA provider (CUDA 13, cuDNN 9) from npm, into
+## $(ORT_GPU_DIR); GPU_ARCHS=90 (or 80,90) keeps only those architectures' device code.
+## Use it with PRECOG_ORT_LIB=$(ORT_GPU_DIR)/libonnxruntime.so.1 (docs/gpu.md).
+GPU_ARCHS   ?=
+comma       := ,
+ORT_GPU_DIR := $(CACHE_DIR)/onnxruntime-gpu-$(ORT_VERSION)$(if $(GPU_ARCHS),-sm$(subst $(comma),-,$(GPU_ARCHS)))
+ort-gpu: $(ORT_GPU_DIR)/libonnxruntime.so.1
+$(ORT_GPU_DIR)/libonnxruntime.so.1:
+	@ORT_VERSION=$(ORT_VERSION) bash scripts/ort.sh gpu $(ORT_GPU_DIR) "$(GPU_ARCHS)"
+
+## gpu-bundle: everything `make test-gpu` needs on a GPU machine without Go, Redis, Postgres
+## or network (ORT with GPU_ARCHS=90, stripped binaries, test binaries, testdata), xz-compressed
+## into bin/precog-gpu-bundle.tar.xz (at most 60 MiB); docs/gpu.md says how to run it.
+gpu-bundle:
+	@$(MAKE) --no-print-directory ort-gpu GPU_ARCHS=$(or $(GPU_ARCHS),90)
+	@bash scripts/gpu-bundle.sh $(CACHE_DIR)/onnxruntime-gpu-$(ORT_VERSION)-sm$(subst $(comma),-,$(or $(GPU_ARCHS),90))
+
+## test-gpu: the GPU check (scripts/test-gpu.sh) on this machine's cuda:0; from a checkout
+## it builds what it needs first, in an unpacked bundle it runs the bundle's binaries.
+test-gpu:
+	@bash scripts/test-gpu.sh
 
 ## servers: install redis-server and postgresql from Debian packages, and versitygw (S3) from its Go module, when missing.
 servers:

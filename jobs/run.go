@@ -119,8 +119,10 @@ type Shard struct {
 	Speculative bool      `json:"speculative,omitempty"`
 	LeaseUntil  time.Time `json:"lease_until,omitzero"`
 	Counts      Counts    `json:"counts"`
-	Error       string    `json:"error,omitempty"`
-	UpdatedAt   time.Time `json:"updated_at"`
+	// Cost is what the committed attempt used (jobs.Cost); zero before.
+	Cost      Cost      `json:"cost,omitzero"`
+	Error     string    `json:"error,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // PoolOrDefault is the pool p names, DefaultPool when empty: the one place

@@ -39,6 +39,8 @@ type attempt struct {
 	// kick, when it receives, makes the heartbeat run at once (a cancel
 	// notice: learn within a moment that the run was cancelled).
 	kick <-chan struct{}
+	// cost, when set, receives what the attempt used (costMeter).
+	cost *jobs.Cost
 }
 
 // errStalled: the attempt made no progress for the stall timeout.
@@ -74,8 +76,12 @@ func runAttempt(ctx context.Context, a attempt) (jobs.Counts, []jobs.Reject, str
 		}
 		return nil
 	}
+	meter := costs.begin(a.job.Spec.Model.Device)
 	counts, err := a.job.ExecShard(sctx, ShardTask{Run: a.info, Shard: a.shard, Sinks: a.snks, Rejects: rejects,
 		ComputedAt: a.run.CreatedAt, OnRows: onRows, Stats: a.stats, BeforeCommit: beforeCommit, Profile: prof})
+	if c := costs.end(meter, counts.RowsOut); a.cost != nil {
+		*a.cost = c
+	}
 	// An attempt the watchdog stopped (lease lost, run cancelled, stall)
 	// fails with whatever the cancellation broke (often a bare "context
 	// canceled"): report the cause, so that the caller tells a lost lease

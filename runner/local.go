@@ -540,12 +540,13 @@ func (l *shardLoop) claimLoop(ctx context.Context) {
 			return
 		}
 		began := time.Now()
+		var cost jobs.Cost
 		counts, sample, profile, err := runAttempt(ctx, attempt{led: lr.led, job: lr.job, snks: lr.snks, info: lr.info, run: l.run, shard: sh, worker: l.worker,
 			lease: lr.opts.Lease, stall: lr.opts.StallTimeout, rejectsDir: filepath.Join(lr.opts.StateDir, "rejects", l.run.ID),
-			keepRejects: ledger.DefaultRejectsPerRun, stats: lr.res.Stages, onRows: l.onRows})
+			keepRejects: ledger.DefaultRejectsPerRun, stats: lr.res.Stages, onRows: l.onRows, cost: &cost})
 		if err == nil {
 			streak.reset()
-			if !l.committed(ctx, sh, began, ledger.CompleteParams{Counts: counts, Sample: sample, Profile: profile}) {
+			if !l.committed(ctx, sh, began, ledger.CompleteParams{Counts: counts, Sample: sample, Profile: profile, Cost: cost}) {
 				return
 			}
 			continue

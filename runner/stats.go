@@ -109,7 +109,7 @@ var (
 
 // Metrics are the batch runner's collectors, for a registry of the caller's.
 func Metrics() []prometheus.Collector {
-	return []prometheus.Collector{stageSeconds, rowsTotal, shardsTotal, shardSeconds, claimSeconds, runsFinished, modelLoads}
+	return append([]prometheus.Collector{stageSeconds, rowsTotal, shardsTotal, shardSeconds, claimSeconds, runsFinished, modelLoads}, costMetrics()...)
 }
 
 // runFinished counts a run that reached a terminal state in this process.

@@ -249,13 +249,14 @@ func (w *Worker) execute(ctx context.Context, id, device string, run jobs.Run, s
 		return
 	}
 	stats := &StageStats{}
+	var cost jobs.Cost
 	counts, sample, profile, err := runAttempt(ctx, attempt{led: w.led, job: or.job, snks: or.snks, info: or.info, run: run, shard: sh, worker: id,
-		lease: w.opts.Lease, stall: w.opts.StallTimeout, keepRejects: w.opts.RejectsPerRun, stats: stats, kick: wake})
+		lease: w.opts.Lease, stall: w.opts.StallTimeout, keepRejects: w.opts.RejectsPerRun, stats: stats, kick: wake, cost: &cost})
 	ev := ShardEvent{Run: run.ID, Worker: id, Shard: sh.Index, Counts: counts, Duration: time.Since(began), Stats: stats}
 	bg := context.WithoutCancel(ctx)
 	switch {
 	case err == nil:
-		if err := w.led.Complete(bg, ledger.CompleteParams{RunID: run.ID, Shard: sh.Index, Worker: id, Counts: counts, Sample: sample, Profile: profile}); err != nil {
+		if err := w.led.Complete(bg, ledger.CompleteParams{RunID: run.ID, Shard: sh.Index, Worker: id, Counts: counts, Sample: sample, Profile: profile, Cost: cost}); err != nil {
 			ev.Outcome = "lost" // another attempt committed first, or the run ended
 			w.log.Info("shard result not recorded", "run", run.ID, "shard", sh.Index, "worker", id, "err", err)
 			w.letGo(bg, run.ID, sh.Index, id, err)

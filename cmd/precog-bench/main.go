@@ -77,7 +77,7 @@ func main() {
 	flag.BoolVar(&c.big, "big", true, "run the peak-RSS comparison on -big-rows rows (false: skip it)")
 	flag.Int64Var(&c.sinkRows, "sink-rows", 200_000, "rows written by the sink benchmarks")
 	flag.DurationVar(&c.measure, "measure", 3*time.Second, "how long each raw-limit loop runs")
-	flag.StringVar(&c.sections, "sections", "core,feed,sinks,lookup,cluster,checks,wide,text,estimate,objstore", "comma-separated sections to run, in this order (core, feed, sinks, lookup, cluster, checks, wide, text, estimate, objstore); -out is rewritten after each")
+	flag.StringVar(&c.sections, "sections", "core,feed,sinks,lookup,cluster,checks,wide,text,estimate,objstore,gpu", "comma-separated sections to run, in this order (core, feed, sinks, lookup, cluster, checks, wide, text, estimate, objstore, gpu: skipped in one line without a usable cuda:0); -out is rewritten after each")
 	flag.Int64Var(&c.checkKeys, "check-keys", 10_000_000, "keys of the checks section's runs (issue 21 asks for the check step at 10M keys)")
 	flag.Int64Var(&c.wideRows, "wide-rows", 100_000, "rows of the wide section's 1 KB (100-dim) records; its 4 KB (384-dim) records are as many bytes in all")
 	flag.Int64Var(&c.textRows, "text-rows", 0, "rows of the text section's embedding job (length-skewed titles); 0: 50000 per core")
@@ -86,6 +86,9 @@ func main() {
 	flag.StringVar(&c.loadgen, "loadgen", "", "a prebuilt cmd/precog-bench/loadgen binary (empty: go build it into the scratch directory; set it where no Go toolchain is installed)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the scratch directory")
 	flag.Parse()
+	if *compareDirs != "" {
+		os.Exit(compareMain())
+	}
 	c = c.withDefaults()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
 
@@ -162,12 +165,13 @@ func run(ctx context.Context, c config) error {
 		"text":     h.text,
 		"estimate": h.estimate,
 		"objstore": h.objstore,
+		"gpu":      h.gpu,
 	}
 	var order []string
 	for _, name := range strings.Split(c.sections, ",") {
 		name = strings.TrimSpace(name)
 		if steps[name] == nil {
-			return fmt.Errorf("-sections: unknown section %q (want some of core, feed, sinks, lookup, cluster, checks, wide, text, estimate, objstore)", name)
+			return fmt.Errorf("-sections: unknown section %q (want some of core, feed, sinks, lookup, cluster, checks, wide, text, estimate, objstore, gpu)", name)
 		}
 		order = append(order, name)
 	}

@@ -13,10 +13,17 @@ import (
 )
 
 // rawConfig is one way to run a model raw: sessions side by side, each
-// with threads intra-op threads (0: the runtime's default, every core).
-type rawConfig struct{ sessions, threads int }
+// with threads intra-op threads (0: the runtime's default, every core), on
+// device ("": the CPU).
+type rawConfig struct {
+	sessions, threads int
+	device            string
+}
 
 func (c rawConfig) String() string {
+	if c.device != "" {
+		return fmt.Sprintf("%d sessions on %s", c.sessions, c.device)
+	}
 	if c.threads == 0 {
 		return fmt.Sprintf("%d session × default threads", c.sessions)
 	}

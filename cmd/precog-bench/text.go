@@ -367,6 +367,9 @@ func (h *harness) rawTextORTWith(modelPath string, tok *tokenizer.Tokenizer, row
 	if err := opts.SetGraphOptimizationLevel(ort.GraphOptimizationLevelEnableAll); err != nil {
 		return 0, err
 	}
+	if err := model.AppendDevice(opts, c.device); err != nil {
+		return 0, err
+	}
 	sessions := make([]*ort.DynamicAdvancedSession, c.sessions)
 	for i := range sessions {
 		if sessions[i], err = ort.NewDynamicAdvancedSession(modelPath, []string{"input_ids", "attention_mask"}, []string{"last_hidden_state"}, opts); err != nil {

@@ -55,12 +55,6 @@ func readPage(t *testing.T, page string) string {
 	return string(b)
 }
 
-// otherBranchPages are pages the README links to that other work in
-// flight writes (the GPU and object-storage pages); a link to one of them
-// is tolerated while it is missing. Once they are merged the list is
-// empty and must be removed.
-var otherBranchPages = map[string]bool{"docs/gpu.md": true}
-
 // TestDocsLinks: every link of the documentation points at a file (and,
 // with #anchor, a heading) that is in the repository, or at an external
 // project over https; none leaves the repository by a relative path
@@ -108,11 +102,7 @@ func TestDocsLinks(t *testing.T) {
 				}
 				st, err := os.Stat(abs)
 				if err != nil {
-					if otherBranchPages[target] {
-						t.Logf("%s: not here yet (written on another branch)", where)
-					} else {
-						t.Errorf("%s: no such file in the repository", where)
-					}
+					t.Errorf("%s: no such file in the repository", where)
 					continue
 				}
 				if st.IsDir() || !strings.HasSuffix(target, ".md") {

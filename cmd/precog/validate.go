@@ -29,7 +29,9 @@ func newValidateCmd(g *globals) *cobra.Command {
   - the model: every input and output the spec names exists with a supported type,
     and static dimensions match the column counts;
   - the source: files readable, key and input columns present with numeric types;
-  - the sinks: reachable with the configured credentials.
+  - the sinks: reachable with the configured credentials;
+  - on device cuda:N, whether the model is large enough for a GPU: a warning
+    when its estimated FLOPs per row are too few to beat the same machine's CPU.
 
 Then print the shard plan (from file metadata only: no data is read).
 --estimate then probes the model on a short real sample at the spec's batch
@@ -42,6 +44,8 @@ size and prints the estimated wall time of the run, as backfill --dry-run does.`
 			if err != nil {
 				return err
 			}
+			// Before the checks: said even where the device is missing.
+			warnSmallModel(cmd.ErrOrStderr(), spec)
 			c, err := checkJob(cmd.Context(), spec)
 			if err != nil {
 				return err

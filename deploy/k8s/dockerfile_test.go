@@ -79,14 +79,72 @@ func TestDockerfiles(t *testing.T) {
 			t.Errorf("%s: the final stage runs as %q, want a non-root USER", name, user)
 		}
 	}
+	checkORTPins(t, string(m[1]))
+}
+
+var (
+	scriptSum  = regexp.MustCompile(`(?m)^(CORE|GPU)_SHA256_(\w+)=([0-9a-f]{64})$`)
+	scriptGPU  = regexp.MustCompile(`(?m)^GPU_PKG=(\S+)$`)
+	scriptGVer = regexp.MustCompile(`(?m)^GPU_VERSION_(\w+)=(\S+)$`)
+)
+
+// checkORTPins: both images fetch ONNX Runtime as `make ort` and `make
+// ort-gpu` do (scripts/ort.sh): npm pack without install scripts, the same
+// package versions, checked against the same pinned sha256 sums; the GPU
+// image runs on CUDA 13 with cuDNN 9, which the provider links against.
+func checkORTPins(t *testing.T, version string) {
+	t.Helper()
+	script, err := os.ReadFile(filepath.Join(repoRoot(t), "scripts", "ort.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := strings.ReplaceAll(version, ".", "_")
+	sums := map[string]string{}
+	for _, m := range scriptSum.FindAllStringSubmatch(string(script), -1) {
+		if m[2] == key {
+			sums[m[1]] = m[3]
+		}
+	}
+	gpuPkg := scriptGPU.FindStringSubmatch(string(script))
+	var gpuVer string
+	for _, m := range scriptGVer.FindAllStringSubmatch(string(script), -1) {
+		if m[1] == key {
+			gpuVer = m[2]
+		}
+	}
+	if sums["CORE"] == "" || sums["GPU"] == "" || gpuPkg == nil || gpuVer == "" {
+		t.Fatalf("scripts/ort.sh pins no sums or GPU package for ONNX Runtime %s (the Makefile's)", version)
+	}
+	cpu := strings.Join(dockerfile(t, "Dockerfile"), "\n")
 	gpu := strings.Join(dockerfile(t, "Dockerfile.gpu"), "\n")
-	for _, want := range []string{
-		"https://github.com/microsoft/onnxruntime/releases/download/v${ORT_VERSION}/onnxruntime-linux-x64-gpu-${ORT_VERSION}.tgz",
-		`echo "${ORT_GPU_SHA256}  /tmp/ort.tgz" | sha256sum -c -`,
-		`if [ -z "${ORT_GPU_SHA256}" ]`,
+	for name, wants := range map[string][]string{
+		"Dockerfile": {
+			"ARG ORT_SHA256=" + sums["CORE"],
+			`npm pack --silent --ignore-scripts "onnxruntime-node@${ORT_VERSION}"`,
+			`echo "${ORT_SHA256}  onnxruntime-node-${ORT_VERSION}.tgz" | sha256sum -c -`,
+		},
+		"Dockerfile.gpu": {
+			"ARG ORT_SHA256=" + sums["CORE"],
+			"ARG ORT_GPU_SHA256=" + sums["GPU"],
+			"ARG ORT_GPU_PACKAGE=" + gpuPkg[1] + "@" + gpuVer,
+			`npm pack --silent --ignore-scripts "onnxruntime-node@${ORT_VERSION}"`,
+			`npm pack --silent --ignore-scripts "${ORT_GPU_PACKAGE}"`,
+			`echo "${ORT_SHA256}  onnxruntime-node-${ORT_VERSION}.tgz" | sha256sum -c -`,
+			`echo "${ORT_GPU_SHA256}  ${ORT_GPU_PACKAGE/@/-}.tgz" | sha256sum -c -`,
+			"libonnxruntime_providers_cuda.so",
+			"go run ./scripts/prunefatbin",
+			"ARG CUDA_IMAGE=nvidia/cuda:13.",
+			"-cudnn-runtime-",
+		},
 	} {
-		if !strings.Contains(gpu, want) {
-			t.Errorf("Dockerfile.gpu lacks %s", want)
+		text := cpu
+		if name == "Dockerfile.gpu" {
+			text = gpu
+		}
+		for _, want := range wants {
+			if !strings.Contains(text, want) {
+				t.Errorf("%s lacks %s", name, want)
+			}
 		}
 	}
 }

@@ -8,7 +8,7 @@ import (
 
 // DefaultORTLib is where `make ort` puts the ONNX Runtime shared library,
 // relative to the module root.
-const DefaultORTLib = ".cache/onnxruntime-node-1.24.3/libonnxruntime.so.1"
+const DefaultORTLib = ".cache/onnxruntime-node-1.29.0/libonnxruntime.so.1"
 
 // ModuleRoot finds the directory holding go.mod by walking up from the working
 // directory, so tests in any package can locate repository files.

@@ -87,6 +87,9 @@ type CompleteParams struct {
 	// stored in the same commit, replacing an earlier attempt's; "" when
 	// the spec has no checks.
 	Profile string
+	// Cost is what the attempt used (CPU and GPU time), stored with the
+	// shard, replacing an earlier attempt's.
+	Cost jobs.Cost
 }
 
 // FailParams record a failed attempt (Ledger.Fail).

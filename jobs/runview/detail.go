@@ -69,6 +69,9 @@ func (d Detail) Write(w io.Writer) error {
 	}
 	fmt.Fprintf(tw, "rows\t%d in, %d out, %d rejected\n", r.RowsDone, r.RowsOut, r.Rejected)
 	d.writeRejects(tw)
+	if r.Cost != nil {
+		fmt.Fprintf(tw, "cost\t%s\n", r.Cost.Text())
+	}
 	fmt.Fprintf(tw, "created\t%s (%s)\n", r.CreatedAt, Duration(time.Duration(r.DurationS*float64(time.Second))))
 	if r.FinishedAt != "" {
 		fmt.Fprintf(tw, "finished\t%s\n", r.FinishedAt)

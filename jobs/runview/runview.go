@@ -51,6 +51,9 @@ type Run struct {
 	RowsPerS  float64 `json:"rows_per_s"`
 	// Backfill is the id of the backfill the run belongs to ("" for none).
 	Backfill string `json:"backfill,omitempty"`
+	// Cost is what its committed shards used (absent before any recorded
+	// one).
+	Cost *Cost `json:"cost,omitempty"`
 }
 
 // DefaultRejectSample is how many sampled rejected rows `status` reads.
@@ -115,6 +118,7 @@ func FromAt(r jobs.Run, shards []jobs.Shard, now time.Time) Run {
 			v.Shards.Failed++
 		}
 	}
+	v.Cost = costOf(shards)
 	end := now
 	if r.State.Terminal() {
 		v.FinishedAt = r.UpdatedAt.UTC().Format(time.RFC3339)

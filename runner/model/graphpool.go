@@ -22,37 +22,6 @@ import (
 // model without an attention-mask input (mask_of) for mean or max, or a
 // default-domain opset below 11 (older Reduce*/Unsqueeze forms).
 
-// ONNX protobuf field numbers used here (onnx.proto).
-const (
-	fModelOpset   protowire.Number = 8 // ModelProto.opset_import
-	fOpsetDomain  protowire.Number = 1
-	fOpsetVersion protowire.Number = 2
-
-	fGraphNode protowire.Number = 1
-
-	fNodeInput  protowire.Number = 1
-	fNodeOutput protowire.Number = 2
-	fNodeName   protowire.Number = 3
-	fNodeOpType protowire.Number = 4
-	fNodeAttr   protowire.Number = 5
-
-	fAttrName protowire.Number = 1
-	fAttrI    protowire.Number = 3
-	fAttrInts protowire.Number = 8
-	fAttrType protowire.Number = 20
-
-	fTensorDims     protowire.Number = 1
-	fTensorDataType protowire.Number = 2
-	fTensorRaw      protowire.Number = 9
-
-	attrTypeInt  = 2
-	attrTypeInts = 7
-
-	onnxFloat = 1
-	onnxInt64 = 7
-	onnxBool  = 9
-)
-
 // minGraphPoolOpset is the oldest default-domain opset the appended nodes
 // are written for.
 const minGraphPoolOpset = 11

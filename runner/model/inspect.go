@@ -85,39 +85,6 @@ func Inspect(path string) (Info, error) {
 	return info, nil
 }
 
-// ONNX protobuf field numbers (onnx/onnx.proto3).
-const (
-	fModelIRVersion = 1
-	fModelGraph     = 7
-
-	fGraphInitializer = 5
-	fGraphInput       = 11
-	fGraphOutput      = 12
-
-	fTensorName = 8
-
-	fValueName = 1
-	fValueType = 2
-
-	fTypeTensor       = 1
-	fTypeSequence     = 4
-	fTypeMap          = 5
-	fTypeSparseTensor = 8
-	fTypeOptional     = 9
-
-	fTensorTypeElem  = 1
-	fTensorTypeShape = 2
-	fShapeDim        = 1
-	fDimValue        = 1
-
-	fSeqElem     = 1
-	fMapKey      = 1
-	fMapValue    = 2
-	fOptElem     = 1
-	fSparseElem  = 1
-	fSparseShape = 2
-)
-
 // elemTypeNames maps TensorProto.DataType to precog's type names.
 var elemTypeNames = map[uint64]string{
 	1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",

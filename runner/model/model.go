@@ -479,6 +479,11 @@ func (m *Model) sessionOptions() (*ort.SessionOptions, error) {
 
 func appendCUDA(opts *ort.SessionOptions, device int) error {
 	noCUDA := func(cause error) error {
+		// With the provider beside the core, the usual cause is a CUDA
+		// library the loader cannot find: name it.
+		if err := cudaLibraryError(device, LibraryPath()); err != nil {
+			return fmt.Errorf("%w (onnx runtime: %v)", err, cause)
+		}
 		return fmt.Errorf("cuda:%d requested but this ONNX Runtime build has no CUDA execution provider (%s): %w", device, LibraryPath(), cause)
 	}
 	co, err := ort.NewCUDAProviderOptions()

@@ -112,7 +112,7 @@ func load(path string) error {
 }
 
 // RuntimeVersion loads the ONNX Runtime library (Init) and reports its
-// version string, e.g. "1.24.3", for `precog --version` and bug reports.
+// version string, e.g. "1.29.0", for `precog --version` and bug reports.
 func RuntimeVersion() (string, error) {
 	if err := Init(); err != nil {
 		return "", err

@@ -581,6 +581,7 @@ func (l *Ledger) Complete(ctx context.Context, p ledger.CompleteParams) error {
 		s.RunMS = float64(now.Sub(began).Microseconds()) / 1000
 		s.State = jobs.ShardCommitted
 		s.Counts = counts
+		s.Cost = p.Cost
 		s.Rejects = jobs.CapSample(shard, sample)
 		if err := l.storeRejects(tx, runID, shard, sample); err != nil {
 			return err
@@ -874,6 +875,7 @@ func (l *Ledger) Reopen(ctx context.Context, runID string, shards []int, reason 
 			s.State = jobs.ShardPending
 			s.Attempts = 0
 			s.Counts = jobs.Counts{}
+			s.Cost = jobs.Cost{}
 			s.RunMS = 0
 			s.Error = reason
 			s.Worker = ""
@@ -1025,6 +1027,7 @@ func createRunTx(tx *bbolt.Tx, run jobs.Run, shards []jobs.Shard, now time.Time)
 		s.Worker = ""
 		s.LeaseUntil = time.Time{}
 		s.Counts = jobs.Counts{}
+		s.Cost = jobs.Cost{}
 		s.Error = ""
 		s.UpdatedAt = now
 		if err := putShard(rb, rec{Shard: s}); err != nil {

@@ -211,13 +211,16 @@ func (l *Ledger) Complete(ctx context.Context, p ledger.CompleteParams) error {
 		}
 	}
 	const commit = `UPDATE precog_run_shards s SET state = 'committed',
-		rows_in = $4, rows_out = $5, rejected = $6, key_sketch = $7, reject_sample = $8::jsonb, error = '',
+		rows_in = $4, rows_out = $5, rejected = $6, key_sketch = $7, reject_sample = $8::jsonb, cost = $9::jsonb, error = '',
 		run_ms = extract(epoch FROM now() - CASE WHEN s.worker = $3 THEN s.claimed_at ELSE s.claimed2_at END) * 1000,
 		worker = $3, lease_until = NULL, worker2 = NULL, lease2_until = NULL, claimed2_at = NULL, updated_at = now()
 		WHERE ` + holds
-	args := []any{runID, shard, worker, c.RowsIn, c.RowsOut, c.Rejected, c.KeySketch, rejects}
+	cost, err := costJSON(p.Cost)
+	if err != nil {
+		return fmt.Errorf("ledger: complete run %s shard %d by %s: cost: %w", runID, shard, worker, err)
+	}
+	args := []any{runID, shard, worker, c.RowsIn, c.RowsOut, c.Rejected, c.KeySketch, rejects, cost}
 	committed := false
-	var err error
 	if len(sample) == 0 && p.Profile == "" {
 		var n int
 		err = l.pool.QueryRow(ctx, `WITH u AS (`+commit+` RETURNING 1),

@@ -236,6 +236,12 @@ CREATE TABLE precog_rejects (
 	PRIMARY KEY (run_id, shard, n)
 );
 `,
+	// 9: what each committed shard's attempt used (jobs.Cost as JSON:
+	// CPU seconds, GPU seconds and busy time); NULL for shards committed
+	// before, which read as no cost.
+	`
+ALTER TABLE precog_run_shards ADD COLUMN IF NOT EXISTS cost jsonb;
+`,
 }
 
 // migrateLockKey is the pg_advisory_xact_lock key that serialises schema

@@ -168,13 +168,13 @@ const shardCols = `s.run_id, s.idx, s.plan, s.est_rows, s.state, s.attempts, coa
 	CASE WHEN s.state = 'running' THEN s.lease_until ELSE greatest(s.lease_until, s.lease2_until) END,
 	s.rows_in, s.rows_out, s.rejected, s.key_sketch, s.error, s.updated_at`
 
-func scanShard(row pgx.Row) (jobs.Shard, error) {
+func scanShard(row pgx.Row, extra ...any) (jobs.Shard, error) {
 	var s jobs.Shard
 	var state string
 	var lease *time.Time
 	var plan []byte
-	err := row.Scan(&s.RunID, &s.Index, &plan, &s.EstRows, &state, &s.Attempts, &s.Worker, &lease,
-		&s.Counts.RowsIn, &s.Counts.RowsOut, &s.Counts.Rejected, &s.Counts.KeySketch, &s.Error, &s.UpdatedAt)
+	err := row.Scan(append([]any{&s.RunID, &s.Index, &plan, &s.EstRows, &state, &s.Attempts, &s.Worker, &lease,
+		&s.Counts.RowsIn, &s.Counts.RowsOut, &s.Counts.Rejected, &s.Counts.KeySketch, &s.Error, &s.UpdatedAt}, extra...)...)
 	s.State = jobs.ShardState(state)
 	if plan != nil {
 		s.Plan = plan
@@ -311,11 +311,11 @@ func (l *Ledger) Runs(ctx context.Context, job string, limit int) ([]jobs.Run, e
 
 // Shards returns a run's shards ordered by index.
 func (l *Ledger) Shards(ctx context.Context, runID string) ([]jobs.Shard, error) {
-	rows, err := l.pool.Query(ctx, `SELECT `+shardCols+` FROM precog_run_shards s WHERE s.run_id = $1 ORDER BY s.idx`, runID)
+	rows, err := l.pool.Query(ctx, `SELECT `+shardCols+`, s.cost FROM precog_run_shards s WHERE s.run_id = $1 ORDER BY s.idx`, runID)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: shards of run %s: %w", runID, err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (jobs.Shard, error) { return scanShard(row) })
+	out, err := pgx.CollectRows(rows, scanShardCost)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: shards of run %s: %w", runID, err)
 	}

@@ -123,7 +123,7 @@ func (l *Ledger) Reopen(ctx context.Context, runID string, shards []int, reason 
 			idx[i] = int32(s)
 		}
 		if _, err := tx.Exec(ctx, `UPDATE precog_run_shards SET state = 'pending', attempts = 0, rows_in = 0, rows_out = 0,
-			rejected = 0, key_sketch = '', run_ms = NULL, error = $3, worker = NULL, lease_until = NULL, updated_at = now()
+			rejected = 0, key_sketch = '', cost = NULL, run_ms = NULL, error = $3, worker = NULL, lease_until = NULL, updated_at = now()
 			WHERE run_id = $1 AND idx = ANY($2) AND state = 'committed'`, runID, idx, reason); err != nil {
 			return err
 		}

@@ -1,0 +1,276 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/precog-ml/precog/internal/gpumon"
+	"github.com/precog-ml/precog/internal/testgen"
+	"github.com/precog-ml/precog/runner/model"
+	"github.com/precog-ml/precog/runner/model/tokenizer"
+)
+
+// gpuDevice is the device the gpu section measures.
+const gpuDevice = "cuda:0"
+
+// gpuBatch is the batch of the gpu section's MLP runs and their raw limit:
+// a GPU needs larger batches than the CPU's 1024 to be busy (issue 33: raw
+// ORT CUDA ran heavy at 18.1M rows/s at 4096).
+const gpuBatch = 4096
+
+//go:embed torchloop.py
+var torchLoop []byte
+
+// gpu is issue 33's section: on cuda:0, heavy against raw ONNX Runtime
+// CUDA at the same batch; heavy and the ranker against the same machine's
+// CPU (no model may be slower on the GPU); the text job against raw ORT
+// CUDA on the same buckets and against a PyTorch loop where python3 has
+// torch; GPU busy % of each run (NVML). Without a usable GPU it says so in
+// one line and measures nothing.
+func (h *harness) gpu(ctx context.Context) (*section, error) {
+	s := &section{Title: fmt.Sprintf("GPU: %s against raw ONNX Runtime CUDA, the CPU and PyTorch", gpuDevice)}
+	if err := model.CheckDevice(gpuDevice); err != nil {
+		s.note("skipped: no usable GPU here (%s: %v)", gpuDevice, err)
+		return s, nil
+	}
+	mon, err := gpumon.Default()
+	if err != nil {
+		s.note("GPU busy %% not measured: %v", err)
+	}
+	g := &gpuBench{h: h, s: s, mon: mon}
+	if err := g.mlp(ctx, "heavy", h.cfg.heavyRow, 0.8); err != nil {
+		return s, fmt.Errorf("heavy: %w", err)
+	}
+	if err := g.mlp(ctx, "ranker", h.cfg.rows, 0); err != nil {
+		return s, fmt.Errorf("ranker: %w", err)
+	}
+	if err := g.text(ctx); err != nil {
+		return s, fmt.Errorf("text: %w", err)
+	}
+	s.note("precision: precog's CUDA sessions leave ONNX Runtime's use_tf32 at its default (on): MatMul and Gemm compute in TF32 on sm_80 and newer; the PyTorch rows say theirs.")
+	return s, nil
+}
+
+// gpuBench carries the gpu section's harness, table and GPU monitor.
+type gpuBench struct {
+	h   *harness
+	s   *section
+	mon *gpumon.Monitor
+}
+
+// busy runs fn and returns the share of its time the GPU was busy
+// (-1 without NVML).
+func (g *gpuBench) busy(fn func() error) (float64, error) {
+	if g.mon == nil {
+		return -1, fn()
+	}
+	stop := g.mon.Watch(0)
+	before := g.mon.Reading(0)
+	err := fn()
+	after := g.mon.Reading(0)
+	stop()
+	if d := after.Sampled - before.Sampled; d > 0 {
+		return (after.Busy - before.Busy) / d, err
+	}
+	return -1, err
+}
+
+func busyText(b float64) string {
+	if b < 0 {
+		return "busy n/a"
+	}
+	return fmt.Sprintf("GPU busy %.0f%%", 100*b)
+}
+
+// onDevice rewrites the spec at path into a copy that runs on dev at batch.
+func onDevice(path, dev string, batch int) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	old := fmt.Sprintf("  batch_size: %d\n", batchSize)
+	if !bytes.Contains(b, []byte(old)) {
+		return "", fmt.Errorf("%s: no %q to replace", path, strings.TrimSpace(old))
+	}
+	y := strings.Replace(string(b), old, fmt.Sprintf("  batch_size: %d\n  device: %s\n", batch, dev), 1)
+	out := strings.TrimSuffix(path, ".yaml") + "-" + strings.ReplaceAll(dev, ":", "") + ".yaml"
+	return out, os.WriteFile(out, []byte(y), 0o644)
+}
+
+// mlp measures a feature model's job on the GPU against the CPU and, when
+// rawTarget > 0, against raw ORT CUDA at the same batch.
+func (g *gpuBench) mlp(ctx context.Context, name string, rows int64, rawTarget float64) error {
+	h := g.h
+	data, err := h.dataset(rows)
+	if err != nil {
+		return err
+	}
+	sink := fmt.Sprintf("  parquet: { path: %q }\n", filepath.Join(h.cfg.work, "out", "gpu-"+name))
+	cpuSpec, err := h.writeSpec("bench-gpu-"+name, name, data, map[string]string{"score": "score"}, sink)
+	if err != nil {
+		return err
+	}
+	gpuSpec, err := onDevice(cpuSpec, gpuDevice, gpuBatch)
+	if err != nil {
+		return err
+	}
+	var onGPU runStats
+	busy, err := g.busy(func() error {
+		var err error
+		onGPU, err = h.runPrecog(ctx, gpuSpec, filepath.Join(h.cfg.work, "state-gpu-"+name), nil)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if rawTarget > 0 {
+		var raw float64
+		rawBusy, err := g.busy(func() error {
+			var err error
+			raw, err = h.rawORT(gpuSpec)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("raw ORT CUDA: %w", err)
+		}
+		g.s.add(atLeast(fmt.Sprintf("%s on %s (%d rows, batch %d, %s): run rows/s (summary) vs raw ORT CUDA at the same batch (%s)",
+			name, gpuDevice, onGPU.RowsIn, gpuBatch, busyText(busy), busyText(rawBusy)), onGPU.SummaryRPS, raw, "rows/s", rawTarget))
+	}
+	onCPU, err := h.runPrecog(ctx, cpuSpec, filepath.Join(h.cfg.work, "state-gpucpu-"+name), nil)
+	if err != nil {
+		return err
+	}
+	g.s.add(atLeast(fmt.Sprintf("%s: %s (batch %d) vs cpu (batch %d, %d cores), run rows/s: no model slower on the GPU",
+		name, gpuDevice, gpuBatch, batchSize, nprocs()), onGPU.SummaryRPS, onCPU.SummaryRPS, "rows/s", 1.0))
+	g.s.note("%s on %s: stage busy time %s; on the CPU: %s.", name, gpuDevice, onGPU.Stages, onCPU.Stages)
+	return nil
+}
+
+// text measures the text job on the GPU against raw ORT CUDA on the same
+// buckets and a PyTorch loop.
+func (g *gpuBench) text(ctx context.Context) error {
+	h := g.h
+	n := int(h.cfg.textRows)
+	dir := filepath.Join(h.cfg.work, "gpu-text")
+	modelPath, err := testgen.NewTextEmbedderSized(testgen.DefaultSeed, textWidth, textWidth).Write(filepath.Join(dir, "model"))
+	if err != nil {
+		return err
+	}
+	tokPath := filepath.Join(dir, "model", "tokenizer.json")
+	tok, err := tokenizer.Load(tokPath)
+	if err != nil {
+		return err
+	}
+	data := filepath.Join(dir, "data")
+	if err := writeTitles(data, n); err != nil {
+		return err
+	}
+	y := fmt.Sprintf(`name: bench-gpu-text
+source:
+  parquet: { path: %q }
+  key: id
+  rows_per_shard: %d
+model:
+  path: %q
+  device: %s
+  inputs:
+    input_ids:      { text: title, tokenizer: %q, max_length: %d }
+    attention_mask: { mask_of: input_ids }
+  outputs: { last_hidden_state: embedding }
+  pooling: mean
+  normalize: l2
+  batch_size: %d
+sinks:
+  parquet: { path: %q }
+`, data, textRowsPerShard, modelPath, gpuDevice, tokPath, textMaxLen, batchSize, filepath.Join(h.cfg.work, "out", "gpu-text"))
+	spec := filepath.Join(h.cfg.work, "jobs", "bench-gpu-text.yaml")
+	if err := os.MkdirAll(filepath.Dir(spec), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(spec, []byte(y), 0o644); err != nil {
+		return err
+	}
+	var st runStats
+	busy, err := g.busy(func() error {
+		var err error
+		st, err = h.runPrecog(ctx, spec, filepath.Join(h.cfg.work, "state-gpu-text"), nil)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	raw := 0.0
+	rawBusy, err := g.busy(func() error {
+		for _, c := range []rawConfig{{sessions: 1, device: gpuDevice}, {sessions: 2, device: gpuDevice}} {
+			rps, err := h.rawTextORTWith(modelPath, tok, min(n, textSample), c)
+			if err != nil {
+				return fmt.Errorf("%s: %w", c, err)
+			}
+			slog.Info("raw ORT CUDA (text)", "config", c.String(), "rows_per_s", int64(rps))
+			raw = max(raw, rps)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("raw ORT CUDA: %w", err)
+	}
+	g.s.add(atLeast(fmt.Sprintf("text job on %s (%d titles, %s): run rows/s (summary) vs raw ORT CUDA on the same buckets (token-sized buckets of %d-row batches, %s)",
+		gpuDevice, st.RowsIn, busyText(busy), batchSize, busyText(rawBusy)), st.SummaryRPS, raw, "rows/s", 0.9))
+	g.s.note("text on %s: stage busy time %s.", gpuDevice, st.Stages)
+	return g.torch(ctx, st, modelPath, tokPath, data)
+}
+
+// torch runs the PyTorch loop in fp32 and TF32 where python3 has torch
+// with CUDA, and compares the text job with the TF32 one (ONNX Runtime's
+// precision by default).
+func (g *gpuBench) torch(ctx context.Context, st runStats, modelPath, tokPath, data string) error {
+	check := exec.CommandContext(ctx, "python3", "-c", "import torch, onnx, tokenizers, pyarrow; assert torch.cuda.is_available()")
+	if out, err := check.CombinedOutput(); err != nil {
+		g.s.note("PyTorch loop skipped: no python3 with torch (CUDA), onnx, tokenizers and pyarrow here (%v: %s)", err, tail(strings.TrimSpace(string(out)), 200))
+		return nil
+	}
+	script := filepath.Join(g.h.cfg.work, "torchloop.py")
+	if err := os.WriteFile(script, torchLoop, 0o644); err != nil {
+		return err
+	}
+	for _, prec := range []string{"tf32", "fp32"} {
+		var res struct {
+			Rows      int64   `json:"rows"`
+			RowsPerS  float64 `json:"rows_per_s"`
+			Precision string  `json:"precision"`
+		}
+		var out []byte
+		busy, err := g.busy(func() error {
+			cmd := exec.CommandContext(ctx, "python3", script, modelPath, tokPath, data, fmt.Sprint(textMaxLen), fmt.Sprint(batchSize), prec)
+			var err error
+			if out, err = cmd.Output(); err != nil {
+				return fmt.Errorf("python3 %s: %w", filepath.Base(script), err)
+			}
+			return json.Unmarshal(lastLine(out), &res)
+		})
+		if err != nil {
+			return err
+		}
+		r := atLeast(fmt.Sprintf("text job on %s vs a PyTorch loop (%s, all titles length-sorted, batches of %d, pooling and l2 on the GPU, tokenization included, %s)",
+			gpuDevice, prec, batchSize, busyText(busy)), st.SummaryRPS, res.RowsPerS, "rows/s", 1.0)
+		if prec != "tf32" {
+			r.Target, r.Verdict = "report", "—" // another precision than ONNX Runtime's
+		}
+		g.s.add(r)
+	}
+	return nil
+}
+
+// lastLine is the last non-empty line of out.
+func lastLine(out []byte) []byte {
+	lines := bytes.Split(bytes.TrimSpace(out), []byte("\n"))
+	return lines[len(lines)-1]
+}
