@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,18 +87,22 @@ func TestBrowser(t *testing.T) {
 
 	bf := seedBackfill(t, led)
 
-	ts := newServer(t, Options{Source: src, Actions: ledgerActions(led), JobsDir: writeJobsDir(t), Poll: 700 * time.Millisecond})
-
-	// Advance the running run while the browser watches: one shard every
-	// 600ms, alternating workers.
-	ctx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		advance(ctx, t, led, running, shards-2)
-	}()
-	defer func() { stop(); wg.Wait() }()
+	// The running run advances by one shard each time the runs page polls
+	// its rows, so it moves while the browser watches however long Chromium
+	// takes to start and log in on a loaded machine (a clock-driven advance
+	// was over before a slow browser first looked).
+	srv, err := New(Options{Source: src, Actions: ledgerActions(led), JobsDir: writeJobsDir(t), Poll: 700 * time.Millisecond, Tokens: []string{token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	adv := &advancer{t: t, led: led, run: running, left: shards - 2}
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.URL.Path == "/" && r.URL.Query().Get("part") == "rows" {
+			adv.step(context.WithoutCancel(r.Context()))
+		}
+		srv.ServeHTTP(w, r)
+	}))
+	defer ts.Close()
 
 	art := artifactsDir(t, dir)
 	cctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -142,26 +148,33 @@ func TestBrowser(t *testing.T) {
 	t.Logf("screenshots in %s", art)
 }
 
-// advance commits up to n shards of run, one every 600ms.
-func advance(ctx context.Context, t *testing.T, led ledger.Ledger, run string, n int) {
-	for i := 0; i < n; i++ {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(600 * time.Millisecond):
-		}
-		w := fmt.Sprintf("w-%c", 'a'+i%3)
-		sh, err := led.Claim(ctx, run, w, lease)
-		if err != nil {
-			if ctx.Err() == nil {
-				t.Errorf("advance: claim: %v", err)
-			}
-			return
-		}
-		if err := led.Complete(ctx, ledger.CompleteParams{RunID: run, Shard: sh.Index, Worker: w, Counts: jobs.Counts{RowsIn: 1000, RowsOut: 990, Rejected: 10}}); err != nil && ctx.Err() == nil {
-			t.Errorf("advance: complete: %v", err)
-			return
-		}
+// advancer commits the shards of a run one at a time, at most left.
+type advancer struct {
+	t    *testing.T
+	led  ledger.Ledger
+	run  string
+	mu   sync.Mutex
+	left int
+	i    int
+}
+
+// step commits the next shard, alternating workers; nothing once left is spent.
+func (a *advancer) step(ctx context.Context) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.left <= 0 {
+		return
+	}
+	a.left--
+	w := fmt.Sprintf("w-%c", 'a'+a.i%3)
+	a.i++
+	sh, err := a.led.Claim(ctx, a.run, w, lease)
+	if err != nil {
+		a.t.Errorf("advance: claim: %v", err)
+		return
+	}
+	if err := a.led.Complete(ctx, ledger.CompleteParams{RunID: a.run, Shard: sh.Index, Worker: w, Counts: jobs.Counts{RowsIn: 1000, RowsOut: 990, Rejected: 10}}); err != nil {
+		a.t.Errorf("advance: complete: %v", err)
 	}
 }
 
