@@ -414,29 +414,62 @@ func testLeaseLost(t *testing.T, l ledger.Ledger) {
 	wantErr(t, "Heartbeat on a pending shard", l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: r.ID, Shard: 1, Worker: "w1", Lease: longLease}), ledger.ErrLeaseLost)
 	wantErr(t, "Complete on a pending shard", l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: 1, Worker: "w1", Counts: jobs.Counts{}}), ledger.ErrLeaseLost)
 
-	// A heartbeat keeps a short lease alive past its first expiry.
-	s1 := claim(t, l, r.ID, "w1", shortLease)
-	for range 4 {
-		time.Sleep(shortLease / 3)
-		if err := l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: r.ID, Shard: s1.Index, Worker: "w1", Lease: shortLease}); err != nil {
-			t.Fatalf("Heartbeat within the lease: %v", err)
-		}
+	// A heartbeat keeps a short lease alive past its first expiry, and a
+	// holder whose lease expired has lost it, re-claimed or not. Each wait
+	// is on the lease the ledger recorded, never on this machine's speed.
+	hr, s1 := heartbeatedShard(t, l)
+	_, err := l.Claim(ctx, hr, "w2", longLease)
+	wantErr(t, "Claim of a heartbeating shard past its first lease", err, ledger.ErrNoShard)
+	if got := mustShard(t, l, hr, s1.Index); got.Attempts != 1 || got.Worker != "w1" {
+		t.Fatalf("after the heartbeat shard = %+v, want held by w1, attempts 1", got)
 	}
-	_, err := l.Claim(ctx, r.ID, "w2", longLease)
-	wantErr(t, "Claim of a heartbeating shard", err, ledger.ErrNoShard)
-	if got := mustShard(t, l, r.ID, s1.Index); !got.LeaseUntil.After(time.Now().Add(-time.Second)) || got.Attempts != 1 {
-		t.Fatalf("after heartbeats shard = %+v, want a fresh lease and attempts 1", got)
+	if err := l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: hr, Shard: s1.Index, Worker: "w1", Lease: shortLease}); err != nil {
+		t.Fatalf("Heartbeat within a long lease: %v", err)
 	}
-	// Once the lease has expired the holder has lost it, re-claimed or not.
-	time.Sleep(3 * shortLease)
-	wantErr(t, "Heartbeat after expiry", l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: r.ID, Shard: s1.Index, Worker: "w1", Lease: shortLease}), ledger.ErrLeaseLost)
-	wantErr(t, "Complete after expiry", l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s1.Index, Worker: "w1", Counts: jobs.Counts{}}), ledger.ErrLeaseLost)
-	if got := mustShard(t, l, r.ID, s1.Index); got.State == jobs.ShardCommitted {
+	waitPast(mustShard(t, l, hr, s1.Index).LeaseUntil)
+	wantErr(t, "Heartbeat after expiry", l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: hr, Shard: s1.Index, Worker: "w1", Lease: shortLease}), ledger.ErrLeaseLost)
+	wantErr(t, "Complete after expiry", l.Complete(ctx, ledger.CompleteParams{RunID: hr, Shard: s1.Index, Worker: "w1", Counts: jobs.Counts{}}), ledger.ErrLeaseLost)
+	if got := mustShard(t, l, hr, s1.Index); got.State == jobs.ShardCommitted {
 		t.Fatalf("Complete after expiry committed the shard")
 	}
 	if err := l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: "no-such-run", Shard: 0, Worker: "w1", Lease: longLease}); err == nil {
 		t.Fatalf("Heartbeat on a missing run succeeded")
 	}
+}
+
+// heartbeatedShard claims a one-shard run's shard for w1 with a short
+// lease and extends it by a long heartbeat, then waits until the claim's
+// own lease has passed. A machine too slow to heartbeat within the short
+// lease gets a fresh run and a lease four times longer, at most 6 times
+// (50ms to 51s), so the case never races the machine's speed.
+func heartbeatedShard(t *testing.T, l ledger.Ledger) (string, jobs.Shard) {
+	t.Helper()
+	ctx := context.Background()
+	lease := shortLease
+	for try := 0; ; try++ {
+		r := create(t, l, "heartbeat", fmt.Sprintf("try=%d", try), 1)
+		s := claim(t, l, r.ID, "w1", lease)
+		claimed := mustShard(t, l, r.ID, s.Index).LeaseUntil
+		err := l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: r.ID, Shard: s.Index, Worker: "w1", Lease: longLease})
+		if errors.Is(err, ledger.ErrLeaseLost) && try < 5 {
+			lease *= 4
+			continue
+		}
+		if err != nil {
+			t.Fatalf("Heartbeat within the lease (%v): %v", lease, err)
+		}
+		if got := mustShard(t, l, r.ID, s.Index).LeaseUntil; !got.After(claimed) {
+			t.Fatalf("Heartbeat left the lease at %v, want after the claim's %v", got, claimed)
+		}
+		waitPast(claimed)
+		return r.ID, s
+	}
+}
+
+// waitPast sleeps until a lease ending at until has expired, with a margin
+// for the clocks of a ledger on another process (the same machine's).
+func waitPast(until time.Time) {
+	time.Sleep(time.Until(until) + 3*shortLease)
 }
 
 func testCompleteCounts(t *testing.T, l ledger.Ledger) {
