@@ -193,6 +193,10 @@ type Cluster interface {
 	// StragglerFactor) to worker as a second, Speculative attempt.
 	// ErrNoShard when nothing is claimable.
 	ClaimNext(ctx context.Context, pool, worker string, lease time.Duration) (jobs.Run, jobs.Shard, error)
+	// ClaimNextSkipping is ClaimNext passing over the runs in skip: those
+	// the worker found it cannot execute (a spec it cannot load here), so
+	// that it serves the pool's other runs meanwhile.
+	ClaimNextSkipping(ctx context.Context, pool, worker string, lease time.Duration, skip []string) (jobs.Run, jobs.Shard, error)
 	// ClaimPublish leases the publish step of a run whose shards are all
 	// committed to worker until now+lease, moving it to publishing; a run
 	// whose publisher's lease expired is taken over. ErrNoShard when shards

@@ -26,6 +26,10 @@ type WorkerInfo struct {
 	Lease time.Duration `json:"-"`
 	// Current lists the shards the worker holds.
 	Current []ShardRef `json:"current"`
+	// Unable lists the runs this worker found it cannot execute (their
+	// spec or model does not load here) and passes over; other workers of
+	// the pool run them.
+	Unable []Unable `json:"unable,omitempty"`
 	// Set by the ledger when read: StartedAt (first heartbeat),
 	// HeartbeatAt, HeartbeatAge (by the ledger's clock) and Lost (no
 	// heartbeat for one Lease).
@@ -40,6 +44,15 @@ type ShardRef struct {
 	Run    string `json:"run"`
 	Shard  int    `json:"shard"`
 	Device string `json:"device,omitempty"`
+}
+
+// Unable is a run a worker cannot execute, and why.
+type Unable struct {
+	Run    string `json:"run"`
+	Job    string `json:"job"`
+	Reason string `json:"reason"`
+	// Since is when the worker first failed to load it.
+	Since time.Time `json:"since"`
 }
 
 // WorkerOf is the worker that owns a claim loop's lease holder name

@@ -74,6 +74,11 @@ func poolRuns(tx *bbolt.Tx, pool string, states ...jobs.RunState) ([]candidate, 
 // run first (by priority and age), else a pending shard in claim order,
 // else a speculative lease of a straggler.
 func (l *Ledger) ClaimNext(ctx context.Context, pool, worker string, lease time.Duration) (jobs.Run, jobs.Shard, error) {
+	return l.ClaimNextSkipping(ctx, pool, worker, lease, nil)
+}
+
+// ClaimNextSkipping implements ledger.Cluster.
+func (l *Ledger) ClaimNextSkipping(ctx context.Context, pool, worker string, lease time.Duration, skip []string) (jobs.Run, jobs.Shard, error) {
 	if err := ctx.Err(); err != nil {
 		return jobs.Run{}, jobs.Shard{}, err
 	}
@@ -90,6 +95,7 @@ func (l *Ledger) ClaimNext(ctx context.Context, pool, worker string, lease time.
 		if cands, err = admitted(tx, cands); err != nil {
 			return err
 		}
+		cands = slices.DeleteFunc(cands, func(c candidate) bool { return slices.Contains(skip, c.run.ID) })
 		byAge := slices.Clone(cands)
 		sort.SliceStable(byAge, func(i, j int) bool {
 			if byAge[i].run.Priority != byAge[j].run.Priority {

@@ -18,6 +18,7 @@ var clusterCases = []struct {
 	fn   func(t *testing.T, l ledger.Cluster)
 }{
 	{"Fencing", testFencing},
+	{"ClaimNextSkipping", testClaimNextSkipping},
 	{"Speculative", testSpeculative},
 	{"SpeculativeFail", testSpeculativeFail},
 	{"PublishOnce", testPublishOnce},
@@ -84,6 +85,30 @@ func testFencing(t *testing.T, l ledger.Cluster) {
 	}
 	if got := mustRun(t, l, r.ID); got.Counts.RowsOut != 7 {
 		t.Fatalf("run RowsOut = %d, want 7", got.Counts.RowsOut)
+	}
+}
+
+// testClaimNextSkipping: a worker passes over the runs it cannot execute
+// and claims the pool's other runs' shards; with every run skipped there is
+// nothing to claim, the shards left for other workers.
+func testClaimNextSkipping(t *testing.T, l ledger.Cluster) {
+	ctx := context.Background()
+	a := createIn(t, l, "recs", "p", 5, 2) // the higher priority: claimed first
+	b := createIn(t, l, "scores", "p", 0, 1)
+	r, s, err := l.ClaimNextSkipping(ctx, "p", "w1", longLease, []string{a.ID})
+	if err != nil || r.ID != b.ID || s.Worker != "w1" {
+		t.Fatalf("ClaimNextSkipping(%s) = run %s shard %+v, %v; want run %s", a.ID, r.ID, s, err, b.ID)
+	}
+	if _, s, err := l.ClaimNextSkipping(ctx, "p", "w1", longLease, []string{a.ID, b.ID}); !errors.Is(err, ledger.ErrNoShard) {
+		t.Fatalf("ClaimNextSkipping of every run = %+v, %v; want ErrNoShard", s, err)
+	}
+	if r, _ := claimNext(t, l, "p", "w2", longLease); r.ID != a.ID {
+		t.Fatalf("ClaimNext by another worker = run %s, want the skipped run %s", r.ID, a.ID)
+	}
+	for i := range 2 {
+		if got := mustShard(t, l, a.ID, i); got.Attempts > 1 || got.Worker == "w1" {
+			t.Fatalf("skipped run's shard %d = %+v, want not claimed by w1", i, got)
+		}
 	}
 }
 

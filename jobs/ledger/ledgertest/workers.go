@@ -15,6 +15,7 @@ import (
 func init() {
 	extraCases = append(extraCases,
 		namedCase{"Workers", testWorkers},
+		namedCase{"WorkerUnable", testWorkerUnable},
 		namedCase{"RejectsStore", testRejectsStore},
 		namedCase{"RejectsCap", testRejectsCap},
 	)
@@ -226,5 +227,32 @@ func testRejectsCap(t *testing.T, l ledger.Ledger) {
 	}
 	if c := mustRun(t, l, r.ID).Counts; c.Rejected != int64(2*each) {
 		t.Fatalf("run rejected = %d, want %d (counted past the cap)", c.Rejected, 2*each)
+	}
+}
+
+// testWorkerUnable: the runs a worker reports it cannot execute are listed
+// with it, and a later heartbeat without them clears them.
+func testWorkerUnable(t *testing.T, l ledger.Ledger) {
+	ctx := context.Background()
+	w, ok := l.(ledger.Workers)
+	if !ok {
+		t.Fatalf("%T does not implement ledger.Workers", l)
+	}
+	since := time.Date(2026, 11, 3, 4, 5, 6, 0, time.UTC)
+	info := ledger.WorkerInfo{ID: "host-1", Devices: []string{"cpu"}, Lease: longLease,
+		Unable: []ledger.Unable{{Run: "r1", Job: "recs", Reason: "spec: ${DATABASE_URL} is not set", Since: since}}}
+	if err := w.HeartbeatWorker(ctx, info); err != nil {
+		t.Fatalf("HeartbeatWorker: %v", err)
+	}
+	ws := listWorkers(t, w, "")
+	if len(ws) != 1 || len(ws[0].Unable) != 1 || ws[0].Unable[0] != info.Unable[0] {
+		t.Fatalf("ListWorkers = %+v, want host-1 unable for %+v", ws, info.Unable)
+	}
+	info.Unable = nil
+	if err := w.HeartbeatWorker(ctx, info); err != nil {
+		t.Fatalf("HeartbeatWorker: %v", err)
+	}
+	if ws := listWorkers(t, w, ""); len(ws) != 1 || len(ws[0].Unable) != 0 {
+		t.Fatalf("ListWorkers after a heartbeat without unable runs = %+v, want none", ws)
 	}
 }

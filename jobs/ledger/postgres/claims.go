@@ -68,19 +68,20 @@ var (
 	claimRunSQL = fmt.Sprintf(claimSQL, `r.id = $1`)
 	// A backfill's waiting run (not admitted: its backfill has as many
 	// runs in flight as it allows) is not claimable from the pool.
-	claimPoolSQL = fmt.Sprintf(claimSQL, `r.pool = $1 AND NOT EXISTS (SELECT 1 FROM precog_backfill_runs w WHERE w.run_id = r.id AND NOT w.admitted)`)
+	claimPoolSQL = fmt.Sprintf(claimSQL, `r.pool = $1 AND r.id <> ALL($4::text[]) AND NOT EXISTS (SELECT 1 FROM precog_backfill_runs w WHERE w.run_id = r.id AND NOT w.admitted)`)
 )
 
 // speculateSQL leases a straggler to a second worker: a running shard of a
 // run with nothing pending whose attempt has run longer than $4 times the
-// run's median committed shard time. $1 pool, $2 worker, $3 lease.
+// run's median committed shard time. $1 pool, $2 worker, $3 lease, $5 the
+// runs to pass over.
 const speculateSQL = `
 WITH cand AS MATERIALIZED (
 	SELECT r.id, r.priority,
 		(SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY c.run_ms) FROM precog_run_shards c
 		 WHERE c.run_id = r.id AND c.state = 'committed' AND c.run_ms IS NOT NULL) AS med
 	FROM precog_runs r
-	WHERE r.pool = $1 AND r.state = 'running'
+	WHERE r.pool = $1 AND r.state = 'running' AND r.id <> ALL($5::text[])
 		AND NOT EXISTS (SELECT 1 FROM precog_run_shards p WHERE p.run_id = r.id AND p.state = 'pending')
 ),
 pick AS (
@@ -156,12 +157,20 @@ func (l *Ledger) Claim(ctx context.Context, runID, worker string, lease time.Dur
 
 // ClaimNext implements ledger.Cluster.
 func (l *Ledger) ClaimNext(ctx context.Context, pool, worker string, lease time.Duration) (jobs.Run, jobs.Shard, error) {
+	return l.ClaimNextSkipping(ctx, pool, worker, lease, nil)
+}
+
+// ClaimNextSkipping implements ledger.Cluster.
+func (l *Ledger) ClaimNextSkipping(ctx context.Context, pool, worker string, lease time.Duration, skip []string) (jobs.Run, jobs.Shard, error) {
 	if worker == "" {
 		return jobs.Run{}, jobs.Shard{}, errors.New("ledger: claim: empty worker name")
 	}
-	r, s, err := scanClaim(l.pool.QueryRow(ctx, claimPoolSQL, pool, worker, micros(lease)))
+	if skip == nil {
+		skip = []string{} // <> ALL(NULL) would pass over every run
+	}
+	r, s, err := scanClaim(l.pool.QueryRow(ctx, claimPoolSQL, pool, worker, micros(lease), skip))
 	if errors.Is(err, pgx.ErrNoRows) {
-		r, s, err = scanClaim(l.pool.QueryRow(ctx, speculateSQL, pool, worker, micros(lease), float64(ledger.StragglerFactor)))
+		r, s, err = scanClaim(l.pool.QueryRow(ctx, speculateSQL, pool, worker, micros(lease), float64(ledger.StragglerFactor), skip))
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, s, fmt.Errorf("ledger: claim in pool %s by %s: %w", pool, worker, ledger.ErrNoShard)

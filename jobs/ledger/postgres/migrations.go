@@ -242,6 +242,8 @@ CREATE TABLE precog_rejects (
 	`
 ALTER TABLE precog_run_shards ADD COLUMN IF NOT EXISTS cost jsonb;
 `,
+	// 10: the runs a worker cannot execute (a spec it cannot load) and why.
+	`ALTER TABLE precog_workers ADD COLUMN IF NOT EXISTS unable jsonb;`,
 }
 
 // migrateLockKey is the pg_advisory_xact_lock key that serialises schema

@@ -24,17 +24,23 @@ func (l *Ledger) HeartbeatWorker(ctx context.Context, w ledger.WorkerInfo) error
 	if err != nil {
 		return fmt.Errorf("ledger: heartbeat of worker %s: %w", w.ID, err)
 	}
+	var unable []byte // NULL when the worker can execute every run it met
+	if len(w.Unable) > 0 {
+		if unable, err = json.Marshal(w.Unable); err != nil {
+			return fmt.Errorf("ledger: heartbeat of worker %s: %w", w.ID, err)
+		}
+	}
 	devices := w.Devices
 	if devices == nil {
 		devices = []string{}
 	}
 	_, err = l.pool.Exec(ctx, `WITH gone AS (
 			DELETE FROM precog_workers WHERE heartbeat_at < now() - $8::bigint * interval '1 microsecond' AND id <> $1)
-		INSERT INTO precog_workers (id, pool, devices, version, model_cache, lease_us, current, started_at, heartbeat_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, now(), now())
+		INSERT INTO precog_workers (id, pool, devices, version, model_cache, lease_us, current, unable, started_at, heartbeat_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $9::jsonb, now(), now())
 		ON CONFLICT (id) DO UPDATE SET pool = EXCLUDED.pool, devices = EXCLUDED.devices, version = EXCLUDED.version,
-			model_cache = EXCLUDED.model_cache, lease_us = EXCLUDED.lease_us, current = EXCLUDED.current, heartbeat_at = now()`,
-		w.ID, poolOrDefault(w.Pool), devices, w.Version, w.ModelCache, micros(w.Lease), cur, micros(ledger.WorkerForget))
+			model_cache = EXCLUDED.model_cache, lease_us = EXCLUDED.lease_us, current = EXCLUDED.current, unable = EXCLUDED.unable, heartbeat_at = now()`,
+		w.ID, poolOrDefault(w.Pool), devices, w.Version, w.ModelCache, micros(w.Lease), cur, micros(ledger.WorkerForget), unable)
 	if err != nil {
 		return fmt.Errorf("ledger: heartbeat of worker %s: %w", w.ID, err)
 	}
@@ -56,7 +62,7 @@ func (l *Ledger) RemoveWorker(ctx context.Context, id string) error {
 // ListWorkers implements ledger.Workers; ages and lost are by the
 // database's clock.
 func (l *Ledger) ListWorkers(ctx context.Context, pool string) ([]ledger.WorkerInfo, error) {
-	rows, err := l.pool.Query(ctx, `SELECT id, pool, devices, version, model_cache, lease_us, current, started_at, heartbeat_at,
+	rows, err := l.pool.Query(ctx, `SELECT id, pool, devices, version, model_cache, lease_us, current, unable, started_at, heartbeat_at,
 			extract(epoch FROM now() - heartbeat_at) * 1e6
 		FROM precog_workers WHERE $1 = '' OR pool = $1 ORDER BY pool, id`, pool)
 	if err != nil {
@@ -66,13 +72,18 @@ func (l *Ledger) ListWorkers(ctx context.Context, pool string) ([]ledger.WorkerI
 		var w ledger.WorkerInfo
 		var leaseUS int64
 		var ageUS float64
-		var cur []byte
-		if err := row.Scan(&w.ID, &w.Pool, &w.Devices, &w.Version, &w.ModelCache, &leaseUS, &cur, &w.StartedAt, &w.HeartbeatAt, &ageUS); err != nil {
+		var cur, unable []byte
+		if err := row.Scan(&w.ID, &w.Pool, &w.Devices, &w.Version, &w.ModelCache, &leaseUS, &cur, &unable, &w.StartedAt, &w.HeartbeatAt, &ageUS); err != nil {
 			return w, err
 		}
 		if len(cur) > 0 {
 			if err := json.Unmarshal(cur, &w.Current); err != nil {
 				return w, fmt.Errorf("worker %s: current shards: %w", w.ID, err)
+			}
+		}
+		if len(unable) > 0 {
+			if err := json.Unmarshal(unable, &w.Unable); err != nil {
+				return w, fmt.Errorf("worker %s: runs it cannot execute: %w", w.ID, err)
 			}
 		}
 		w.Lease = time.Duration(leaseUS) * time.Microsecond
