@@ -17,9 +17,11 @@ type claimChecker interface {
 
 // Ready reports whether the worker is able to work, and why not: the
 // ledger answers, its role may claim (privileges included), and the last
-// claim attempt did not fail. A worker whose every claim fails (a role
-// that can only read) is not ready, so that probes, autoscalers and the
-// "no ready worker" alert see it.
+// claim attempt did not fail, and it can execute every run it met (one
+// whose spec or model does not load here makes it unready, naming the run
+// and why, until the run opens here or ends). A worker whose every claim
+// fails (a role that can only read) is not ready, so that probes,
+// autoscalers and the "no ready worker" alert see it.
 func (w *Worker) Ready(ctx context.Context) error {
 	if c, ok := w.led.(claimChecker); ok {
 		if err := c.CheckClaim(ctx); err != nil {
@@ -29,7 +31,7 @@ func (w *Worker) Ready(ctx context.Context) error {
 	if p := w.claimErr.Load(); p != nil {
 		return fmt.Errorf("the last claim failed: %w", *p)
 	}
-	return nil
+	return w.unable.err()
 }
 
 // noteClaim records the outcome of a claim attempt for Ready: an error

@@ -13,7 +13,6 @@ import (
 	"github.com/precog-ml/precog/internal/retry"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/sinks"
 )
 
 // WorkerOptions configures a pool worker (`precog worker`).
@@ -65,7 +64,7 @@ type WorkerOptions struct {
 type ShardEvent struct {
 	Run, Worker string
 	Shard       int
-	Outcome     string // committed | released | failed | lost
+	Outcome     string // committed | released | failed | lost | unable (the run does not load here)
 	Counts      jobs.Counts
 	Duration    time.Duration
 	Stats       *StageStats
@@ -125,13 +124,15 @@ type Worker struct {
 	// claimErr is the last claim attempt's error (nil: it succeeded or
 	// found nothing to claim), for Ready.
 	claimErr atomic.Pointer[error]
+	// unable are the runs this worker cannot execute, passed over.
+	unable *unableRuns
 }
 
 // NewWorker builds a worker over led.
 func NewWorker(led ledger.Cluster, opts WorkerOptions) *Worker {
 	opts = opts.withDefaults()
 	models := newModelCache(opts.Models * len(opts.Devices))
-	return &Worker{led: led, opts: opts, log: opts.Logger, runs: newRunCache(opts.OpenRuns*len(opts.Devices), models, opts.Logger), pres: newPresence()}
+	return &Worker{led: led, opts: opts, log: opts.Logger, runs: newRunCache(opts.OpenRuns*len(opts.Devices), models, opts.Logger), pres: newPresence(), unable: newUnableRuns()}
 }
 
 // Run claims and executes shards until ctx ends (SIGTERM): then it stops
@@ -192,11 +193,7 @@ func (w *Worker) loop(ctx, work context.Context, device string) {
 			} else {
 				w.publishDue(ctx, work, id)
 			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-wake:
-			}
+			w.waitWork(ctx, wake)
 			continue
 		case err != nil:
 			failures++
@@ -210,10 +207,33 @@ func (w *Worker) loop(ctx, work context.Context, device string) {
 	}
 }
 
-// claim leases the next shard: of any run of the pool, or of opts.Run only.
+// waitWork waits for a wake notice of the pool, or for the end of the
+// backoff of a run this worker could not execute, to claim again.
+func (w *Worker) waitWork(ctx context.Context, wake <-chan struct{}) {
+	var retryAt <-chan time.Time
+	if next := w.unable.nextRetry(time.Now()); !next.IsZero() {
+		t := time.NewTimer(time.Until(next))
+		defer t.Stop()
+		retryAt = t.C
+	}
+	select {
+	case <-ctx.Done():
+	case <-wake:
+	case <-retryAt:
+	}
+}
+
+// claim leases the next shard: of any run of the pool but those this
+// worker cannot execute, or of opts.Run only.
 func (w *Worker) claim(ctx context.Context, id string) (jobs.Run, jobs.Shard, error) {
 	if w.opts.Run == "" {
-		return w.led.ClaimNext(ctx, w.opts.Pool, id, w.opts.Lease)
+		return w.led.ClaimNextSkipping(ctx, w.opts.Pool, id, w.opts.Lease, w.unable.skipping(time.Now()))
+	}
+	if d := w.unable.wait(w.opts.Run, time.Now()); d > 0 {
+		sleepCtx(ctx, d)
+		if err := ctx.Err(); err != nil {
+			return jobs.Run{}, jobs.Shard{}, err
+		}
 	}
 	sh, err := w.led.Claim(ctx, w.opts.Run, id, w.opts.Lease)
 	if err != nil {
@@ -235,19 +255,11 @@ func (w *Worker) execute(ctx context.Context, id, device string, run jobs.Run, s
 	or, err := w.runs.open(ctx, run, device)
 	defer w.runs.release(or)
 	if err != nil {
-		// This worker cannot execute the run (model missing or different,
-		// spec no longer valid here): fail the attempt with the reason, so
-		// that status shows it and another worker may try.
-		msg := fmt.Sprintf("worker %s: %v", id, err)
-		w.log.Error("cannot execute shard", "run", run.ID, "shard", sh.Index, "worker", id, "err", err)
-		bg := context.WithoutCancel(ctx)
-		if ferr := w.led.Fail(bg, ledger.FailParams{RunID: run.ID, Shard: sh.Index, Worker: id, Msg: msg, Retry: true, MaxAttempts: maxAttemptsOf(or)}); ferr == nil && sh.Attempts >= maxAttemptsOf(or) {
-			info := sinks.RunInfo{Job: run.Job, RunID: run.ID, Version: run.Version, Params: run.Params}
-			runStores{led: w.led, info: info, log: w.log}.end(bg, jobs.RunFailed, fmt.Errorf("shard %d: %s", sh.Index, msg))
-		}
-		w.report(ShardEvent{Run: run.ID, Worker: id, Shard: sh.Index, Outcome: "failed", Duration: time.Since(began)})
+		w.cannotExecute(context.WithoutCancel(ctx), id, run, sh, err)
+		w.report(ShardEvent{Run: run.ID, Worker: id, Shard: sh.Index, Outcome: "unable", Duration: time.Since(began)})
 		return
 	}
+	w.unable.clear(run.ID)
 	stats := &StageStats{}
 	var cost jobs.Cost
 	counts, sample, profile, err := runAttempt(ctx, attempt{led: w.led, job: or.job, snks: or.snks, info: or.info, run: run, shard: sh, worker: id,
@@ -282,6 +294,22 @@ func (w *Worker) execute(ctx context.Context, id, device string, run jobs.Run, s
 		w.failShard(bg, id, or, run, sh, err)
 	}
 	w.report(ev)
+}
+
+// cannotExecute handles a run this worker cannot make ready (its spec,
+// model or sinks do not load here: a variable not set, a model file
+// missing or different): the shard goes back without spending an attempt,
+// and the worker passes over the run for a backoff and reports why
+// (`precog workers`, the run's status, /readyz), so that workers that can
+// run it finish it, and a run no worker can run shows why it waits.
+func (w *Worker) cannotExecute(ctx context.Context, id string, run jobs.Run, sh jobs.Shard, err error) {
+	wait := w.unable.mark(run, err, time.Now())
+	w.log.Error("cannot execute this run here; its shard goes back to other workers", "run", run.ID, "job", run.Job, "shard", sh.Index,
+		"worker", id, "err", err, "passed_over_for", wait.Round(time.Second))
+	if rerr := w.led.Release(ctx, run.ID, sh.Index, id); rerr != nil {
+		w.log.Warn("release the shard", "run", run.ID, "shard", sh.Index, "worker", id, "err", rerr)
+	}
+	w.pres.changed() // report it now, not at the next heartbeat
 }
 
 // letGo tells the ledger that this holder of a shard of a finished run
@@ -330,6 +358,9 @@ func (w *Worker) publishDue(ctx, work context.Context, id string) {
 // tryPublish runs the publish step of runID if this worker gets its lease
 // (the shards are all committed and nobody else publishes).
 func (w *Worker) tryPublish(ctx context.Context, id, runID string) {
+	if w.unable.wait(runID, time.Now()) > 0 {
+		return // another worker publishes it
+	}
 	run, err := w.led.ClaimPublish(ctx, runID, id, w.opts.PublishLease)
 	if err != nil {
 		if !errors.Is(err, ledger.ErrNoShard) && !errors.Is(err, ledger.ErrRunFinished) {
@@ -340,6 +371,7 @@ func (w *Worker) tryPublish(ctx context.Context, id, runID string) {
 	or, err := w.runs.open(ctx, run, w.opts.Devices[0])
 	defer w.runs.release(or)
 	if err != nil {
+		w.unable.mark(run, err, time.Now())
 		w.log.Error("cannot publish run", "run", runID, "worker", id, "err", err)
 		return // the publish lease lapses; another worker takes it over
 	}

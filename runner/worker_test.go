@@ -120,7 +120,9 @@ func TestWorkersShareARun(t *testing.T) {
 }
 
 // TestWorkerRefusesOtherModel: a worker whose model file differs from the
-// submitted one refuses the run's shards with an error naming both versions.
+// submitted one gives the run's shards back without spending an attempt
+// and reports the run as one it cannot execute, naming both versions; the
+// run waits for a worker that can run it instead of failing.
 func TestWorkerRefusesOtherModel(t *testing.T) {
 	led := clusterLedger(t)
 	dir, spec := fixture(t, dataset)
@@ -131,20 +133,36 @@ func TestWorkerRefusesOtherModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, stop := startWorkers(t, led, 1, WorkerOptions{Lease: 3 * time.Second})
-	got := waitRun(t, led, run.ID, time.Minute)
-	stop()
-	if got.State != jobs.RunFailed {
-		t.Fatalf("run = %s, want failed", got.State)
-	}
-	shards, _ := led.Shards(context.Background(), run.ID)
-	found := false
-	for _, s := range shards {
-		if s.Error != "" && containsAll(s.Error, "worker w0", "version", run.ModelVersion) {
-			found = true
+	defer stop()
+	var wl ledger.Workers = led
+	var reason string
+	for deadline := time.Now().Add(time.Minute); reason == ""; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker did not report run %s as one it cannot execute within a minute", run.ID)
+		}
+		ws, err := wl.ListWorkers(context.Background(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range ws {
+			for _, u := range w.Unable {
+				if u.Run == run.ID && w.ID == "w0" {
+					reason = u.Reason
+				}
+			}
 		}
 	}
-	if !found {
-		t.Fatalf("no shard error names the worker and the model versions: %+v", shards)
+	if !containsAll(reason, "version", run.ModelVersion) {
+		t.Errorf("reason %q does not name the submitted model version", reason)
+	}
+	if got, err := led.Run(context.Background(), run.ID); err != nil || got.State.Terminal() {
+		t.Fatalf("run = %s (%v), want it waiting", got.State, err)
+	}
+	shards, _ := led.Shards(context.Background(), run.ID)
+	for _, s := range shards {
+		if s.Error != "" || s.State == jobs.ShardFailed || s.Attempts > 1 {
+			t.Fatalf("shard %d = %s attempts %d error %q, want no attempt spent", s.Index, s.State, s.Attempts, s.Error)
+		}
 	}
 }
 

@@ -35,6 +35,11 @@ func (p *presence) hold(device, run string, shard int) {
 		p.held[device] = ledger.ShardRef{Run: run, Shard: shard, Device: device}
 	}
 	p.mu.Unlock()
+	p.changed()
+}
+
+// changed asks for a heartbeat now: what the worker reports changed.
+func (p *presence) changed() {
 	select {
 	case p.kick <- struct{}{}:
 	default:
@@ -61,8 +66,9 @@ func (w *Worker) heartbeat(ctx context.Context) {
 		return
 	}
 	beat := func() {
+		w.unable.prune(ctx, w.led)
 		info := ledger.WorkerInfo{ID: w.opts.ID, Pool: w.opts.Pool, Devices: w.opts.Devices, Version: w.opts.Version,
-			ModelCache: w.runs.models.describe(), Lease: w.opts.Lease, Current: w.pres.current()}
+			ModelCache: w.runs.models.describe(), Lease: w.opts.Lease, Current: w.pres.current(), Unable: w.unable.list()}
 		if err := wl.HeartbeatWorker(ctx, info); err != nil && ctx.Err() == nil {
 			w.log.Warn("worker heartbeat", "worker", w.opts.ID, "err", err)
 		}

@@ -170,6 +170,7 @@ prints one object per change.`,
 					if hs := runview.HoldersOf(shards, ws); len(hs) > 0 {
 						st.Holders = hs
 					}
+					st.CannotRun = runview.UnableFor(r.ID, ws)
 					return json.NewEncoder(w).Encode(st)
 				}
 				if err := (runview.Detail{Run: v, Shards: shards, Rejects: sample, Workers: ws}.Write(w)); err != nil || rep == nil {

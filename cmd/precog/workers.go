@@ -48,9 +48,14 @@ leases end. Lost workers are forgotten after a day.
 
 ` + ledgerHelp + `
 
+A worker that cannot execute a run (its spec, model or sinks do not load
+there: a variable not set, a model file missing) gives its shard back without
+spending an attempt and passes over that run, retrying after a backoff; it is
+listed under the table with the reason, and its /readyz fails.
+
 --json prints an array of {id, pool, devices, version, model_cache, current:
-[{run, shard, device}], started_at, heartbeat_at, heartbeat_age_s, lease_s,
-lost, state}.`,
+[{run, shard, device}], unable: [{run, job, reason, since}] (absent when
+none), started_at, heartbeat_at, heartbeat_age_s, lease_s, lost, state}.`,
 		Example: "  precog workers --db postgres://precog@db/precog\n  precog workers --pool gpu --json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -177,7 +182,18 @@ func writeWorkers(out io.Writer, ws []ledger.WorkerInfo) error {
 			runview.Duration(w.HeartbeatAt.Sub(w.StartedAt)+w.HeartbeatAge),
 			dash(strings.Join(held, ", ")), dash(w.ModelCache))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, w := range ws {
+		for _, u := range w.Unable {
+			if _, err := fmt.Fprintf(out, "%s cannot run %s (job %s) since %s, passes over its shards: %s\n",
+				w.ID, u.Run, u.Job, u.Since.UTC().Format(time.RFC3339), u.Reason); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func dash(s string) string {

@@ -67,6 +67,9 @@ func (d Detail) Write(w io.Writer) error {
 	if ws := workers(d.Shards, d.Workers); ws != "" {
 		fmt.Fprintf(tw, "workers\t%s\n", ws)
 	}
+	for _, u := range UnableFor(r.ID, d.Workers) {
+		fmt.Fprintf(tw, "cannot run\t%s\n", u)
+	}
 	fmt.Fprintf(tw, "rows\t%d in, %d out, %d rejected\n", r.RowsDone, r.RowsOut, r.Rejected)
 	d.writeRejects(tw)
 	if r.Cost != nil {

@@ -73,6 +73,10 @@ type Status struct {
 	// heartbeat ages (absent when none holds any): the "workers" line of
 	// the text view.
 	Holders []Holder `json:"holders,omitempty"`
+	// CannotRun lists the live workers that cannot execute the run, with
+	// why (UnableFor; absent when none): a run that waits with no worker
+	// able to run it says so.
+	CannotRun []string `json:"cannot_run,omitempty"`
 }
 
 // StatusOf is the status view of v with its reject sample (nil reads as
