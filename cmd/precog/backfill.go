@@ -80,7 +80,7 @@ model and resumes the interrupted ones. --force recomputes every value.`,
 	cmd.Flags().BoolVar(&f.noProgress, "no-progress", false, "no progress bar, even on a terminal")
 	cmd.Flags().BoolVar(&f.force, "force", false, "recompute values that already succeeded")
 	cmd.Flags().BoolVar(&f.wait, "wait", false, "Postgres ledger: follow the backfill until every value ends; exit 1 if one did not succeed")
-	cmd.Flags().BoolVar(&f.dryRun, "dry-run", false, "list every partition (found or missing, rows and shards from metadata) and estimate the wall time; run nothing")
+	cmd.Flags().BoolVar(&f.dryRun, "dry-run", false, "list every partition (found or missing, rows and shards from metadata), estimate the wall time and run the backfill's checks (exit 2 where it would refuse the range); run nothing")
 	cmd.Flags().IntVar(&f.priority, "priority", 0, "claim priority of the child runs (default: one below the job's priority, below its scheduled refreshes)")
 	addDBFlag(cmd, &f.db)
 	return cmd
@@ -102,11 +102,8 @@ func runBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags) e
 	if f.dryRun {
 		return dryRunBackfill(cmd, g, path, f, values)
 	}
-	specs, err := loadRange(path, f.params, f.paramName, values)
+	specs, err := checkBackfill(path, f, values)
 	if err != nil {
-		return invalid(err)
-	}
-	if err := checkRangePublish(specs, f.paramName, f.parallel); err != nil {
 		return invalid(err)
 	}
 	ctx := cmd.Context()
@@ -206,18 +203,34 @@ func waitBackfill(ctx context.Context, led backfill.Ledger, id string, w *os.Fil
 	}
 }
 
+// checkBackfill runs every check the backfill makes before anything runs:
+// each value's spec loads, uses the param and every --param, every Parquet
+// partition exists, and no sink would keep only the last value. The real
+// command and --dry-run both call it, so that a dry run passes exactly
+// what the backfill accepts. specs is nil when a spec does not load;
+// otherwise it is returned with the other checks' errors, all of them.
+func checkBackfill(path string, f backfillFlags, values []string) ([]*jobs.Spec, error) {
+	specs, err := loadRangeSpecs(path, f.params, f.paramName, values)
+	if err != nil {
+		return nil, err
+	}
+	return specs, errors.Join(missingPartitions(path, f.paramName, values, specs), checkRangePublish(specs, f.paramName, f.parallel))
+}
+
 // dryRunBackfill lists every partition (found or missing, rows and shards
 // from metadata) and estimates the wall time from a short probe of the
 // model on the first found partition's first shard; nothing is recorded.
+// It exits 2 with the backfill's own error when the backfill would refuse
+// the range (checkBackfill), after the listing.
 func dryRunBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags, values []string) error {
 	ctx := cmd.Context()
-	var parts []backfill.Partition
-	for _, v := range values {
-		spec, err := loadSpecAnyParams(path, append(slices.Clone(f.params), f.paramName+"="+v))
-		if err != nil {
-			return invalid(err)
-		}
-		parts = append(parts, backfill.Partition{Value: v, Spec: spec})
+	specs, refused := checkBackfill(path, f, values)
+	if specs == nil {
+		return invalid(refused)
+	}
+	parts := make([]backfill.Partition, len(values))
+	for i, v := range values {
+		parts[i] = backfill.Partition{Value: v, Spec: specs[i]}
 	}
 	list, plans := backfill.PlanPartitions(ctx, parts)
 	w := cmd.OutOrStdout()
@@ -240,15 +253,18 @@ func dryRunBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "%d partitions, %d missing, %d rows\n", len(list), missing, rows)
+	if probeSpec != nil {
+		if err := printEstimate(ctx, w, probeSpec, plans[probeSpec.Params[f.paramName]], rows, f.parallel); err != nil {
+			return err
+		}
+	}
+	if refused != nil {
+		return invalid(fmt.Errorf("the backfill would refuse this range: %w", refused))
+	}
 	if probeSpec == nil {
 		return invalid(fmt.Errorf("%s: every partition is missing: nothing to estimate", path))
 	}
-	if err := printEstimate(ctx, w, probeSpec, plans[probeSpec.Params[f.paramName]], rows, f.parallel); err != nil {
-		return err
-	}
-	if missing > 0 {
-		g.log.Warn("partitions missing: a backfill of this range is refused until they exist", "missing", missing)
-	}
+	g.log.Debug("dry run: the backfill would accept this range", "values", len(values))
 	return nil
 }
 
@@ -313,8 +329,20 @@ func parseStep(step string) (func(time.Time) time.Time, string, error) {
 // runs, that the spec uses the param and that every Parquet partition
 // exists; all missing partitions are listed in one error.
 func loadRange(path string, params []string, name string, values []string) ([]*jobs.Spec, error) {
+	specs, err := loadRangeSpecs(path, params, name, values)
+	if err != nil {
+		return nil, err
+	}
+	if err := missingPartitions(path, name, values, specs); err != nil {
+		return nil, err
+	}
+	return specs, nil
+}
+
+// loadRangeSpecs loads the spec once per value and checks that it uses
+// the param and every --param.
+func loadRangeSpecs(path string, params []string, name string, values []string) ([]*jobs.Spec, error) {
 	specs := make([]*jobs.Spec, len(values))
-	var missing []string
 	for i, v := range values {
 		spec, err := loadSpecAnyParams(path, append(slices.Clone(params), name+"="+v))
 		if err != nil {
@@ -326,17 +354,26 @@ func loadRange(path string, params []string, name string, values []string) ([]*j
 		if err := spec.CheckParams(); err != nil {
 			return nil, err
 		}
-		if p := spec.Source.Parquet; p != nil {
-			if _, err := parquetsrc.New(p.Path); err != nil {
-				missing = append(missing, fmt.Sprintf("  %s=%s: %v", name, v, err))
-			}
-		}
 		specs[i] = spec
 	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("%s: %d of %d partitions missing, nothing ran:\n%s", path, len(missing), len(values), strings.Join(missing, "\n"))
-	}
 	return specs, nil
+}
+
+// missingPartitions lists, in one error, the values whose Parquet
+// partition does not exist (nil when all do).
+func missingPartitions(path, name string, values []string, specs []*jobs.Spec) error {
+	var missing []string
+	for i, spec := range specs {
+		if p := spec.Source.Parquet; p != nil {
+			if _, err := parquetsrc.New(p.Path); err != nil {
+				missing = append(missing, fmt.Sprintf("  %s=%s: %v", name, values[i], err))
+			}
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%s: %d of %d partitions missing, nothing ran:\n%s", path, len(missing), len(values), strings.Join(missing, "\n"))
+	}
+	return nil
 }
 
 // checkRangePublish refuses, for more than one value, sinks where each

@@ -11,7 +11,7 @@ import (
 // dir's ledger: runs --backfill lists its runs, status ID its per-date
 // table (--json with dates), status RUN --json names the backfill, retry ID
 // finds nothing to retry, and --dry-run lists a missing partition with an
-// estimate.
+// estimate, then refuses the range as the backfill would (exit 2).
 func TestBackfillLedgerRecord(t *testing.T) {
 	dir := workdir(t)
 	spec := writeSpec(t, dir, "job.yaml", rankerSpec)
@@ -69,7 +69,7 @@ func TestBackfillLedgerRecord(t *testing.T) {
 		t.Errorf("retry %s: exit %d\n%s%s", id, retry.code, retry.stdout, retry.stderr)
 	}
 	dry := precog(t, dir, "backfill", spec, "--from", "2026-10-31", "--to", "2026-11-02", "--dry-run", "--parallel", "2")
-	if dry.code != 0 || !strings.Contains(dry.stdout, "2026-10-31  MISSING") || !strings.Contains(dry.stdout, "1 missing") ||
+	if dry.code != 2 || !strings.Contains(dry.stderr, "1 of 3 partitions missing") || !strings.Contains(dry.stdout, "2026-10-31  MISSING") || !strings.Contains(dry.stdout, "1 missing") ||
 		!strings.Contains(dry.stdout, "estimate: ") || !strings.Contains(dry.stdout, "with --parallel 2") ||
 		!regexp.MustCompile(`(?m)^probe: 2 runs at once, \d+ rows/s together`).MatchString(dry.stdout) {
 		t.Errorf("--dry-run: exit %d\n%s%s", dry.code, dry.stdout, dry.stderr)
