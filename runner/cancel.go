@@ -181,15 +181,37 @@ func AbortSinks(ctx context.Context, run jobs.Run) ([]string, error) {
 	return cleaned, nil
 }
 
+// localCancelDrain bounds how long a local cancel waits for the process
+// running the run (a `precog backfill` of several dates, another `precog
+// run`) to stop its shards before cleaning the sinks: that process sees
+// the cancel at its next heartbeat or ledger poll, within seconds.
+const localCancelDrain = time.Minute
+
 // CancelLocal cancels an unfinished run of the embedded ledger under
-// stateDir (Cancel, with no workers to wait for), so the next `precog run`
-// starts afresh.
+// stateDir, so the next `precog run` starts afresh. The ledger is shared
+// by the state dir's processes: a live process running the run's job (a
+// local backfill's date: it holds the job's lock) stops the run's shards,
+// waited for up to localCancelDrain, and goes on with its other runs.
+// When none runs the job, the cancel holds the job's lock itself, so that
+// no `precog run` resumes the run while its sinks are cleaned.
 func CancelLocal(ctx context.Context, stateDir, runID string, log *slog.Logger) (jobs.Run, error) {
 	led, err := bolt.OpenIn(stateDir)
 	if err != nil {
 		return jobs.Run{}, err
 	}
 	defer led.Close()
-	res, err := Cancel(ctx, led, runID, CancelOptions{Log: log})
+	o := CancelOptions{Log: log}
+	if run, err := led.Run(ctx, runID); err == nil {
+		release, lerr := LockJob(stateDir, run.Job)
+		switch {
+		case lerr == nil:
+			defer release()
+		case errors.Is(lerr, ledger.ErrBusy):
+			o.Drain = localCancelDrain
+		default:
+			return run, lerr
+		}
+	}
+	res, err := Cancel(ctx, led, runID, o)
 	return res.Run, err
 }

@@ -166,6 +166,11 @@ func RunLocal(ctx context.Context, spec *jobs.Spec, opts LocalOptions) (Result, 
 	defer job.Close()
 	led := opts.Ledger
 	if led == nil {
+		release, err := LockJob(opts.StateDir, spec.Name)
+		if err != nil {
+			return Result{}, err
+		}
+		defer release()
 		bl, err := bolt.OpenIn(opts.StateDir)
 		if err != nil {
 			return Result{}, err
@@ -436,8 +441,8 @@ func openOrCreateRun(ctx context.Context, led ledger.Ledger, job *Job, snks []si
 		if err := checkUnchanged(ctx, led, job, run); err != nil {
 			return run, false, err
 		}
-		// Only this process can hold the ledger: leases of a killed
-		// earlier process are stale, release them now.
+		// Only this process runs this job of the state dir (LockJob):
+		// leases of a killed earlier process are stale, release them now.
 		shards, err := led.Shards(ctx, run.ID)
 		if err != nil {
 			return run, false, err

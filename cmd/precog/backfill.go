@@ -126,6 +126,11 @@ func runBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags) e
 		}
 		led = pl
 	} else {
+		release, err := runner.LockJob(g.stateDir, specs[0].Name)
+		if err != nil {
+			return err
+		}
+		defer release()
 		bl, err := bolt.Open(filepath.Join(g.stateDir, "ledger.db"))
 		if err != nil {
 			return err
@@ -447,10 +452,11 @@ func runRange(ctx context.Context, n, parallel int, run func(context.Context, in
 }
 
 // reportRange prints one line per value and returns the error the command
-// ends with: interrupted (exit 130), some values failed (1), or nil.
+// ends with: interrupted (exit 130), some values failed or cancelled (1),
+// or nil.
 func reportRange(w io.Writer, name string, values []string, results []rangeResult, took time.Duration) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	var failed []string
+	var failed, cancelled []string
 	unfinished := 0
 	for i, r := range results {
 		v := name + "=" + values[i]
@@ -461,6 +467,9 @@ func reportRange(w io.Writer, name string, values []string, results []rangeResul
 		case errors.Is(r.err, context.Canceled) || errors.Is(r.err, runner.ErrInterrupted):
 			unfinished++
 			fmt.Fprintf(tw, "%s\tinterrupted (resumes on the same command)\n", v)
+		case r.res.Run.State == jobs.RunCancelled:
+			cancelled = append(cancelled, v)
+			fmt.Fprintf(tw, "%s\tcancelled\trun %s: %s\n", v, r.res.Run.ID, r.res.Run.Error)
 		case r.err != nil:
 			failed = append(failed, v)
 			fmt.Fprintf(tw, "%s\tFAILED\t%v\n", v, r.err)
@@ -478,6 +487,8 @@ func reportRange(w io.Writer, name string, values []string, results []rangeResul
 		return fmt.Errorf("backfill interrupted (%d of %d values not finished, %d failed): %w", unfinished, len(values), len(failed), context.Canceled)
 	case len(failed) > 0:
 		return fmt.Errorf("backfill: %d of %d values failed: %s", len(failed), len(values), strings.Join(failed, ", "))
+	case len(cancelled) > 0:
+		return fmt.Errorf("backfill: %d of %d values cancelled (precog retry BACKFILL runs them again): %s", len(cancelled), len(values), strings.Join(cancelled, ", "))
 	}
 	fmt.Fprintf(w, "backfill of %d values done in %s\n", len(values), took.Round(time.Millisecond))
 	return nil

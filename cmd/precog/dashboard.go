@@ -166,8 +166,7 @@ func localActions(g *globals) dashboard.Actions {
 
 // serveRunUI serves the dashboard over the embedded ledger of a local run
 // while it executes (precog run --ui ADDR, as the Spark UI on :4040): the
-// run's process opens the ledger once and both use it (bbolt admits one
-// opener). Tokens come from PRECOG_API_TOKENS; without any the pages are
+// run's process opens the ledger once and both use it. Tokens come from PRECOG_API_TOKENS; without any the pages are
 // served without authentication only on a loopback address.
 func serveRunUI(ctx context.Context, g *globals, addr string, lopts *runner.LocalOptions) (stop func(), err error) {
 	led, err := bolt.OpenIn(g.stateDir)

@@ -90,6 +90,13 @@ fails only when they exceed max_rejected_fraction (default 0.01).`,
 				StateDir: g.stateDir, Parallel: parallel, Restart: restart, Logger: g.log,
 			}
 			if ui != "" {
+				// RunLocal takes the job's lock itself unless given a
+				// ledger, as the UI's is.
+				release, err := runner.LockJob(g.stateDir, spec.Name)
+				if err != nil {
+					return err
+				}
+				defer release()
 				stopUI, err := serveRunUI(cmd.Context(), g, ui, &lopts)
 				if err != nil {
 					return err

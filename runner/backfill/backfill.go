@@ -284,20 +284,15 @@ func RunLocal(ctx context.Context, led Ledger, b ledger.Backfill, specs map[stri
 	var todo []int
 	for i, d := range b.Dates {
 		results[i].Value = d.Value
-		r, err := led.Run(ctx, d.Run())
-		switch {
-		case err != nil:
-			results[i] = ValueResult{Value: d.Value, Err: err, Started: true}
-		case r.State.Terminal():
-			results[i] = ValueResult{Value: d.Value, Res: runner.Result{Run: r, AlreadyDone: r.State == jobs.RunSucceeded}, Done: true, Started: true}
-			if r.State != jobs.RunSucceeded {
-				results[i].Err = fmt.Errorf("run %s %s: %s", r.ID, r.State, r.Error)
-			}
-		case specs[d.Value] == nil:
-			results[i] = ValueResult{Value: d.Value, Err: fmt.Errorf("no spec loaded for %s", d.Value), Started: true}
-		default:
-			todo = append(todo, i)
+		if res, ok := settled(ctx, led, d); ok {
+			results[i] = res
+			continue
 		}
+		if specs[d.Value] == nil {
+			results[i] = ValueResult{Value: d.Value, Err: fmt.Errorf("no spec loaded for %s", d.Value), Started: true}
+			continue
+		}
+		todo = append(todo, i)
 	}
 	sem := make(chan struct{}, max(o.Parallel, 1))
 	done := make(chan struct{}, len(todo))
@@ -317,18 +312,44 @@ func RunLocal(ctx context.Context, led Ledger, b ledger.Backfill, specs map[stri
 		go func(i int) {
 			defer func() { <-sem; done <- struct{}{} }()
 			v := b.Dates[i].Value
+			// A date cancelled while it waited for its turn (precog cancel
+			// from another process) stays cancelled: no new run of it.
+			if res, ok := settled(ctx, led, b.Dates[i]); ok {
+				results[i] = res
+				return
+			}
 			opts := runner.LocalOptions{StateDir: o.StateDir, Parallel: o.ShardParallel, Logger: o.Logger, Ledger: led, ProgressEvery: o.ProgressEvery}
 			if o.OnProgress != nil {
 				opts.OnProgress = func(p runner.Progress) { o.OnProgress(v, p) }
 			}
 			res, err := runner.RunLocal(ctx, specs[v], opts)
 			results[i] = ValueResult{Value: v, Res: res, Err: err, Started: true}
+			if sr, ok := settled(ctx, led, b.Dates[i]); err != nil && ok && sr.Res.Run.State == jobs.RunCancelled {
+				results[i] = sr // cancelled mid-run: say so, not how its shards stopped
+			}
 		}(i)
 	}
 	for range pending {
 		<-done
 	}
 	return results
+}
+
+// settled is the result of date d when its run needs no execution: it
+// ended (succeeded, failed or cancelled) or cannot be read.
+func settled(ctx context.Context, led Ledger, d ledger.BackfillDate) (ValueResult, bool) {
+	r, err := led.Run(ctx, d.Run())
+	switch {
+	case err != nil:
+		return ValueResult{Value: d.Value, Err: err, Started: true}, true
+	case r.State.Terminal():
+		res := ValueResult{Value: d.Value, Res: runner.Result{Run: r, AlreadyDone: r.State == jobs.RunSucceeded}, Done: true, Started: true}
+		if r.State != jobs.RunSucceeded {
+			res.Err = fmt.Errorf("run %s %s: %s", r.ID, r.State, r.Error)
+		}
+		return res, true
+	}
+	return ValueResult{}, false
 }
 
 // Retry gives every value of backfill id whose current run failed or was

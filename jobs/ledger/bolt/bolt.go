@@ -1,7 +1,10 @@
 // Package bolt is the embedded ledger of `precog run`: runs and shards in one
-// bbolt file under the state directory. bbolt holds an exclusive file lock,
-// so one process at a time owns a state directory; every commit is fsynced
-// before it returns, so a kill -9 after Complete cannot lose the commit.
+// bbolt file under the state directory. The file is opened for each
+// transaction and closed after it (store.go), so several processes share a
+// state directory: runs of different jobs at once, and control commands
+// (`precog cancel`, `status`) reaching a running process's runs. Every
+// commit is fsynced before it returns, so a kill -9 after Complete cannot
+// lose the commit.
 //
 // Leases use wall time. A `precog run` killed while holding shards leaves
 // them leased by a worker that no longer exists; once the lease expires any
@@ -19,12 +22,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
-	bberrors "go.etcd.io/bbolt/errors"
 
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
@@ -52,16 +53,12 @@ var (
 	subRunning = []byte("running") // indexes of running (leased) shards
 )
 
-// lockWait is how long Open waits for another process to release the file.
-const lockWait = time.Second
-
 // Ledger is a ledger.Ledger stored in one bbolt file. Safe for concurrent
 // use; bbolt serialises writers.
 type Ledger struct {
-	db      *bbolt.DB
-	pidFile string
-	now     func() time.Time
-	hub     *wake.Hub
+	db  *store
+	now func() time.Time
+	hub *wake.Hub
 	// PollInterval is how often Wake fires without a notice (expired
 	// leases). Default 1s; set it before the first Wake.
 	PollInterval time.Duration
@@ -82,24 +79,22 @@ func PathIn(stateDir string) string { return filepath.Join(stateDir, FileName) }
 func OpenIn(stateDir string) (*Ledger, error) { return Open(PathIn(stateDir)) }
 
 // Open opens (creating if needed) the ledger file at path, e.g.
-// ".precog/ledger.db". A second process opening the same file gets an error
-// naming the state directory and, when known, the pid holding it.
+// ".precog/ledger.db". Other processes may open the same file at once;
+// a transaction waits up to LockWait for theirs.
 func Open(path string) (*Ledger, error) {
+	return OpenWait(path, LockWait)
+}
+
+// OpenWait is Open with another bound on the wait for other processes'
+// transactions.
+func OpenWait(path string, wait time.Duration) (*Ledger, error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("ledger: create state dir %s: %w", dir, err)
 	}
-	pidFile := path + ".pid"
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: lockWait})
+	db, err := newStore(path, wait)
 	if err != nil {
-		if errors.Is(err, bberrors.ErrTimeout) {
-			pid := "unknown"
-			if b, rerr := os.ReadFile(pidFile); rerr == nil && len(bytes.TrimSpace(b)) > 0 {
-				pid = string(bytes.TrimSpace(b))
-			}
-			return nil, fmt.Errorf("ledger: state dir %s is in use by another precog process (pid %s): %w", dir, pid, ledger.ErrBusy)
-		}
-		return nil, fmt.Errorf("ledger: open %s: %w", path, err)
+		return nil, err
 	}
 	if err := db.Update(func(tx *bbolt.Tx) error {
 		for _, b := range [][]byte{bucketRuns, bucketCreated, bucketOpen, bucketShards, bucketPublish, bucketTicks, bucketLeaders, bucketSeen, bucketWorkers, bucketRejects} {
@@ -109,23 +104,17 @@ func Open(path string) (*Ledger, error) {
 		}
 		return nil
 	}); err != nil {
-		db.Close()
 		return nil, fmt.Errorf("ledger: initialise %s: %w", path, err)
 	}
-	// Best effort: the pid only improves the "in use" error of a second process.
-	_ = os.WriteFile(pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644)
-	l := &Ledger{db: db, pidFile: pidFile, now: func() time.Time { return time.Now().UTC() }, PollInterval: time.Second}
+	l := &Ledger{db: db, now: func() time.Time { return time.Now().UTC() }, PollInterval: time.Second}
 	l.hub = newHub(l)
 	return l, nil
 }
 
-// Close releases the file lock.
+// Close stops the ledger's wake-ups (the file is closed after each
+// transaction).
 func (l *Ledger) Close() error {
 	l.hub.Close()
-	_ = os.Remove(l.pidFile)
-	if err := l.db.Close(); err != nil {
-		return fmt.Errorf("ledger: close: %w", err)
-	}
 	return nil
 }
 
