@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,14 +19,14 @@ import (
 
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/jobs/ledger/bolt"
 	"github.com/precog-ml/precog/jobs/runview"
 	"github.com/precog-ml/precog/runner/backfill"
 )
 
-// The embedded ledger is one file locked by the process that opened it, so
-// while a local backfill runs, `precog runs` and `status` from another
-// process could only say "ledger busy". The running process therefore
+// The embedded ledger is one file that the state dir's processes share,
+// one transaction at a time; a process frozen inside a transaction would
+// leave `precog runs` and `status` from another process only "ledger
+// busy" once bolt.LockWait passed. A running local backfill therefore
 // writes a snapshot of what they show into the state dir (a temporary file
 // renamed over the last one, so a reader never sees half of it), every
 // second and after each claim, commit and state change; the read-only
@@ -241,19 +240,17 @@ func (k kickingLedger) SetRunState(ctx context.Context, runID string, state jobs
 }
 
 // readSnapshot returns the snapshot of stateDir when the process that
-// wrote it still holds the ledger (its pid is the ledger's pid file's and
-// alive); ok false otherwise.
+// wrote it is alive; ok false otherwise. The ledger is shared by the state
+// dir's processes (bolt opens it per transaction), so a reader falls back
+// to it only when a transaction held the file past bolt.LockWait (a
+// process frozen inside one).
 func readSnapshot(stateDir string) (ledgerSnapshot, bool) {
 	var s ledgerSnapshot
 	b, err := os.ReadFile(filepath.Join(stateDir, snapshotFile))
 	if err != nil || json.Unmarshal(b, &s) != nil {
 		return s, false
 	}
-	pid, err := os.ReadFile(bolt.PathIn(stateDir) + ".pid")
-	if err != nil || strings.TrimSpace(string(pid)) != strconv.Itoa(s.PID) {
-		return s, false
-	}
-	if syscall.Kill(s.PID, 0) != nil {
+	if s.PID <= 0 || syscall.Kill(s.PID, 0) != nil {
 		return s, false
 	}
 	return s, true
