@@ -356,7 +356,33 @@ func (lr *localRun) execute(ctx context.Context, run jobs.Run, recompute bool) e
 		abortRun(ctx, lr.led, lr.snks, lr.info, err, log)
 		return err
 	}
-	return lr.led.SetRunState(ctx, run.ID, jobs.RunPublishing, "")
+	return lr.claimPublish(ctx, run.ID)
+}
+
+// localPublishLease is the publish lease of a local run: its publish step
+// cuts the sinks over in seconds, and a resume after a crash publishes
+// without claiming again.
+const localPublishLease = 10 * time.Minute
+
+// publishClaimer is a ledger that leases the publish step (both do).
+type publishClaimer interface {
+	ClaimPublish(ctx context.Context, runID, worker string, lease time.Duration) (jobs.Run, error)
+}
+
+// claimPublish moves the run to publishing under a publish lease, so that
+// a `precog cancel` from another process of the state dir is refused
+// (ledger.ErrPublishing) instead of cancelling a run whose sinks are
+// cutting over; a ledger without leases only records the state.
+func (lr *localRun) claimPublish(ctx context.Context, runID string) error {
+	c, ok := lr.led.(publishClaimer)
+	if !ok {
+		return lr.led.SetRunState(ctx, runID, jobs.RunPublishing, "")
+	}
+	host, _ := os.Hostname()
+	if _, err := c.ClaimPublish(ctx, runID, fmt.Sprintf("%s-%d", host, os.Getpid()), localPublishLease); err != nil {
+		return fmt.Errorf("run %s: take the publish step: %w", runID, err)
+	}
+	return nil
 }
 
 // succeededRun reports whether the newest run of the job with the same

@@ -322,6 +322,8 @@ directory: stop that process first (Ctrl-C or SIGTERM drains it).`,
 			}
 			r, err := runner.CancelLocal(cmd.Context(), g.stateDir, args[0], g.log)
 			switch {
+			case errors.Is(err, ledger.ErrPublishing):
+				return invalid(fmt.Errorf("run %s is publishing (its results are being made visible in every sink): cancelling now could leave the sinks on different versions; it finishes in moments: %w", args[0], err))
 			case errors.Is(err, ledger.ErrNotFound):
 				return invalid(fmt.Errorf("run %s: not found in %s (see precog runs)", args[0], g.stateDir))
 			case errors.Is(err, runner.ErrNotCancellable):

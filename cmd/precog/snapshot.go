@@ -215,6 +215,21 @@ type kickingLedger struct {
 	s *snapshotter
 }
 
+// ClaimPublish passes the ledger's publish lease through (runner's local
+// publish takes it, so that a cancel from another process is refused
+// while the sinks cut over).
+func (k kickingLedger) ClaimPublish(ctx context.Context, runID, worker string, lease time.Duration) (jobs.Run, error) {
+	c, ok := k.Ledger.(interface {
+		ClaimPublish(ctx context.Context, runID, worker string, lease time.Duration) (jobs.Run, error)
+	})
+	if !ok {
+		return jobs.Run{}, k.Ledger.SetRunState(ctx, runID, jobs.RunPublishing, "")
+	}
+	r, err := c.ClaimPublish(ctx, runID, worker, lease)
+	k.s.Kick()
+	return r, err
+}
+
 func (k kickingLedger) Claim(ctx context.Context, runID, worker string, lease time.Duration) (jobs.Shard, error) {
 	sh, err := k.Ledger.Claim(ctx, runID, worker, lease)
 	k.s.Kick()
