@@ -153,6 +153,11 @@ func TestBackfillLocalParallelVisible(t *testing.T) {
 	if one.code != 0 || !strings.Contains(one.stdout, list[0].ID) {
 		t.Errorf("status RUN while it runs: exit %d\n%s%s", one.code, one.stdout, one.stderr)
 	}
+	// Thawed at once: frozen past its sinks' 30 s leases (a loaded
+	// machine, slow commands) it would lose them and fail its dates.
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
 	// The dashboard over the same state dir lists the backfill's runs.
 	dashAddr := freeAddr(t)
 	startPrecogCollecting(t, dir, "dashboard", "--addr", dashAddr, "--insecure-no-auth")
@@ -168,9 +173,6 @@ func TestBackfillLocalParallelVisible(t *testing.T) {
 		return (resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(page, "data-snapshot")) &&
 			len(list) > 0 && strings.Contains(page, `data-run="`+list[0].ID+`"`)
 	})
-	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
 
 	// Sample on until the backfill ends: never more than 4 at once.
 	for ended := false; !ended; {
