@@ -28,7 +28,11 @@ type CancelOptions struct {
 	// Reason is recorded as the run's error (default "cancelled by precog
 	// cancel").
 	Reason string
-	Log    *slog.Logger
+	// ScanUnindexed lets a Redis sink delete a version that has no key
+	// record (written by a precog older than key records) with a SCAN of
+	// the whole keyspace; without it such a version is left to its TTL.
+	ScanUnindexed bool
+	Log           *slog.Logger
 }
 
 func (o CancelOptions) withDefaults() CancelOptions {
@@ -96,7 +100,7 @@ func Cancel(ctx context.Context, led ledger.Ledger, id string, o CancelOptions) 
 	if len(run.Spec) == 0 {
 		o.Log.Warn("the run recorded no spec (made by an older precog): its sinks were not cleaned", "run", id)
 		res.NoSpec = true
-	} else if res.Cleaned, err = AbortSinks(ctx, run); err != nil {
+	} else if res.Cleaned, err = AbortSinks(ctx, run, AbortOptions{ScanUnindexed: o.ScanUnindexed}); err != nil {
 		return res, err
 	}
 	res.Run, err = led.Run(ctx, id)
@@ -148,10 +152,21 @@ func drainLeases(ctx context.Context, led ledger.Ledger, id string, o CancelOpti
 	}
 }
 
+// AbortOptions tune AbortSinks.
+type AbortOptions struct {
+	// ScanUnindexed: see CancelOptions.
+	ScanUnindexed bool
+}
+
+// unindexedScanner is a sink that can delete versions it kept no record
+// of by scanning its store (the Redis sink).
+type unindexedScanner interface{ ScanUnindexed(on bool) }
+
 // AbortSinks removes an unpublished run's data from every sink of the spec
 // it recorded, expanded with this process's environment, and names the
 // sinks it cleaned. A sink that fails is reported; the others are cleaned.
-func AbortSinks(ctx context.Context, run jobs.Run) ([]string, error) {
+// Each sink's cost is in proportion to what the run wrote to it.
+func AbortSinks(ctx context.Context, run jobs.Run, o AbortOptions) ([]string, error) {
 	spec, err := jobs.Parse(run.Spec, run.SpecFile, run.Params, os.LookupEnv)
 	if err != nil {
 		return nil, fmt.Errorf("run %s: its recorded spec (%s): %w", run.ID, run.SpecFile, err)
@@ -169,6 +184,9 @@ func AbortSinks(ctx context.Context, run jobs.Run) ([]string, error) {
 	var cleaned []string
 	var errs []error
 	for _, s := range snks {
+		if sc, ok := s.(unindexedScanner); ok {
+			sc.ScanUnindexed(o.ScanUnindexed)
+		}
 		if err := s.Abort(ctx, info); err != nil {
 			errs = append(errs, fmt.Errorf("sink %s: abort run %s: %w", s.Name(), run.ID, err))
 			continue
@@ -194,13 +212,13 @@ const localCancelDrain = time.Minute
 // waited for up to localCancelDrain, and goes on with its other runs.
 // When none runs the job, the cancel holds the job's lock itself, so that
 // no `precog run` resumes the run while its sinks are cleaned.
-func CancelLocal(ctx context.Context, stateDir, runID string, log *slog.Logger) (jobs.Run, error) {
+func CancelLocal(ctx context.Context, stateDir, runID string, o CancelOptions) (CancelResult, error) {
 	led, err := bolt.OpenIn(stateDir)
 	if err != nil {
-		return jobs.Run{}, err
+		return CancelResult{}, err
 	}
 	defer led.Close()
-	o := CancelOptions{Log: log}
+	o.Drain = 0
 	if run, err := led.Run(ctx, runID); err == nil {
 		release, lerr := LockJob(stateDir, run.Job)
 		switch {
@@ -209,9 +227,8 @@ func CancelLocal(ctx context.Context, stateDir, runID string, log *slog.Logger) 
 		case errors.Is(lerr, ledger.ErrBusy):
 			o.Drain = localCancelDrain
 		default:
-			return run, lerr
+			return CancelResult{Run: run}, lerr
 		}
 	}
-	res, err := Cancel(ctx, led, runID, o)
-	return res.Run, err
+	return Cancel(ctx, led, runID, o)
 }

@@ -124,14 +124,16 @@ func (o *openedLedger) notFound(id string) error {
 type cancelOptions struct {
 	// drain bounds the wait for workers' leases on the run's shards.
 	drain time.Duration
-	out   io.Writer
-	log   *slog.Logger
+	// scanUnindexed: runner.CancelOptions.ScanUnindexed.
+	scanUnindexed bool
+	out           io.Writer
+	log           *slog.Logger
 }
 
 // cancelCluster is `precog cancel RUN` on the Postgres ledger
 // (runner.Cancel), printing what it did.
 func cancelCluster(ctx context.Context, led *openedLedger, id string, o cancelOptions) error {
-	res, err := runner.Cancel(ctx, led, id, runner.CancelOptions{Drain: o.drain, CleanAgain: true, Log: o.log})
+	res, err := runner.Cancel(ctx, led, id, runner.CancelOptions{Drain: o.drain, CleanAgain: true, ScanUnindexed: o.scanUnindexed, Log: o.log})
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		return led.notFound(id)

@@ -134,11 +134,11 @@ func clusterActions(led *openedLedger, drain time.Duration, log *slog.Logger) da
 func localActions(g *globals) dashboard.Actions {
 	return dashboard.Actions{
 		Cancel: func(ctx context.Context, id string) (string, error) {
-			r, err := runner.CancelLocal(ctx, g.stateDir, id, g.log)
+			res, err := runner.CancelLocal(ctx, g.stateDir, id, runner.CancelOptions{Log: g.log})
 			if err != nil {
 				return "", err
 			}
-			return fmt.Sprintf("run %s %s", r.ID, r.State), nil
+			return fmt.Sprintf("run %s %s", res.Run.ID, res.Run.State), nil
 		},
 		Retry: func(ctx context.Context, id string) (string, error) {
 			led, err := openLedger(ctx, g, "")

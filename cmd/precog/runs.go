@@ -278,9 +278,10 @@ func watchLine(v runview.Run, rate float64) string {
 
 func newCancelCmd(g *globals) *cobra.Command {
 	var (
-		db    string
-		force bool
-		drain time.Duration
+		db            string
+		force         bool
+		drain         time.Duration
+		scanUnindexed bool
 	)
 	cmd := &cobra.Command{
 		Use:     "cancel RUN",
@@ -302,11 +303,20 @@ cancel (status shows none running); cancel returns as soon as the last
 worker holding one has stopped.
 
 Embedded ledger: a run still executing in another process holds the state
-directory: stop that process first (Ctrl-C or SIGTERM drains it).`,
+directory: stop that process first (Ctrl-C or SIGTERM drains it).
+
+Cost: each sink deletes what the run wrote and nothing else is read. Redis
+keeps a record of the keys each version wrote ({ns}:keys:{version}), so a
+cancel UNLINKs exactly those keys in batches, and a run that wrote nothing
+costs one round trip; the keyspace is never scanned. A version written by
+a precog older than key records (before 2026-11-23) has no record: it is
+left to its TTL unless --scan-unindexed asks for a SCAN of the whole
+keyspace.`,
 		Example: "  precog runs\n  precog cancel scores-20261101t040000-ab12\n  precog cancel scores-20261101t040000-ab12 --db postgres://precog@db/precog",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if done, err := cancelIfBackfill(cmd, g, db, args[0], cancelOptions{drain: drain, out: cmd.OutOrStdout(), log: g.log}); done {
+			co := cancelOptions{drain: drain, scanUnindexed: scanUnindexed, out: cmd.OutOrStdout(), log: g.log}
+			if done, err := cancelIfBackfill(cmd, g, db, args[0], co); done {
 				return err
 			}
 			if held, err := cancelHeld(cmd.Context(), g, db, args[0], cmd.OutOrStdout()); held {
@@ -318,9 +328,9 @@ directory: stop that process first (Ctrl-C or SIGTERM drains it).`,
 					return err
 				}
 				defer led.Close()
-				return cancelCluster(cmd.Context(), led, args[0], cancelOptions{drain: drain, out: cmd.OutOrStdout(), log: g.log})
+				return cancelCluster(cmd.Context(), led, args[0], co)
 			}
-			r, err := runner.CancelLocal(cmd.Context(), g.stateDir, args[0], g.log)
+			res, err := runner.CancelLocal(cmd.Context(), g.stateDir, args[0], runner.CancelOptions{ScanUnindexed: scanUnindexed, Log: g.log})
 			switch {
 			case errors.Is(err, ledger.ErrPublishing):
 				return invalid(fmt.Errorf("run %s is publishing (its results are being made visible in every sink): cancelling now could leave the sinks on different versions; it finishes in moments: %w", args[0], err))
@@ -331,7 +341,8 @@ directory: stop that process first (Ctrl-C or SIGTERM drains it).`,
 			case err != nil:
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "run %s %s\n", r.ID, r.State)
+			fmt.Fprintf(cmd.OutOrStdout(), "run %s %s\n", res.Run.ID, res.Run.State)
+			printCleaned(cmd.OutOrStdout(), res)
 			return nil
 		},
 	}
@@ -339,6 +350,7 @@ directory: stop that process first (Ctrl-C or SIGTERM drains it).`,
 	cmd.Flags().BoolVar(&force, "force", false, "no effect: a run that is publishing is never cancelled")
 	_ = cmd.Flags().MarkDeprecated("force", "a run that is publishing is never cancelled (the sinks would disagree); wait for its publish to finish")
 	cmd.Flags().DurationVar(&drain, "drain", time.Minute, "Postgres ledger: wait at most this long for workers to let go of the run's shards")
+	cmd.Flags().BoolVar(&scanUnindexed, "scan-unindexed", false, "Redis: delete a version written by a precog older than key records (2026-11-23) with a SCAN of the whole keyspace; without it such a version is left to its TTL")
 	return cmd
 }
 
