@@ -86,6 +86,9 @@ RUN --json.`,
 				if err != nil {
 					return err
 				}
+				if led.cluster == nil {
+					v = localView(g.stateDir, r, shards, v, now)
+				}
 				runs = append(runs, v)
 			}
 			if asJSON {
@@ -149,9 +152,13 @@ prints one object per change.`,
 			}
 			w := cmd.OutOrStdout()
 			if !watch {
-				v, err := withBackfill(ctx, led, runview.From(r, shards))
+				now := time.Now()
+				v, err := withBackfill(ctx, led, runview.FromAt(r, shards, now))
 				if err != nil {
 					return err
+				}
+				if led.cluster == nil {
+					v = localView(g.stateDir, r, shards, v, now)
 				}
 				sample, err := rejectSample(ctx, led, v)
 				if err != nil {
@@ -167,7 +174,7 @@ prints one object per change.`,
 					if rep != nil {
 						st.Checks = rep.Checks
 					}
-					if hs := runview.HoldersOf(shards, ws); len(hs) > 0 {
+					if hs := runview.HoldersOf(shards, ws); len(hs) > 0 && v.State != runview.StateInterrupted {
 						st.Holders = hs
 					}
 					st.CannotRun = runview.UnableFor(r.ID, ws)
@@ -185,6 +192,25 @@ prints one object per change.`,
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "redraw every second until the run finishes")
 	addDBFlag(cmd, &db)
 	return cmd
+}
+
+// localView is v, the view of an embedded-ledger run, shown interrupted
+// (with the command that resumes it) when the process executing it is
+// gone: the ledger still says running, and nothing runs it.
+func localView(stateDir string, r jobs.Run, shards []jobs.Shard, v runview.Run, now time.Time) runview.Run {
+	gone, h, ok := runner.LocalRunGone(stateDir, r, shards, now)
+	if !gone {
+		return v
+	}
+	resume := h.Command
+	if !ok || resume == "" {
+		args := []string{"run", r.SpecFile}
+		if stateDir != ".precog" {
+			args = append([]string{"--state-dir", stateDir}, args...)
+		}
+		resume = commandLine(r.Params, args...)
+	}
+	return v.Interrupted(resume)
 }
 
 // rejectSample reads the sample of a run's rejected rows that status

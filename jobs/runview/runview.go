@@ -54,6 +54,25 @@ type Run struct {
 	// Cost is what its committed shards used (absent before any recorded
 	// one).
 	Cost *Cost `json:"cost,omitempty"`
+	// Resume is the command that resumes an interrupted run ("" for
+	// other states).
+	Resume string `json:"resume,omitempty"`
+}
+
+// StateInterrupted is the state shown for a local run whose process is
+// gone (killed, crashed, stopped): the ledger still says running, but
+// nothing executes it until the same command resumes it. Never stored.
+const StateInterrupted = "interrupted"
+
+// Interrupted is v shown as an interrupted run that resume resumes: no
+// rate, and its running shards (their holder is gone) counted as pending.
+func (v Run) Interrupted(resume string) Run {
+	v.State = StateInterrupted
+	v.RowsPerS = 0
+	v.Resume = resume
+	v.Shards.Pending += v.Shards.Running
+	v.Shards.Running = 0
+	return v
 }
 
 // DefaultRejectSample is how many sampled rejected rows `status` reads.
@@ -135,8 +154,8 @@ func FromAt(r jobs.Run, shards []jobs.Shard, now time.Time) Run {
 	return v
 }
 
-// publicState maps the ledger's states onto the contract's five: a run
-// that is publishing is still running.
+// publicState maps the ledger's states onto the contract's: a run that is
+// publishing is still running (interrupted is set by Interrupted).
 func publicState(s jobs.RunState) string {
 	if s == jobs.RunPublishing {
 		return string(jobs.RunRunning)
@@ -154,8 +173,12 @@ func Table(w io.Writer, runs []Run) error {
 		if r.RowsTotal > 0 {
 			progress = fmt.Sprintf("%.0f%%", 100*float64(min(r.RowsDone, r.RowsTotal))/float64(r.RowsTotal))
 		}
+		rate := Human(int64(r.RowsPerS))
+		if r.State == StateInterrupted {
+			rate = "-"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d/%d\t%d\t%s\t%s\n", r.ID, r.Job, r.State, progress,
-			Human(int64(r.RowsPerS)), Duration(time.Duration(r.DurationS*float64(time.Second))), r.Shards.Committed, r.Shards.Failed, all, r.Rejected, r.CreatedAt, oneLine(r.Error, 60))
+			rate, Duration(time.Duration(r.DurationS*float64(time.Second))), r.Shards.Committed, r.Shards.Failed, all, r.Rejected, r.CreatedAt, oneLine(r.Error, 60))
 	}
 	return tw.Flush()
 }

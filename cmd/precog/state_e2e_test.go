@@ -1,0 +1,246 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/precog-ml/precog/internal/testservers"
+	"github.com/precog-ml/precog/jobs/runview"
+)
+
+// killedRun is a local run killed with SIGKILL once it had committed
+// shards to Redis.
+type killedRun struct {
+	dir, spec, state string
+	args             []string
+	ns, version      string
+}
+
+// redisJobSpec is the heavy ranker in 24 small shards into Redis alone:
+// slow enough to be killed mid-run.
+func redisJobSpec(t *testing.T, dir string, rd *testservers.RedisServer, ns string) string {
+	t.Helper()
+	t.Setenv("TEST_REDIS_ADDR", rd.Addr)
+	t.Setenv("TEST_REDIS_DB", strconv.Itoa(rd.DB))
+	t.Setenv("TEST_NS", ns)
+	body := strings.NewReplacer("models/ranker.onnx", "models/heavy.onnx", "rows_per_shard: 1000", "rows_per_shard: 200",
+		"batch_size: 256", "batch_size: 16").Replace(rankerSpec)
+	body = strings.Replace(body, "  parquet: { path: \"out/scores/date={{.date}}\" }\n",
+		"  redis: { addr: \"${TEST_REDIS_ADDR}\", db: \"${TEST_REDIS_DB}\", namespace: \"${TEST_NS}\" }\n", 1)
+	return writeSpec(t, dir, "job.yaml", body)
+}
+
+// runAndKill starts `precog run` with --parallel 1 and kills it (SIGKILL)
+// once Redis holds the commit markers of two shards: with one shard at a
+// time, the second marker means the ledger recorded the first commit.
+func runAndKill(t *testing.T, rd *testservers.RedisServer) killedRun {
+	t.Helper()
+	ctx := context.Background()
+	dir := workdir(t)
+	k := killedRun{dir: dir, state: ".precog", ns: rd.Prefix + "scores"}
+	k.spec = redisJobSpec(t, dir, rd, k.ns)
+	k.args = []string{"run", k.spec, "--param", "date=2026-11-02", "--parallel", "1", "--no-progress"}
+	cmd := exec.Command(precogBin, append([]string{"--state-dir", filepath.Join(dir, k.state)}, k.args...)...)
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	c := rd.Client(t)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		keys, _ := c.Keys(ctx, k.ns+":shards:*").Result()
+		if len(keys) == 1 && c.HLen(ctx, keys[0]).Val() >= 2+2 { // format, encoding, two markers
+			k.version = strings.TrimPrefix(keys[0], k.ns+":shards:")
+			break
+		}
+		select {
+		case <-exited:
+			t.Fatalf("the run ended before two shards were committed: %s", stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("the run never committed two shards: %s", stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	if c.Exists(ctx, k.ns+":current").Val() != 0 {
+		t.Fatal("the run published before the kill: nothing is interrupted")
+	}
+	return k
+}
+
+// TestKilledRunShownInterrupted: after kill -9 of `precog run`, status and
+// runs show the run interrupted, with no rate, no ETA, no worker, its
+// shards none running, and the command that resumes it; that command
+// resumes it (issue 31.4: the dead run was shown running, with a rate, an
+// ETA and the dead process as its worker).
+func TestKilledRunShownInterrupted(t *testing.T) {
+	rd := testservers.Redis(t)
+	k := runAndKill(t, rd)
+
+	runs := precogState(t, k.dir, k.state, "runs", "--json")
+	var list []runview.Run
+	if err := json.Unmarshal([]byte(runs.stdout), &list); err != nil || len(list) != 1 {
+		t.Fatalf("runs --json: %v (%d runs)\n%s\n%s", err, len(list), runs.stdout, runs.stderr)
+	}
+	id := list[0].ID
+	if got := list[0]; got.State != runview.StateInterrupted || got.RowsPerS != 0 || got.Shards.Running != 0 || !strings.Contains(got.Resume, "run "+k.spec) {
+		t.Fatalf("runs --json after kill -9: state %q, rows/s %v, running shards %d, resume %q; want interrupted, 0, 0 and the run command",
+			got.State, got.RowsPerS, got.Shards.Running, got.Resume)
+	}
+	js := precogState(t, k.dir, k.state, "status", id, "--json")
+	var status runview.Status
+	if err := json.Unmarshal([]byte(js.stdout), &status); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, js.stdout)
+	}
+	if status.State != runview.StateInterrupted || len(status.Holders) != 0 || status.Shards.Committed == 0 {
+		t.Fatalf("status --json after kill -9: state %q, holders %v, committed %d; want interrupted, none, >0", status.State, status.Holders, status.Shards.Committed)
+	}
+	text := precogState(t, k.dir, k.state, "status", id)
+	for _, bad := range []string{"rows/s", "ETA", "workers"} {
+		if strings.Contains(text.stdout, bad) {
+			t.Errorf("status of the interrupted run shows %q:\n%s", bad, text.stdout)
+		}
+	}
+	if !strings.Contains(text.stdout, "interrupted") || !strings.Contains(text.stdout, "resume") || !strings.Contains(text.stdout, "--param date=2026-11-02") {
+		t.Errorf("status of the interrupted run names no state or resume command:\n%s", text.stdout)
+	}
+
+	r := precogState(t, k.dir, k.state, k.args...)
+	if r.code != 0 {
+		t.Fatalf("resume: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stdout, "resumed:") {
+		t.Errorf("the rerun did not resume the interrupted run:\n%s", r.stdout)
+	}
+	after := precogState(t, k.dir, k.state, "status", id, "--json")
+	if err := json.Unmarshal([]byte(after.stdout), &status); err != nil || status.State != "succeeded" {
+		t.Fatalf("status after the resume: %v %q\n%s", err, status.State, after.stdout)
+	}
+}
+
+// TestCancelDoesNotScanTheKeyspace: with 1,000,000 unrelated keys in
+// Redis, cancelling a local run that wrote shards, and a cluster run that
+// is still pending, deletes exactly the run's keys with no SCAN and well
+// under a second of the server's time; the local cancel names what it
+// removed per sink (issue 31.3: a cancel scanned the whole keyspace; 31.17:
+// a local cancel printed no per-sink lines).
+func TestCancelDoesNotScanTheKeyspace(t *testing.T) {
+	ctx := context.Background()
+	rd := testservers.NewRedis(t, "--enable-debug-command", "local")
+	k := runAndKill(t, rd)
+	c := rd.Client(t)
+	const others = 1_000_000
+	if err := c.Do(ctx, "DEBUG", "POPULATE", others, "other").Err(); err != nil {
+		t.Fatal(err)
+	}
+	written := len(keysOf(t, c, k.ns+":"+k.version+":*"))
+	if written == 0 {
+		t.Fatal("the killed run left no records to delete")
+	}
+	runs := precogState(t, k.dir, k.state, "runs", "--json")
+	var list []runview.Run
+	if err := json.Unmarshal([]byte(runs.stdout), &list); err != nil || len(list) != 1 {
+		t.Fatalf("runs --json: %v\n%s", err, runs.stdout)
+	}
+	c.ConfigResetStat(ctx)
+	start := time.Now()
+	out := precogState(t, k.dir, k.state, "cancel", list[0].ID)
+	took := time.Since(start)
+	if out.code != 0 {
+		t.Fatalf("cancel: exit %d\n%s\n%s", out.code, out.stdout, out.stderr)
+	}
+	checkNoScan(t, c, "cancel of a run that wrote "+strconv.Itoa(written)+" records")
+	if !strings.Contains(out.stdout, "redis: removed the data of version "+k.version) {
+		t.Errorf("local cancel printed no per-sink line:\n%s", out.stdout)
+	}
+	// The killed writer's lock stays until its lease ends (it is not the
+	// cancel's to break); nothing else of the namespace may.
+	left := keysOf(t, c, k.ns+":*")
+	if n := c.DBSize(ctx).Val(); n != others+int64(len(left)) || len(left) != 1 || left[0] != k.ns+":lock" {
+		t.Fatalf("DBSIZE %d after the cancel, want the %d other keys and the namespace's lock; the namespace holds %v", n, others, left)
+	}
+	t.Logf("cancel of a run that wrote %d records among %d keys: %v (the whole command)", written, others, took)
+
+	// A pending cluster run: submitted, no worker ever ran it.
+	pg := testservers.Postgres(t)
+	c.ConfigResetStat(ctx)
+	sub := precogState(t, k.dir, k.state, "submit", k.spec, "--param", "date=2026-11-01", "--db", pg.DSN)
+	if sub.code != 0 {
+		t.Fatalf("submit: exit %d\n%s", sub.code, sub.stderr)
+	}
+	id := strings.TrimSpace(sub.stdout)
+	c.ConfigResetStat(ctx)
+	out = precogState(t, k.dir, k.state, "cancel", id, "--db", pg.DSN)
+	if out.code != 0 {
+		t.Fatalf("cancel of the pending run: exit %d\n%s\n%s", out.code, out.stdout, out.stderr)
+	}
+	checkNoScan(t, c, "cancel of a pending run")
+	if n := c.DBSize(ctx).Val(); n != others+1 {
+		t.Fatalf("DBSIZE %d after the pending run's cancel, want %d and the lock", n, others)
+	}
+}
+
+// checkNoScan fails when Redis ran a SCAN or spent a second on commands
+// since the last CONFIG RESETSTAT (INFO commandstats, the server's clock).
+func checkNoScan(t *testing.T, c *goredis.Client, what string) {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spent time.Duration
+	var calls int64
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		var n, usec int64
+		if _, err := fmt.Sscanf(strings.ReplaceAll(rest, ",", " "), "%d usec=%d", &n, &usec); err != nil {
+			t.Fatalf("commandstats %q: %v", line, err)
+		}
+		if name == "cmdstat_scan" || name == "cmdstat_keys" {
+			t.Fatalf("%s ran %s %d times:\n%s", what, name, n, info)
+		}
+		calls += n
+		spent += time.Duration(usec) * time.Microsecond
+	}
+	if spent > time.Second {
+		t.Fatalf("%s took Redis %v, want well under a second", what, spent)
+	}
+	t.Logf("%s: %d commands, %v in Redis", what, calls, spent)
+}
+
+// keysOf lists the keys matching pattern (SCAN; test use only).
+func keysOf(t *testing.T, c *goredis.Client, pattern string) []string {
+	t.Helper()
+	var out []string
+	iter := c.Scan(context.Background(), 0, pattern, 10000).Iterator()
+	for iter.Next(context.Background()) {
+		out = append(out, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
