@@ -190,7 +190,7 @@ func waitBackfill(ctx context.Context, led backfill.Ledger, id string, w *os.Fil
 			return err
 		}
 		bar.update(runner.Progress{RunID: fmt.Sprintf("backfill %s %s", id, v.State), RowsDone: v.RowsDone, RowsTotal: v.RowsTotal,
-			Rejected: v.Rejected, ShardsDone: v.Shards.Committed, ShardsTotal: v.Shards.Pending + v.Shards.Running + v.Shards.Committed + v.Shards.Failed,
+			Rejected: v.Rejected, ShardsDone: v.Shards.Committed, ShardsTotal: v.Shards.All(),
 			Elapsed: time.Duration(v.DurationS * float64(time.Second)), Rate: v.RowsPerS, ETA: time.Duration(v.ETAS * float64(time.Second))})
 		if jobs.RunState(v.State).Terminal() {
 			bar.finish()

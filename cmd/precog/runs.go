@@ -290,9 +290,9 @@ func watchLine(v runview.Run, rate float64) string {
 	if rate <= 0 {
 		rate = v.RowsPerS
 	}
-	line := fmt.Sprintf("%s %s rows %d/%d shards committed=%d running=%d pending=%d failed=%d rows/s=%s",
+	line := fmt.Sprintf("%s %s rows %d/%d shards committed=%d running=%d pending=%d failed=%d cancelled=%d rows/s=%s",
 		time.Now().UTC().Format(time.RFC3339), v.State, v.RowsDone, v.RowsTotal,
-		v.Shards.Committed, v.Shards.Running, v.Shards.Pending, v.Shards.Failed, runview.Human(int64(rate)))
+		v.Shards.Committed, v.Shards.Running, v.Shards.Pending, v.Shards.Failed, v.Shards.Cancelled, runview.Human(int64(rate)))
 	if eta := v.ETA(rate); eta > 0 {
 		line += " eta=" + runview.Duration(eta)
 	}

@@ -72,9 +72,11 @@ func (d Detail) Write(w io.Writer) error {
 	if interrupted {
 		fmt.Fprintf(tw, "resume\t%s\n", r.Resume)
 	}
-	all := r.Shards.Pending + r.Shards.Running + r.Shards.Committed + r.Shards.Failed
-	fmt.Fprintf(tw, "shards\t%d committed, %d running, %d pending, %d failed (of %d)\n",
-		r.Shards.Committed, r.Shards.Running, r.Shards.Pending, r.Shards.Failed, all)
+	shards := fmt.Sprintf("%d committed, %d running, %d pending, %d failed", r.Shards.Committed, r.Shards.Running, r.Shards.Pending, r.Shards.Failed)
+	if r.Shards.Cancelled > 0 {
+		shards += fmt.Sprintf(", %d cancelled", r.Shards.Cancelled)
+	}
+	fmt.Fprintf(tw, "shards\t%s (of %d)\n", shards, r.Shards.All())
 	if ws := workers(d.Shards, d.Workers); ws != "" && !interrupted {
 		fmt.Fprintf(tw, "workers\t%s\n", ws)
 	}
@@ -153,7 +155,7 @@ func (d Detail) writeFailed(w io.Writer) error {
 	}
 	var failed []jobs.Shard
 	for _, s := range d.Shards {
-		if s.State == jobs.ShardFailed {
+		if s.State == jobs.ShardFailed && !(d.Run.State == string(jobs.RunCancelled) && s.Error == d.Run.Error) {
 			failed = append(failed, s)
 		}
 	}

@@ -16,12 +16,38 @@ import (
 	"github.com/precog-ml/precog/jobs/profile"
 )
 
-// ShardCounts are a run's shards by state.
+// ShardCounts are a run's shards by state, as they stand: a cancelled
+// run's shards that the cancel stopped (the ledger records them failed
+// with the cancel's reason), and a failed run's shards that never finished
+// (pending or running in the ledger, but nothing runs them), are counted
+// as Cancelled, not as failed, pending or running.
 type ShardCounts struct {
 	Pending   int `json:"pending"`
 	Running   int `json:"running"`
 	Committed int `json:"committed"`
 	Failed    int `json:"failed"`
+	Cancelled int `json:"cancelled"`
+}
+
+// All is the number of shards.
+func (c ShardCounts) All() int { return c.Pending + c.Running + c.Committed + c.Failed + c.Cancelled }
+
+// count adds shard s of run r to c.
+func (c *ShardCounts) count(r jobs.Run, s jobs.Shard) {
+	switch {
+	case s.State == jobs.ShardCommitted:
+		c.Committed++
+	case r.State == jobs.RunCancelled && (s.State != jobs.ShardFailed || s.Error == r.Error):
+		c.Cancelled++ // ended by the cancel (failed with its reason), or left open by an older precog
+	case r.State == jobs.RunFailed && (s.State == jobs.ShardPending || s.State == jobs.ShardRunning):
+		c.Cancelled++ // the run's failure stopped them
+	case s.State == jobs.ShardPending:
+		c.Pending++
+	case s.State == jobs.ShardRunning:
+		c.Running++
+	case s.State == jobs.ShardFailed:
+		c.Failed++
+	}
 }
 
 // Run is one run as scripts see it.
@@ -130,16 +156,7 @@ func FromAt(r jobs.Run, shards []jobs.Shard, now time.Time) Run {
 		Error: jobs.RedactSecrets(r.Error)}
 	for _, s := range shards {
 		v.RowsTotal += s.EstRows
-		switch s.State {
-		case jobs.ShardPending:
-			v.Shards.Pending++
-		case jobs.ShardRunning:
-			v.Shards.Running++
-		case jobs.ShardCommitted:
-			v.Shards.Committed++
-		case jobs.ShardFailed:
-			v.Shards.Failed++
-		}
+		v.Shards.count(r, s)
 	}
 	v.Cost = costOf(shards)
 	end := now
@@ -168,7 +185,7 @@ func Table(w io.Writer, runs []Run) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN\tJOB\tSTATE\tPROGRESS\tROWS/S\tDURATION\tSHARDS (done/failed/all)\tREJECTED\tCREATED\tERROR")
 	for _, r := range runs {
-		all := r.Shards.Pending + r.Shards.Running + r.Shards.Committed + r.Shards.Failed
+		all := r.Shards.All()
 		progress := "-"
 		if r.RowsTotal > 0 {
 			progress = fmt.Sprintf("%.0f%%", 100*float64(min(r.RowsDone, r.RowsTotal))/float64(r.RowsTotal))
