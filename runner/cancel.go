@@ -101,10 +101,59 @@ func Cancel(ctx context.Context, led ledger.Ledger, id string, o CancelOptions) 
 		o.Log.Warn("the run recorded no spec (made by an older precog): its sinks were not cleaned", "run", id)
 		res.NoSpec = true
 	} else if res.Cleaned, err = AbortSinks(ctx, run, AbortOptions{ScanUnindexed: o.ScanUnindexed}); err != nil {
-		return res, err
+		res.Run, _ = led.Run(ctx, id)
+		return res, cleanupPending(ctx, led, run, err, o.Log)
+	} else if cl, ok := led.(ledger.Cleanups); ok {
+		if err := cl.CleanupDone(ctx, id); err != nil {
+			o.Log.Warn("the run's sinks are clean, but its pending-cleanup record stays (a worker cleans them again)", "run", id, "err", err)
+		}
 	}
 	res.Run, err = led.Run(ctx, id)
 	return res, err
+}
+
+// CleanupPendingError means the run is cancelled but its sinks still hold
+// its unpublished data: this process could not clean them (Err says why:
+// a variable of the spec unset here, a sink down). Recorded is set when
+// the ledger recorded the pending cleanup for the pool's workers, which
+// have the sinks' environment and finish it.
+type CleanupPendingError struct {
+	Run      jobs.Run
+	Err      error
+	Recorded bool
+}
+
+func (e *CleanupPendingError) Error() string {
+	then := fmt.Sprintf("run precog cancel %s again where the sinks' environment is set", e.Run.ID)
+	if e.Recorded {
+		then = fmt.Sprintf("a worker of pool %s finishes it, or %s", poolOf(e.Run), then)
+	}
+	return fmt.Sprintf("run %s cancelled; sink cleanup pending: %v (%s)", e.Run.ID, e.Err, then)
+}
+
+func (e *CleanupPendingError) Unwrap() error { return e.Err }
+
+// poolOf is the run's pool ("" reads as the default).
+func poolOf(r jobs.Run) string {
+	if r.Pool == "" {
+		return jobs.DefaultPool
+	}
+	return r.Pool
+}
+
+// cleanupPending records, where the ledger can, that the cancelled run's
+// sinks still hold its data, and returns the *CleanupPendingError.
+func cleanupPending(ctx context.Context, led ledger.Ledger, run jobs.Run, cause error, log *slog.Logger) error {
+	pe := &CleanupPendingError{Run: run, Err: cause}
+	if cl, ok := led.(ledger.Cleanups); ok {
+		if err := cl.AddCleanup(ctx, run.ID, jobs.RedactSecrets(cause.Error())); err != nil {
+			log.Warn("could not record the pending sink cleanup for the workers", "run", run.ID, "err", err)
+		} else {
+			pe.Recorded = true
+		}
+	}
+	log.Warn("run cancelled; its sinks still hold its data", "run", run.ID, "err", jobs.RedactSecrets(cause.Error()), "for_workers", pe.Recorded)
+	return pe
 }
 
 // drainLeases waits, at most o.Drain, until no worker holds a live lease
@@ -194,7 +243,7 @@ func AbortSinks(ctx context.Context, run jobs.Run, o AbortOptions) ([]string, er
 		cleaned = append(cleaned, s.Name())
 	}
 	if err := errors.Join(errs...); err != nil {
-		return cleaned, fmt.Errorf("%w (the run is cancelled; run precog cancel %s again to retry the cleanup)", err, run.ID)
+		return cleaned, err
 	}
 	return cleaned, nil
 }

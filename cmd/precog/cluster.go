@@ -133,7 +133,11 @@ type cancelOptions struct {
 // cancelCluster is `precog cancel RUN` on the Postgres ledger
 // (runner.Cancel), printing what it did.
 func cancelCluster(ctx context.Context, led *openedLedger, id string, o cancelOptions) error {
-	res, err := runner.Cancel(ctx, led, id, runner.CancelOptions{Drain: o.drain, CleanAgain: true, ScanUnindexed: o.scanUnindexed, Log: o.log})
+	var l ledger.Ledger = led
+	if led.cluster != nil {
+		l = led.cluster // with its optional interfaces (ledger.Cleanups)
+	}
+	res, err := runner.Cancel(ctx, l, id, runner.CancelOptions{Drain: o.drain, CleanAgain: true, ScanUnindexed: o.scanUnindexed, Log: o.log})
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		return led.notFound(id)
@@ -142,9 +146,18 @@ func cancelCluster(ctx context.Context, led *openedLedger, id string, o cancelOp
 	case errors.Is(err, runner.ErrNotCancellable):
 		return invalid(err)
 	}
-	if res.Again {
+	var pending *runner.CleanupPendingError
+	switch {
+	case errors.As(err, &pending):
+		// The run is cancelled: say so, and who finishes the cleanup.
+		fmt.Fprintln(o.out, pending.Error())
+		if pending.Recorded {
+			return nil
+		}
+		return err
+	case res.Again:
 		fmt.Fprintf(o.out, "run %s was already cancelled; cleaning its sinks again\n", id)
-	} else if res.Run.ID != "" {
+	case res.Run.ID != "":
 		fmt.Fprintf(o.out, "run %s cancelled\n", id)
 	}
 	if err != nil {

@@ -331,6 +331,13 @@ worker holding one has stopped.
 Embedded ledger: a run still executing in another process holds the state
 directory: stop that process first (Ctrl-C or SIGTERM drains it).
 
+When this process lacks the sinks' environment (a ${VAR} of the spec is
+unset here) or a sink is down, the run is still cancelled and cancel says
+"cancelled; sink cleanup pending: …". On the Postgres ledger the pending
+cleanup is recorded and a worker of the run's pool finishes it (exit 0); on
+the embedded ledger run precog cancel RUN again where the environment is set
+(exit 1 until then).
+
 Cost: each sink deletes what the run wrote and nothing else is read. Redis
 keeps a record of the keys each version wrote ({ns}:keys:{version}), so a
 cancel UNLINKs exactly those keys in batches, and a run that wrote nothing

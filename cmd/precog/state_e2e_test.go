@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/precog-ml/precog/internal/testservers"
 	"github.com/precog-ml/precog/jobs/runview"
+	redissink "github.com/precog-ml/precog/sinks/redis"
 )
 
 // killedRun is a local run killed with SIGKILL once it had committed
@@ -243,4 +247,70 @@ func keysOf(t *testing.T, c *goredis.Client, pattern string) []string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestDashboardCancelWithoutSinkSecrets: the dashboard's Cancel in a
+// process without the sinks' environment cancels the run and says so
+// ("cancelled; sink cleanup pending: …", no error), the ledger records the
+// pending cleanup, and a worker, which has the environment, removes what
+// the run wrote and clears the record (issue 31.6: the dashboard answered
+// 409 "Cancel … did not happen" while the run was cancelled).
+func TestDashboardCancelWithoutSinkSecrets(t *testing.T) {
+	ctx := context.Background()
+	rd := testservers.Redis(t)
+	pg := testservers.Postgres(t)
+	c := newE2ECluster(t, e2eJob{model: "ranker", rowsPerShard: 1000, batch: 256, redisSink: true}, pg.DSN, "", rd)
+	if _, set := os.LookupEnv("TEST_REDIS_ADDR"); set {
+		t.Fatal("TEST_REDIS_ADDR is set in the test process: the dashboard would have the sinks' environment")
+	}
+	id := c.submit()
+	run, err := c.led.Run(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the run's writers would have left: a record, its key record
+	// and the version's shard markers (the sink's own layout).
+	rc := rd.Client(t)
+	l := redissink.Layout{Namespace: c.ns}
+	rec := l.Record(run.Version, "user-1")
+	rc.Set(ctx, rec, `{"score":1}`, 0)
+	rc.Set(ctx, l.Keys(run.Version), string(binary.AppendUvarint(nil, uint64(len("user-1"))))+"user-1", 0)
+	rc.HSet(ctx, l.Shards(run.Version), "format", 1, "encoding", "json")
+
+	led := &openedLedger{Ledger: c.led, cluster: c.led, where: "the Postgres ledger"}
+	msg, err := clusterActions(led, 0, slog.Default()).Cancel(ctx, id)
+	if err != nil {
+		t.Fatalf("dashboard Cancel without the sinks' environment: error %v, want the run cancelled and said so", err)
+	}
+	if !strings.Contains(msg, "cancelled; sink cleanup pending") || !strings.Contains(msg, "TEST_REDIS_ADDR") {
+		t.Fatalf("dashboard Cancel said %q; want \"cancelled; sink cleanup pending\" and why", msg)
+	}
+	if r, _ := c.led.Run(ctx, id); r.State != "cancelled" {
+		t.Fatalf("run %s is %s after the dashboard's Cancel", id, r.State)
+	}
+	if due, err := c.led.CleanupsDue(ctx, "default", 10); err != nil || len(due) != 1 || due[0] != id {
+		t.Fatalf("pending cleanups %v (%v), want [%s]", due, err, id)
+	}
+	if rc.Exists(ctx, rec).Val() != 1 {
+		t.Fatal("the record went without the sinks' environment")
+	}
+
+	c.worker()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		due, err := c.led.CleanupsDue(ctx, "default", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(due) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no worker finished the pending cleanup in 2 minutes:\n%s", c.logTails(20))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := rc.Exists(ctx, rec, l.Keys(run.Version), l.Shards(run.Version)).Val(); n != 0 {
+		t.Fatalf("%d of the run's keys remain after the worker's cleanup", n)
+	}
 }
