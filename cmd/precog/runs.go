@@ -126,11 +126,19 @@ array of {shard, key, position, reason}, by shard then position.
 --watch (Postgres ledger) redraws every second until the run finishes, then
 exits 0 if it succeeded and 1 if it failed or was cancelled; on a terminal it
 redraws in place, elsewhere it prints one line per change. With --json it
-prints one object per change.`,
+prints one object per change. A backfill is watched the same way until every
+value is done, on either ledger; on the embedded ledger the watch ends (exit
+1) when no precog process is running the unfinished backfill.`,
 		Example: "  precog status scores-20261101t040000-ab12\n  precog status scores-20261101t040000-ab12 --json\n  precog status scores-20261101t040000-ab12 --watch --db postgres://precog@db/precog",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			if watch && databaseURL(db) == "" {
+				read := localBackfillRead(g.stateDir, args[0])
+				if _, found, _, err := read(ctx); err == nil && found {
+					return watchBackfill(ctx, read, args[0], cmd.OutOrStdout(), asJSON)
+				}
+			}
 			led, err := openLedger(ctx, g, db)
 			if snap, ok := snapshotFallback(g, db, err, cmd.ErrOrStderr()); ok {
 				return printSnapshotStatus(snap, args[0], cmd.OutOrStdout(), asJSON)
@@ -140,6 +148,8 @@ prints one object per change.`,
 			defer led.Close()
 			if bl, _, ok, err := openBackfill(ctx, led, args[0]); err != nil {
 				return err
+			} else if ok && watch {
+				return watchBackfill(ctx, clusterBackfillRead(bl, args[0]), args[0], cmd.OutOrStdout(), asJSON)
 			} else if ok {
 				return printBackfillStatus(ctx, bl, args[0], cmd.OutOrStdout(), asJSON)
 			}

@@ -314,3 +314,56 @@ func TestDashboardCancelWithoutSinkSecrets(t *testing.T) {
 		t.Fatalf("%d of the run's keys remain after the worker's cleanup", n)
 	}
 }
+
+// TestStatusWatchBackfill: `status BF --watch --json` on the Postgres
+// ledger follows a backfill from before any worker runs it until every
+// value is done, one object per change, and exits 0 (issue 31.8: it
+// printed one snapshot and exited).
+func TestStatusWatchBackfill(t *testing.T) {
+	pg := testservers.Postgres(t)
+	c := newE2ECluster(t, e2eJob{model: "ranker", rowsPerShard: 1000, batch: 256}, pg.DSN, "", nil)
+	r := c.precog("backfill", c.spec, "--from", usersData.Dates[0], "--to", usersData.Dates[1], "--db", c.dsn)
+	if r.code != 0 {
+		t.Fatalf("backfill: exit %d\n%s", r.code, r.stderr)
+	}
+	id := strings.TrimSpace(r.stdout)
+
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, precogBin, "--state-dir", filepath.Join(c.dir, ".precog"), "status", id, "--watch", "--json", "--db", c.dsn)
+	cmd.Dir = c.dir
+	cmd.Env = append(os.Environ(), c.env...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(out)
+	var first map[string]any
+	if err := dec.Decode(&first); err != nil {
+		t.Fatalf("the watch printed no first object: %v\n%s", err, stderr.String())
+	}
+	if first["state"] == "succeeded" {
+		t.Fatalf("the backfill succeeded before any worker ran: %v", first)
+	}
+	c.worker() // only now can the backfill move
+	lines, last := 1, first
+	for {
+		var v map[string]any
+		if err := dec.Decode(&v); err != nil {
+			break
+		}
+		lines++
+		last = v
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("status --watch of the backfill: %v\n%s", err, stderr.String())
+	}
+	if last["state"] != "succeeded" || lines < 2 {
+		t.Fatalf("the watch printed %d objects, the last %v; want it to follow the backfill until it succeeded", lines, last["state"])
+	}
+}
