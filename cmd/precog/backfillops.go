@@ -125,7 +125,9 @@ func cancelBackfill(cmd *cobra.Command, g *globals, ref backfillRef, o cancelOpt
 func retryBackfill(cmd *cobra.Command, g *globals, led *openedLedger, bl backfill.Ledger, b ledger.Backfill, parallel int) error {
 	ctx := cmd.Context()
 	values, err := backfill.Retry(ctx, bl, b.ID, os.LookupEnv, nil)
-	if err != nil {
+	if se := (*jobs.SpecError)(nil); errors.As(err, &se) {
+		return invalid(err) // a spec that does not load here (an unset variable): a config error
+	} else if err != nil {
 		return err
 	}
 	out := cmd.OutOrStdout()

@@ -516,6 +516,9 @@ func retryCluster(ctx context.Context, led *openedLedger, r jobs.Run, out io.Wri
 				r.ID, commandLine(r.Params, "submit", r.SpecFile))
 		}
 		n, err = re.RetryRun(ctx, r.ID)
+	case r.State == jobs.RunCancelled:
+		return invalid(fmt.Errorf("run %s is cancelled: a cancelled run is not retried (its data was removed); submit it again (a new run) with:\n  %s",
+			r.ID, commandLine(r.Params, "submit", r.SpecFile)))
 	default:
 		return invalid(fmt.Errorf("run %s is %s: nothing to retry", r.ID, r.State))
 	}
@@ -547,7 +550,7 @@ func retryCluster(ctx context.Context, led *openedLedger, r jobs.Run, out io.Wri
 func retryLocal(cmd *cobra.Command, g *globals, r jobs.Run, parallel int, progress bool) error {
 	if r.State.Terminal() {
 		msg := fmt.Sprintf("run %s is %s: nothing to retry", r.ID, r.State)
-		if r.State == jobs.RunFailed && r.SpecFile != "" {
+		if (r.State == jobs.RunFailed || r.State == jobs.RunCancelled) && r.SpecFile != "" {
 			msg += "; start a new run with:\n  " + commandLine(r.Params, "run", r.SpecFile)
 		}
 		return invalid(errors.New(msg))

@@ -18,6 +18,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/precog-ml/precog/internal/testservers"
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/runview"
 	redissink "github.com/precog-ml/precog/sinks/redis"
 )
@@ -365,5 +367,89 @@ func TestStatusWatchBackfill(t *testing.T) {
 	}
 	if last["state"] != "succeeded" || lines < 2 {
 		t.Fatalf("the watch printed %d objects, the last %v; want it to follow the backfill until it succeeded", lines, last["state"])
+	}
+}
+
+// TestLostWorkerListsOnlyWhatItHolds: a lost worker's row lists as
+// expiring only the shards it still holds in the ledger, not those
+// committed since (issue 31.17: "(expiring)" holds listed minutes after
+// the run succeeded).
+func TestLostWorkerListsOnlyWhatItHolds(t *testing.T) {
+	ctx := context.Background()
+	pg := testservers.Postgres(t)
+	led := clusterLedger(t, pg.DSN)
+	const id = "lost-holds-run"
+	run := jobs.Run{ID: id, Job: "j", Version: "v1", ParamsKey: id, State: jobs.RunPending, Shards: 2, Pool: "default", CreatedAt: time.Now()}
+	if err := led.CreateRun(ctx, run, []jobs.Shard{{RunID: id, Index: 0, State: jobs.ShardPending}, {RunID: id, Index: 1, State: jobs.ShardPending}}); err != nil {
+		t.Fatal(err)
+	}
+	var held []ledger.ShardRef
+	for range 2 {
+		sh, err := led.Claim(ctx, id, "w-lost/cpu", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, ledger.ShardRef{Run: id, Shard: sh.Index, Device: "cpu"})
+	}
+	if err := led.Complete(ctx, ledger.CompleteParams{RunID: id, Shard: held[0].Shard, Worker: "w-lost/cpu"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := led.HeartbeatWorker(ctx, ledger.WorkerInfo{ID: "w-lost", Pool: "default", Devices: []string{"cpu"}, Lease: time.Millisecond, Current: held}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for { // lost once a lease passed on the ledger's clock
+		ws, err := led.ListWorkers(ctx, "default")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ws) == 1 && ws[0].Lost {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker never lost: %+v", ws)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r := precog(t, t.TempDir(), "workers", "--db", pg.DSN)
+	done, open := fmt.Sprintf("%s#%d", id, held[0].Shard), fmt.Sprintf("%s#%d (expiring)", id, held[1].Shard)
+	if r.code != 0 || strings.Contains(r.stdout, done) || !strings.Contains(r.stdout, open) {
+		t.Fatalf("workers: exit %d; want %q listed and the committed %s not:\n%s%s", r.code, open, done, r.stdout, r.stderr)
+	}
+}
+
+// TestRetryBackfillMissingVariable: retrying a backfill whose spec needs a
+// variable this environment lacks is a configuration error, exit 2 (issue
+// 31.17: exit 1).
+func TestRetryBackfillMissingVariable(t *testing.T) {
+	pg := testservers.Postgres(t)
+	dir := workdir(t)
+	t.Setenv("TEST_BF_OUT", "out")
+	spec := writeSpec(t, dir, "job.yaml", strings.Replace(rankerSpec, `"out/scores/`, `"${TEST_BF_OUT}/scores/`, 1))
+	r := precog(t, dir, "backfill", spec, "--from", usersData.Dates[0], "--to", usersData.Dates[1], "--db", pg.DSN)
+	if r.code != 0 {
+		t.Fatalf("backfill: exit %d\n%s", r.code, r.stderr)
+	}
+	id := strings.TrimSpace(r.stdout)
+	if c := precog(t, dir, "cancel", id, "--db", pg.DSN); c.code != 0 {
+		t.Fatalf("cancel: exit %d\n%s%s", c.code, c.stdout, c.stderr)
+	}
+	os.Unsetenv("TEST_BF_OUT") // t.Setenv restores it
+	rr := precog(t, dir, "retry", id, "--db", pg.DSN)
+	if rr.code != 2 || !strings.Contains(rr.stderr, "TEST_BF_OUT is not set") {
+		t.Fatalf("retry of the backfill without TEST_BF_OUT: exit %d, want 2 naming the variable\n%s", rr.code, rr.stderr)
+	}
+}
+
+// TestScheduleListDB: schedule list takes --db like every command that
+// reads the ledger, and reads the last run from it (issue 31.17: unknown
+// flag).
+func TestScheduleListDB(t *testing.T) {
+	pg := testservers.Postgres(t)
+	dir := workdir(t)
+	writeSpec(t, dir, "jobs/scores.yaml", "schedule: \"0 4 * * *\"\n"+strings.ReplaceAll(rankerSpec, "{{.date}}", "x"))
+	r := precog(t, dir, "schedule", "list", "--jobs", filepath.Join(dir, "jobs"), "--db", pg.DSN)
+	if r.code != 0 || !strings.Contains(r.stdout, "scores") {
+		t.Fatalf("schedule list --db: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
