@@ -159,16 +159,30 @@ func FromAt(r jobs.Run, shards []jobs.Shard, now time.Time) Run {
 		v.Shards.count(r, s)
 	}
 	v.Cost = costOf(shards)
-	end := now
 	if r.State.Terminal() {
 		v.FinishedAt = r.UpdatedAt.UTC().Format(time.RFC3339)
-		end = r.UpdatedAt
 	}
-	if d := end.Sub(r.CreatedAt); d > 0 && !r.CreatedAt.IsZero() {
+	if d := RunDuration(r, now); d > 0 {
 		v.DurationS = d.Round(time.Millisecond).Seconds()
 		v.RowsPerS = float64(v.RowsDone) / d.Seconds()
 	}
 	return v
+}
+
+// RunDuration is how long run r has taken at now: from its creation to
+// its end (its last update once terminal), or to now while it is open; 0
+// when unknown. The one duration every view of a run shows: status, runs,
+// the dashboard, a backfill's per-value table and the summary precog
+// backfill prints (a value queued behind others counts its wait).
+func RunDuration(r jobs.Run, now time.Time) time.Duration {
+	if r.CreatedAt.IsZero() {
+		return 0
+	}
+	end := now
+	if r.State.Terminal() {
+		end = r.UpdatedAt
+	}
+	return max(end.Sub(r.CreatedAt), 0)
 }
 
 // publicState maps the ledger's states onto the contract's: a run that is
