@@ -517,7 +517,7 @@ func retryCluster(ctx context.Context, led *openedLedger, r jobs.Run, out io.Wri
 		}
 		n, err = re.RetryRun(ctx, r.ID)
 	case r.State == jobs.RunCancelled:
-		return invalid(fmt.Errorf("run %s is cancelled: a cancelled run is not retried (its data was removed); submit it again (a new run) with:\n  %s",
+		return invalid(fmt.Errorf("run %s is cancelled: nothing to retry (a cancel removed its data); submit it again, a new run, with:\n  %s",
 			r.ID, commandLine(r.Params, "submit", r.SpecFile)))
 	default:
 		return invalid(fmt.Errorf("run %s is %s: nothing to retry", r.ID, r.State))
