@@ -10,6 +10,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/precog-ml/precog/jobs"
 	sinkredis "github.com/precog-ml/precog/sinks/redis"
 )
 
@@ -97,7 +98,7 @@ func (s *redisStore) describe(ctx context.Context, info *NamespaceInfo) error {
 	m := meta.Val()
 	info.Version, info.Mode = cur.Val(), m["mode"]
 	if s.inPlace {
-		info.Version, info.Mode = m["version"], sinkredis.PublishInPlace
+		info.Version, info.Mode = m["version"], string(jobs.RedisPublishInPlace)
 	}
 	if info.Version == "" {
 		return nil
