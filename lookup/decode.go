@@ -236,7 +236,7 @@ func decodeBatchGet(body []byte, lim keyLimits) (batchGetRequest, error) {
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil || items == nil {
-		return batchGetRequest{}, badf(`field "keys": want an array of strings`)
+		return batchGetRequest{}, badf(`field "keys": want an array of keys (strings or integers)`)
 	}
 	if len(items) == 0 {
 		return batchGetRequest{}, badf(`field "keys": empty`)

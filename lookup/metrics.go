@@ -33,7 +33,7 @@ type metrics struct {
 
 // Label values the hot path uses; resolved up front.
 var (
-	endpointNames  = []string{"get", "batchGet", "predict", "post"}
+	endpointNames  = []string{"get", "batchGet", "predict", "post", "namespace"}
 	requestSources = []string{SourceRedis, SourcePostgres, SourceLive, "miss", "mixed", "unavailable", "error"}
 	keySources     = []string{SourceRedis, SourcePostgres, SourceLive, "miss", "unavailable", sourceCorrupt}
 	commonCodes    = []int{200, 400, 401, 404, 413, 429, 500, 503, 504}

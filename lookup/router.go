@@ -17,6 +17,7 @@ func (s *Server) routes() {
 	s.getH = s.api("get", s.handleGet)
 	s.postH = s.api("post", s.handlePost)
 	s.metricsH = promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})
+	s.nsH = s.api("namespace", s.handleNamespace)
 }
 
 const predictionsPrefix = "/v1/predictions/"
@@ -27,11 +28,15 @@ const predictionsPrefix = "/v1/predictions/"
 //
 // Routes: GET /v1/predictions/{namespace}/{key} (the key is the rest of the
 // path, unescaped, slashes included), POST /v1/predictions/{namespace}:{op},
-// GET /healthz, /readyz, /metrics. HEAD is served wherever GET is.
+// GET /v1/namespaces/{namespace}, /healthz, /readyz, /metrics. HEAD is served wherever GET is.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.EscapedPath()
 	if rest, ok := strings.CutPrefix(path, predictionsPrefix); ok {
 		s.routePredictions(w, r, rest)
+		return
+	}
+	if rest, ok := strings.CutPrefix(path, namespacesPrefix); ok {
+		s.routeNamespaces(w, r, rest)
 		return
 	}
 	var h http.Handler
@@ -46,7 +51,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/metrics":
 		h = s.metricsH
 	default:
-		writeError(w, http.StatusNotFound, "no such endpoint (want /v1/predictions/{namespace}/{key}, /v1/predictions/{namespace}:batchGet or :predict, /healthz, /readyz, /metrics)")
+		writeError(w, http.StatusNotFound, "no such endpoint (want /v1/predictions/{namespace}/{key}, /v1/predictions/{namespace}:batchGet or :predict, /v1/namespaces/{namespace}, /healthz, /readyz, /metrics)")
 		return
 	}
 	if !isGet(r.Method) {

@@ -29,6 +29,7 @@ type Server struct {
 	names    []string
 	getH     apiFunc
 	postH    apiFunc
+	nsH      apiFunc // GET /v1/namespaces/{namespace}
 	metricsH http.Handler
 	metrics  *metrics
 	tokens   [][32]byte

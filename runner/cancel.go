@@ -28,7 +28,11 @@ type CancelOptions struct {
 	// Reason is recorded as the run's error (default "cancelled by precog
 	// cancel").
 	Reason string
-	Log    *slog.Logger
+	// ScanUnindexed lets a Redis sink delete a version that has no key
+	// record (written by a precog older than key records) with a SCAN of
+	// the whole keyspace; without it such a version is left to its TTL.
+	ScanUnindexed bool
+	Log           *slog.Logger
 }
 
 func (o CancelOptions) withDefaults() CancelOptions {
@@ -96,11 +100,60 @@ func Cancel(ctx context.Context, led ledger.Ledger, id string, o CancelOptions) 
 	if len(run.Spec) == 0 {
 		o.Log.Warn("the run recorded no spec (made by an older precog): its sinks were not cleaned", "run", id)
 		res.NoSpec = true
-	} else if res.Cleaned, err = AbortSinks(ctx, run); err != nil {
-		return res, err
+	} else if res.Cleaned, err = AbortSinks(ctx, run, AbortOptions{ScanUnindexed: o.ScanUnindexed}); err != nil {
+		res.Run, _ = led.Run(ctx, id)
+		return res, cleanupPending(ctx, led, run, err, o.Log)
+	} else if cl, ok := led.(ledger.Cleanups); ok {
+		if err := cl.CleanupDone(ctx, id); err != nil {
+			o.Log.Warn("the run's sinks are clean, but its pending-cleanup record stays (a worker cleans them again)", "run", id, "err", err)
+		}
 	}
 	res.Run, err = led.Run(ctx, id)
 	return res, err
+}
+
+// CleanupPendingError means the run is cancelled but its sinks still hold
+// its unpublished data: this process could not clean them (Err says why:
+// a variable of the spec unset here, a sink down). Recorded is set when
+// the ledger recorded the pending cleanup for the pool's workers, which
+// have the sinks' environment and finish it.
+type CleanupPendingError struct {
+	Run      jobs.Run
+	Err      error
+	Recorded bool
+}
+
+func (e *CleanupPendingError) Error() string {
+	then := fmt.Sprintf("run precog cancel %s again where the sinks' environment is set", e.Run.ID)
+	if e.Recorded {
+		then = fmt.Sprintf("a worker of pool %s finishes it, or %s", poolOf(e.Run), then)
+	}
+	return fmt.Sprintf("run %s cancelled; sink cleanup pending: %v (%s)", e.Run.ID, e.Err, then)
+}
+
+func (e *CleanupPendingError) Unwrap() error { return e.Err }
+
+// poolOf is the run's pool ("" reads as the default).
+func poolOf(r jobs.Run) string {
+	if r.Pool == "" {
+		return jobs.DefaultPool
+	}
+	return r.Pool
+}
+
+// cleanupPending records, where the ledger can, that the cancelled run's
+// sinks still hold its data, and returns the *CleanupPendingError.
+func cleanupPending(ctx context.Context, led ledger.Ledger, run jobs.Run, cause error, log *slog.Logger) error {
+	pe := &CleanupPendingError{Run: run, Err: cause}
+	if cl, ok := led.(ledger.Cleanups); ok {
+		if err := cl.AddCleanup(ctx, run.ID, jobs.RedactSecrets(cause.Error())); err != nil {
+			log.Warn("could not record the pending sink cleanup for the workers", "run", run.ID, "err", err)
+		} else {
+			pe.Recorded = true
+		}
+	}
+	log.Warn("run cancelled; its sinks still hold its data", "run", run.ID, "err", jobs.RedactSecrets(cause.Error()), "for_workers", pe.Recorded)
+	return pe
 }
 
 // drainLeases waits, at most o.Drain, until no worker holds a live lease
@@ -148,10 +201,21 @@ func drainLeases(ctx context.Context, led ledger.Ledger, id string, o CancelOpti
 	}
 }
 
+// AbortOptions tune AbortSinks.
+type AbortOptions struct {
+	// ScanUnindexed: see CancelOptions.
+	ScanUnindexed bool
+}
+
+// unindexedScanner is a sink that can delete versions it kept no record
+// of by scanning its store (the Redis sink).
+type unindexedScanner interface{ ScanUnindexed(on bool) }
+
 // AbortSinks removes an unpublished run's data from every sink of the spec
 // it recorded, expanded with this process's environment, and names the
 // sinks it cleaned. A sink that fails is reported; the others are cleaned.
-func AbortSinks(ctx context.Context, run jobs.Run) ([]string, error) {
+// Each sink's cost is in proportion to what the run wrote to it.
+func AbortSinks(ctx context.Context, run jobs.Run, o AbortOptions) ([]string, error) {
 	spec, err := jobs.Parse(run.Spec, run.SpecFile, run.Params, os.LookupEnv)
 	if err != nil {
 		return nil, fmt.Errorf("run %s: its recorded spec (%s): %w", run.ID, run.SpecFile, err)
@@ -169,6 +233,9 @@ func AbortSinks(ctx context.Context, run jobs.Run) ([]string, error) {
 	var cleaned []string
 	var errs []error
 	for _, s := range snks {
+		if sc, ok := s.(unindexedScanner); ok {
+			sc.ScanUnindexed(o.ScanUnindexed)
+		}
 		if err := s.Abort(ctx, info); err != nil {
 			errs = append(errs, fmt.Errorf("sink %s: abort run %s: %w", s.Name(), run.ID, err))
 			continue
@@ -176,7 +243,7 @@ func AbortSinks(ctx context.Context, run jobs.Run) ([]string, error) {
 		cleaned = append(cleaned, s.Name())
 	}
 	if err := errors.Join(errs...); err != nil {
-		return cleaned, fmt.Errorf("%w (the run is cancelled; run precog cancel %s again to retry the cleanup)", err, run.ID)
+		return cleaned, err
 	}
 	return cleaned, nil
 }
@@ -194,13 +261,13 @@ const localCancelDrain = time.Minute
 // waited for up to localCancelDrain, and goes on with its other runs.
 // When none runs the job, the cancel holds the job's lock itself, so that
 // no `precog run` resumes the run while its sinks are cleaned.
-func CancelLocal(ctx context.Context, stateDir, runID string, log *slog.Logger) (jobs.Run, error) {
+func CancelLocal(ctx context.Context, stateDir, runID string, o CancelOptions) (CancelResult, error) {
 	led, err := bolt.OpenIn(stateDir)
 	if err != nil {
-		return jobs.Run{}, err
+		return CancelResult{}, err
 	}
 	defer led.Close()
-	o := CancelOptions{Log: log}
+	o.Drain = 0
 	if run, err := led.Run(ctx, runID); err == nil {
 		release, lerr := LockJob(stateDir, run.Job)
 		switch {
@@ -209,9 +276,8 @@ func CancelLocal(ctx context.Context, stateDir, runID string, log *slog.Logger) 
 		case errors.Is(lerr, ledger.ErrBusy):
 			o.Drain = localCancelDrain
 		default:
-			return run, lerr
+			return CancelResult{Run: run}, lerr
 		}
 	}
-	res, err := Cancel(ctx, led, runID, o)
-	return res.Run, err
+	return Cancel(ctx, led, runID, o)
 }

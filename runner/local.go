@@ -207,6 +207,13 @@ func RunLocal(ctx context.Context, spec *jobs.Spec, opts LocalOptions) (Result, 
 	if err != nil {
 		return Result{}, err
 	}
+	// Recorded before any shard is claimed, so a run with a running shard
+	// always names its process (status tells it interrupted once gone).
+	unhold, err := writeHolder(opts.StateDir, run.ID)
+	if err != nil {
+		return Result{Run: run}, err
+	}
+	defer unhold()
 	res := Result{Run: run, Resumed: resumed, RejectsDir: filepath.Join(opts.StateDir, "rejects", run.ID), Stages: &StageStats{}}
 	lr := &localRun{job: job, led: led, snks: snks, opts: opts, log: opts.Logger, res: &res, start: start,
 		info: sinks.RunInfo{Job: spec.Name, RunID: run.ID, Version: run.Version, Params: spec.Params, Schema: job.Output, Key: spec.Source.Key}}
@@ -308,7 +315,7 @@ func (lr *localRun) execute(ctx context.Context, run jobs.Run, recompute bool) e
 	switch {
 	case recompute:
 		log.Info("recomputing lost shards", "run", run.ID, "shards", len(shards)-skipped)
-	case res.Resumed:
+	case res.Resumed && skipped > 0: // a run with nothing committed starts
 		res.SkippedShards = skipped
 		log.Info("resuming run", "run", run.ID, "committed_shards", skipped, "shards", len(shards))
 	default:

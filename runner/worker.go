@@ -126,6 +126,8 @@ type Worker struct {
 	claimErr atomic.Pointer[error]
 	// unable are the runs this worker cannot execute, passed over.
 	unable *unableRuns
+	// cleaner finishes cancelled runs' pending sink cleanups.
+	cleaner cleaner
 }
 
 // NewWorker builds a worker over led.
@@ -192,6 +194,7 @@ func (w *Worker) loop(ctx, work context.Context, device string) {
 				}
 			} else {
 				w.publishDue(ctx, work, id)
+				w.finishCleanups(work)
 			}
 			w.waitWork(ctx, wake)
 			continue

@@ -18,6 +18,7 @@ import (
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/ledger/bolt"
+	"github.com/precog-ml/precog/jobs/runview"
 	"github.com/precog-ml/precog/runner"
 	"github.com/precog-ml/precog/runner/backfill"
 	parquetsrc "github.com/precog-ml/precog/sources/parquet"
@@ -190,7 +191,7 @@ func waitBackfill(ctx context.Context, led backfill.Ledger, id string, w *os.Fil
 			return err
 		}
 		bar.update(runner.Progress{RunID: fmt.Sprintf("backfill %s %s", id, v.State), RowsDone: v.RowsDone, RowsTotal: v.RowsTotal,
-			Rejected: v.Rejected, ShardsDone: v.Shards.Committed, ShardsTotal: v.Shards.Pending + v.Shards.Running + v.Shards.Committed + v.Shards.Failed,
+			Rejected: v.Rejected, ShardsDone: v.Shards.Committed, ShardsTotal: v.Shards.All(),
 			Elapsed: time.Duration(v.DurationS * float64(time.Second)), Rate: v.RowsPerS, ETA: time.Duration(v.ETAS * float64(time.Second))})
 		if jobs.RunState(v.State).Terminal() {
 			bar.finish()
@@ -478,7 +479,7 @@ func reportRange(w io.Writer, name string, values []string, results []rangeResul
 		default:
 			c := r.res.Run.Counts
 			fmt.Fprintf(tw, "%s\tsucceeded\trun %s, version %s, %d rows in, %d out, %d rejected, %s\n",
-				v, r.res.Run.ID, r.res.Run.Version, c.RowsIn, c.RowsOut, c.Rejected, r.res.Duration.Round(time.Millisecond))
+				v, r.res.Run.ID, r.res.Run.Version, c.RowsIn, c.RowsOut, c.Rejected, runview.RunDuration(r.res.Run, time.Now()).Round(time.Millisecond))
 		}
 	}
 	tw.Flush()

@@ -107,12 +107,13 @@ func cancelBackfill(cmd *cobra.Command, g *globals, ref backfillRef, o cancelOpt
 	} else {
 		ref.close() // CancelLocal opens the embedded ledger itself
 		for _, id := range open {
-			r, err := runner.CancelLocal(ctx, g.stateDir, id, g.log)
+			res, err := runner.CancelLocal(ctx, g.stateDir, id, runner.CancelOptions{ScanUnindexed: o.scanUnindexed, Log: g.log})
 			if err != nil && !errors.Is(err, runner.ErrNotCancellable) {
 				errs = append(errs, err)
 				continue
 			}
-			fmt.Fprintf(o.out, "run %s %s\n", id, r.State)
+			fmt.Fprintf(o.out, "run %s %s\n", id, res.Run.State)
+			printCleaned(o.out, res)
 		}
 	}
 	fmt.Fprintf(o.out, "backfill %s cancelled: %d open value(s) cancelled\n", b.ID, len(open))
@@ -124,7 +125,9 @@ func cancelBackfill(cmd *cobra.Command, g *globals, ref backfillRef, o cancelOpt
 func retryBackfill(cmd *cobra.Command, g *globals, led *openedLedger, bl backfill.Ledger, b ledger.Backfill, parallel int) error {
 	ctx := cmd.Context()
 	values, err := backfill.Retry(ctx, bl, b.ID, os.LookupEnv, nil)
-	if err != nil {
+	if se := (*jobs.SpecError)(nil); errors.As(err, &se) {
+		return invalid(err) // a spec that does not load here (an unset variable): a config error
+	} else if err != nil {
 		return err
 	}
 	out := cmd.OutOrStdout()

@@ -83,7 +83,10 @@ their 95% error. Without --against: the report made before the run's publish
 (or, if it has none yet, against the version now published to its target).
 With --against VERSION (a version or run id of the same job): the same checks
 between the two runs, held or not, e.g. two dates of a backfill or two model
-versions. ` + ledgerHelp,
+versions. ` + ledgerHelp + `
+
+Exit status: 0 when every check passed, 1 when a check failed (the report is
+printed either way), 2 for a run or version that does not exist.`,
 		Example: "  precog diff scores-20261101t040000-ab12\n  precog diff scores-20261101t040000-ab12 --against 20261031t040000-9f3c --json",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -100,9 +103,14 @@ versions. ` + ledgerHelp,
 				return invalid(err)
 			}
 			if asJSON {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(rep)
+				err = json.NewEncoder(cmd.OutOrStdout()).Encode(rep)
+			} else {
+				err = writeReport(cmd.OutOrStdout(), rep)
 			}
-			return writeReport(cmd.OutOrStdout(), rep)
+			if err == nil && !rep.Passed {
+				err = fmt.Errorf("run %s: checks failed (the report above)", args[0]) // exit 1, as diff(1) when it finds differences
+			}
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&against, "against", "", "compare with this version (or run id) of the same job")

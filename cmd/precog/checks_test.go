@@ -54,10 +54,12 @@ func TestHeldRunCLI(t *testing.T) {
 	if status.State != "held" || len(status.Checks) != 3 || status.Checks[0].Name != "rows.min_ratio" || status.Checks[0].Passed || status.Checks[0].Value != 1 {
 		t.Fatalf("status of a held run: %+v", status)
 	}
-	if d := precog(t, dir, "diff", held); d.code != 0 || !strings.Contains(d.stdout, "rows.min_ratio") || !strings.Contains(d.stdout, "FAILED") {
+	// A report with a failed check exits 1 (issue 31.17: diff exited 0
+	// while printing "checks failed").
+	if d := precog(t, dir, "diff", held); d.code != 1 || !strings.Contains(d.stdout, "rows.min_ratio") || !strings.Contains(d.stdout, "FAILED") || !strings.Contains(d.stdout, "checks failed") {
 		t.Fatalf("diff: exit %d\n%s\n%s", d.code, d.stdout, d.stderr)
 	}
-	if d := precog(t, dir, "diff", held, "--against", list[1].ID, "--json"); d.code != 0 || !strings.Contains(d.stdout, `"against_run":"`+list[1].ID+`"`) {
+	if d := precog(t, dir, "diff", held, "--against", list[1].ID, "--json"); d.code != 1 || !strings.Contains(d.stdout, `"against_run":"`+list[1].ID+`"`) || !strings.Contains(d.stdout, `"passed":false`) {
 		t.Fatalf("diff --against: exit %d\n%s\n%s", d.code, d.stdout, d.stderr)
 	}
 	if p := precog(t, dir, "publish", held, "--accept"); p.code != 2 {
@@ -78,5 +80,10 @@ func TestHeldRunCLI(t *testing.T) {
 	_ = json.Unmarshal([]byte(runs.stdout), &list)
 	if c := precog(t, dir, "cancel", list[0].ID); c.code != 0 || !strings.Contains(c.stdout, "cancelled") {
 		t.Fatalf("cancel of a held run: exit %d\n%s\n%s", c.code, c.stdout, c.stderr)
+	}
+	// Retrying the cancelled run says how to run it again (issue 31.17:
+	// no hint).
+	if r := precog(t, dir, "retry", list[0].ID); r.code != 2 || !strings.Contains(r.stderr, "start a new run with:") || !strings.Contains(r.stderr, "run "+spec+" --param date=2026-11-01") {
+		t.Fatalf("retry of a cancelled run: exit %d\n%s", r.code, r.stderr)
 	}
 }

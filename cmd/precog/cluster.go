@@ -124,14 +124,20 @@ func (o *openedLedger) notFound(id string) error {
 type cancelOptions struct {
 	// drain bounds the wait for workers' leases on the run's shards.
 	drain time.Duration
-	out   io.Writer
-	log   *slog.Logger
+	// scanUnindexed: runner.CancelOptions.ScanUnindexed.
+	scanUnindexed bool
+	out           io.Writer
+	log           *slog.Logger
 }
 
 // cancelCluster is `precog cancel RUN` on the Postgres ledger
 // (runner.Cancel), printing what it did.
 func cancelCluster(ctx context.Context, led *openedLedger, id string, o cancelOptions) error {
-	res, err := runner.Cancel(ctx, led, id, runner.CancelOptions{Drain: o.drain, CleanAgain: true, Log: o.log})
+	var l ledger.Ledger = led
+	if led.cluster != nil {
+		l = led.cluster // with its optional interfaces (ledger.Cleanups)
+	}
+	res, err := runner.Cancel(ctx, l, id, runner.CancelOptions{Drain: o.drain, CleanAgain: true, ScanUnindexed: o.scanUnindexed, Log: o.log})
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		return led.notFound(id)
@@ -140,9 +146,18 @@ func cancelCluster(ctx context.Context, led *openedLedger, id string, o cancelOp
 	case errors.Is(err, runner.ErrNotCancellable):
 		return invalid(err)
 	}
-	if res.Again {
+	var pending *runner.CleanupPendingError
+	switch {
+	case errors.As(err, &pending):
+		// The run is cancelled: say so, and who finishes the cleanup.
+		fmt.Fprintln(o.out, pending.Error())
+		if pending.Recorded {
+			return nil
+		}
+		return err
+	case res.Again:
 		fmt.Fprintf(o.out, "run %s was already cancelled; cleaning its sinks again\n", id)
-	} else if res.Run.ID != "" {
+	case res.Run.ID != "":
 		fmt.Fprintf(o.out, "run %s cancelled\n", id)
 	}
 	if err != nil {

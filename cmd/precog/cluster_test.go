@@ -201,7 +201,7 @@ func TestClusterRunsStatusCancel(t *testing.T) {
 	if err := led.Heartbeat(ctx, ledger.HeartbeatParams{RunID: id, Shard: 1, Worker: "worker-b", Lease: time.Minute}); err == nil {
 		t.Error("worker-b's heartbeat after cancel succeeded")
 	}
-	if r := precog(t, dir, "retry", id); r.code != 2 || !strings.Contains(r.stderr, "cancelled: nothing to retry") {
+	if r := precog(t, dir, "retry", id); r.code != 2 || !strings.Contains(r.stderr, "cancelled: nothing to retry") || !strings.Contains(r.stderr, "precog submit ") {
 		t.Errorf("retry of a cancelled run: exit %d, %s", r.code, r.stderr)
 	}
 	if r := precog(t, dir, "cancel", id); r.code != 0 || !strings.Contains(r.stdout, "already cancelled") {

@@ -38,6 +38,16 @@ Ledger: the Postgres ledger (--db or PRECOG_DATABASE_URL), else the embedded
 ledger under --state-dir, opened per request: while a precog run holds it the
 pages say the ledger is busy.
 
+What each action needs in the dashboard's process: the pages need only the
+ledger. Retry needs only the ledger (the pool's workers, or the next precog
+run, execute the shards). Cancel marks the run cancelled with the ledger
+alone; removing what the run wrote needs the sinks' environment (the
+${VARS} of its spec, e.g. DATABASE_URL, REDIS_ADDR). Without them the page
+says "cancelled; sink cleanup pending: …": on the Postgres ledger a worker of
+the run's pool, which has that environment, finishes the cleanup when it is
+next idle; on the embedded ledger precog cancel RUN finishes it where the
+environment is set.
+
 Auth: tokens from PRECOG_API_TOKENS (comma-separated) or --tokens-file, as for
 precog serve. Pages need a login with a token (an HttpOnly, SameSite=Strict
 cookie) or an Authorization: Bearer header; actions are POSTs with a CSRF
@@ -134,11 +144,14 @@ func clusterActions(led *openedLedger, drain time.Duration, log *slog.Logger) da
 func localActions(g *globals) dashboard.Actions {
 	return dashboard.Actions{
 		Cancel: func(ctx context.Context, id string) (string, error) {
-			r, err := runner.CancelLocal(ctx, g.stateDir, id, g.log)
+			res, err := runner.CancelLocal(ctx, g.stateDir, id, runner.CancelOptions{Log: g.log})
+			if pe := (*runner.CleanupPendingError)(nil); errors.As(err, &pe) {
+				return pe.Error(), nil // cancelled: the page says what is left
+			}
 			if err != nil {
 				return "", err
 			}
-			return fmt.Sprintf("run %s %s", r.ID, r.State), nil
+			return fmt.Sprintf("run %s %s", res.Run.ID, res.Run.State), nil
 		},
 		Retry: func(ctx context.Context, id string) (string, error) {
 			led, err := openLedger(ctx, g, "")

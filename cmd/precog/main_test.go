@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -414,6 +415,17 @@ func TestRejectedRows(t *testing.T) {
 	}
 	if int64(lines) != res.BadRows {
 		t.Errorf("%d reject lines, want %d", lines, res.BadRows)
+	}
+	// Plain rejects: a header, the key first (issue 31.17: no header, the
+	// key last).
+	var list []struct{ ID string }
+	if err := json.Unmarshal([]byte(precog(t, dir, "runs", "--json").stdout), &list); err != nil || len(list) != 1 {
+		t.Fatalf("runs --json: %v %v", err, list)
+	}
+	plain := precog(t, dir, "rejects", list[0].ID)
+	out := strings.Split(strings.TrimSpace(plain.stdout), "\n")
+	if plain.code != 0 || int64(len(out)) != res.BadRows+1 || out[0] != "KEY\tSHARD\tPOSITION\tREASON" || !strings.HasPrefix(out[1], "user-") {
+		t.Errorf("rejects RUN: exit %d, %d lines, want a header and %d rows, each key first:\n%s", plain.code, len(out), res.BadRows, plain.stdout)
 	}
 
 	spec = writeSpec(t, dir, "many.yaml", strings.NewReplacer("data/users/dt={{.date}}", "data/many", "date={{.date}}", "many").Replace(rankerSpec))

@@ -58,7 +58,7 @@ func (c *e2eCluster) failLikeAWorker(id string) {
 		c.t.Fatal(err)
 	}
 	c.setEnvOf()
-	if _, err := runner.AbortSinks(ctx, run); err != nil {
+	if _, err := runner.AbortSinks(ctx, run, runner.AbortOptions{}); err != nil {
 		c.t.Fatalf("abort run %s in its sinks: %v", id, err)
 	}
 }

@@ -40,7 +40,8 @@ many of the run's rejects it lists on stderr.
 
 ` + ledgerHelp + `
 
-Default output: tab-separated lines "shard  position  reason  key". --csv
+Default output: a header line, then tab-separated lines "key  shard  position
+reason" (the reason, free text, last). --csv
 prints a header (shard,key,position,reason) and one record per row; --json
 prints one array of {shard, key, position, reason}. --limit N stops after N
 rows (0: all).`,
@@ -159,7 +160,13 @@ func (w *rejectWriter) write(r jobs.Reject) error {
 		}
 		return w.csv.Write([]string{strconv.Itoa(r.Shard), r.Key, r.Position, r.Reason})
 	}
-	_, err := fmt.Fprintf(w.out, "%d\t%s\t%s\t%s\n", r.Shard, r.Position, r.Reason, r.Key)
+	if !w.started {
+		w.started = true
+		if _, err := io.WriteString(w.out, "KEY\tSHARD\tPOSITION\tREASON\n"); err != nil {
+			return err
+		}
+	}
+	_, err := fmt.Fprintf(w.out, "%s\t%d\t%s\t%s\n", r.Key, r.Shard, r.Position, r.Reason)
 	return err
 }
 

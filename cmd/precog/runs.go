@@ -86,6 +86,9 @@ RUN --json.`,
 				if err != nil {
 					return err
 				}
+				if led.cluster == nil {
+					v = localView(g.stateDir, r, shards, v, now)
+				}
 				runs = append(runs, v)
 			}
 			if asJSON {
@@ -123,11 +126,19 @@ array of {shard, key, position, reason}, by shard then position.
 --watch (Postgres ledger) redraws every second until the run finishes, then
 exits 0 if it succeeded and 1 if it failed or was cancelled; on a terminal it
 redraws in place, elsewhere it prints one line per change. With --json it
-prints one object per change.`,
+prints one object per change. A backfill is watched the same way until every
+value is done, on either ledger; on the embedded ledger the watch ends (exit
+1) when no precog process is running the unfinished backfill.`,
 		Example: "  precog status scores-20261101t040000-ab12\n  precog status scores-20261101t040000-ab12 --json\n  precog status scores-20261101t040000-ab12 --watch --db postgres://precog@db/precog",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			if watch && databaseURL(db) == "" {
+				read := localBackfillRead(g.stateDir, args[0])
+				if _, found, _, err := read(ctx); err == nil && found {
+					return watchBackfill(ctx, read, args[0], cmd.OutOrStdout(), asJSON)
+				}
+			}
 			led, err := openLedger(ctx, g, db)
 			if snap, ok := snapshotFallback(g, db, err, cmd.ErrOrStderr()); ok {
 				return printSnapshotStatus(snap, args[0], cmd.OutOrStdout(), asJSON)
@@ -137,6 +148,8 @@ prints one object per change.`,
 			defer led.Close()
 			if bl, _, ok, err := openBackfill(ctx, led, args[0]); err != nil {
 				return err
+			} else if ok && watch {
+				return watchBackfill(ctx, clusterBackfillRead(bl, args[0]), args[0], cmd.OutOrStdout(), asJSON)
 			} else if ok {
 				return printBackfillStatus(ctx, bl, args[0], cmd.OutOrStdout(), asJSON)
 			}
@@ -149,9 +162,13 @@ prints one object per change.`,
 			}
 			w := cmd.OutOrStdout()
 			if !watch {
-				v, err := withBackfill(ctx, led, runview.From(r, shards))
+				now := time.Now()
+				v, err := withBackfill(ctx, led, runview.FromAt(r, shards, now))
 				if err != nil {
 					return err
+				}
+				if led.cluster == nil {
+					v = localView(g.stateDir, r, shards, v, now)
 				}
 				sample, err := rejectSample(ctx, led, v)
 				if err != nil {
@@ -167,7 +184,7 @@ prints one object per change.`,
 					if rep != nil {
 						st.Checks = rep.Checks
 					}
-					if hs := runview.HoldersOf(shards, ws); len(hs) > 0 {
+					if hs := runview.HoldersOf(shards, ws); len(hs) > 0 && v.State != runview.StateInterrupted {
 						st.Holders = hs
 					}
 					st.CannotRun = runview.UnableFor(r.ID, ws)
@@ -185,6 +202,25 @@ prints one object per change.`,
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "redraw every second until the run finishes")
 	addDBFlag(cmd, &db)
 	return cmd
+}
+
+// localView is v, the view of an embedded-ledger run, shown interrupted
+// (with the command that resumes it) when the process executing it is
+// gone: the ledger still says running, and nothing runs it.
+func localView(stateDir string, r jobs.Run, shards []jobs.Shard, v runview.Run, now time.Time) runview.Run {
+	gone, h, ok := runner.LocalRunGone(stateDir, r, shards, now)
+	if !gone {
+		return v
+	}
+	resume := h.Command
+	if !ok || resume == "" {
+		args := []string{"run", r.SpecFile}
+		if stateDir != ".precog" {
+			args = append([]string{"--state-dir", stateDir}, args...)
+		}
+		resume = commandLine(r.Params, args...)
+	}
+	return v.Interrupted(resume)
 }
 
 // rejectSample reads the sample of a run's rejected rows that status
@@ -264,9 +300,9 @@ func watchLine(v runview.Run, rate float64) string {
 	if rate <= 0 {
 		rate = v.RowsPerS
 	}
-	line := fmt.Sprintf("%s %s rows %d/%d shards committed=%d running=%d pending=%d failed=%d rows/s=%s",
+	line := fmt.Sprintf("%s %s rows %d/%d shards committed=%d running=%d pending=%d failed=%d cancelled=%d rows/s=%s",
 		time.Now().UTC().Format(time.RFC3339), v.State, v.RowsDone, v.RowsTotal,
-		v.Shards.Committed, v.Shards.Running, v.Shards.Pending, v.Shards.Failed, runview.Human(int64(rate)))
+		v.Shards.Committed, v.Shards.Running, v.Shards.Pending, v.Shards.Failed, v.Shards.Cancelled, runview.Human(int64(rate)))
 	if eta := v.ETA(rate); eta > 0 {
 		line += " eta=" + runview.Duration(eta)
 	}
@@ -278,9 +314,10 @@ func watchLine(v runview.Run, rate float64) string {
 
 func newCancelCmd(g *globals) *cobra.Command {
 	var (
-		db    string
-		force bool
-		drain time.Duration
+		db            string
+		force         bool
+		drain         time.Duration
+		scanUnindexed bool
 	)
 	cmd := &cobra.Command{
 		Use:     "cancel RUN",
@@ -302,11 +339,27 @@ cancel (status shows none running); cancel returns as soon as the last
 worker holding one has stopped.
 
 Embedded ledger: a run still executing in another process holds the state
-directory: stop that process first (Ctrl-C or SIGTERM drains it).`,
+directory: stop that process first (Ctrl-C or SIGTERM drains it).
+
+When this process lacks the sinks' environment (a ${VAR} of the spec is
+unset here) or a sink is down, the run is still cancelled and cancel says
+"cancelled; sink cleanup pending: …". On the Postgres ledger the pending
+cleanup is recorded and a worker of the run's pool finishes it (exit 0); on
+the embedded ledger run precog cancel RUN again where the environment is set
+(exit 1 until then).
+
+Cost: each sink deletes what the run wrote and nothing else is read. Redis
+keeps a record of the keys each version wrote ({ns}:keys:{version}), so a
+cancel UNLINKs exactly those keys in batches, and a run that wrote nothing
+costs one round trip; the keyspace is never scanned. A version written by
+a precog older than key records (before 2026-11-23) has no record: it is
+left to its TTL unless --scan-unindexed asks for a SCAN of the whole
+keyspace.`,
 		Example: "  precog runs\n  precog cancel scores-20261101t040000-ab12\n  precog cancel scores-20261101t040000-ab12 --db postgres://precog@db/precog",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if done, err := cancelIfBackfill(cmd, g, db, args[0], cancelOptions{drain: drain, out: cmd.OutOrStdout(), log: g.log}); done {
+			co := cancelOptions{drain: drain, scanUnindexed: scanUnindexed, out: cmd.OutOrStdout(), log: g.log}
+			if done, err := cancelIfBackfill(cmd, g, db, args[0], co); done {
 				return err
 			}
 			if held, err := cancelHeld(cmd.Context(), g, db, args[0], cmd.OutOrStdout()); held {
@@ -318,9 +371,9 @@ directory: stop that process first (Ctrl-C or SIGTERM drains it).`,
 					return err
 				}
 				defer led.Close()
-				return cancelCluster(cmd.Context(), led, args[0], cancelOptions{drain: drain, out: cmd.OutOrStdout(), log: g.log})
+				return cancelCluster(cmd.Context(), led, args[0], co)
 			}
-			r, err := runner.CancelLocal(cmd.Context(), g.stateDir, args[0], g.log)
+			res, err := runner.CancelLocal(cmd.Context(), g.stateDir, args[0], runner.CancelOptions{ScanUnindexed: scanUnindexed, Log: g.log})
 			switch {
 			case errors.Is(err, ledger.ErrPublishing):
 				return invalid(fmt.Errorf("run %s is publishing (its results are being made visible in every sink): cancelling now could leave the sinks on different versions; it finishes in moments: %w", args[0], err))
@@ -331,7 +384,8 @@ directory: stop that process first (Ctrl-C or SIGTERM drains it).`,
 			case err != nil:
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "run %s %s\n", r.ID, r.State)
+			fmt.Fprintf(cmd.OutOrStdout(), "run %s %s\n", res.Run.ID, res.Run.State)
+			printCleaned(cmd.OutOrStdout(), res)
 			return nil
 		},
 	}
@@ -339,6 +393,7 @@ directory: stop that process first (Ctrl-C or SIGTERM drains it).`,
 	cmd.Flags().BoolVar(&force, "force", false, "no effect: a run that is publishing is never cancelled")
 	_ = cmd.Flags().MarkDeprecated("force", "a run that is publishing is never cancelled (the sinks would disagree); wait for its publish to finish")
 	cmd.Flags().DurationVar(&drain, "drain", time.Minute, "Postgres ledger: wait at most this long for workers to let go of the run's shards")
+	cmd.Flags().BoolVar(&scanUnindexed, "scan-unindexed", false, "Redis: delete a version written by a precog older than key records (2026-11-23) with a SCAN of the whole keyspace; without it such a version is left to its TTL")
 	return cmd
 }
 
@@ -461,6 +516,9 @@ func retryCluster(ctx context.Context, led *openedLedger, r jobs.Run, out io.Wri
 				r.ID, commandLine(r.Params, "submit", r.SpecFile))
 		}
 		n, err = re.RetryRun(ctx, r.ID)
+	case r.State == jobs.RunCancelled:
+		return invalid(fmt.Errorf("run %s is cancelled: nothing to retry (a cancel removed its data); submit it again, a new run, with:\n  %s",
+			r.ID, commandLine(r.Params, "submit", r.SpecFile)))
 	default:
 		return invalid(fmt.Errorf("run %s is %s: nothing to retry", r.ID, r.State))
 	}
@@ -492,7 +550,7 @@ func retryCluster(ctx context.Context, led *openedLedger, r jobs.Run, out io.Wri
 func retryLocal(cmd *cobra.Command, g *globals, r jobs.Run, parallel int, progress bool) error {
 	if r.State.Terminal() {
 		msg := fmt.Sprintf("run %s is %s: nothing to retry", r.ID, r.State)
-		if r.State == jobs.RunFailed && r.SpecFile != "" {
+		if (r.State == jobs.RunFailed || r.State == jobs.RunCancelled) && r.SpecFile != "" {
 			msg += "; start a new run with:\n  " + commandLine(r.Params, "run", r.SpecFile)
 		}
 		return invalid(errors.New(msg))

@@ -118,11 +118,12 @@ func loadSchedule(path string) (*schedule.Schedule, *jobs.Spec, error) {
 }
 
 // scheduleLedger opens the ledger `schedule list` reads each job's last
-// run and staleness from: the Postgres ledger of PRECOG_DATABASE_URL, else
-// the embedded one under --state-dir when it exists and is free (an
-// embedded scheduler holds it: then the columns print "-"). nil when none.
-func scheduleLedger(g *globals) (ledger.Ledger, func(), error) {
-	if dsn := databaseURL(""); dsn != "" {
+// run and staleness from: the Postgres ledger of --db or
+// PRECOG_DATABASE_URL, else the embedded one under --state-dir when it
+// exists and is free (an embedded scheduler holds it: then the columns
+// print "-"). nil when none.
+func scheduleLedger(g *globals, db string) (ledger.Ledger, func(), error) {
+	if dsn := databaseURL(db); dsn != "" {
 		l, err := openCluster(context.Background(), dsn, cliLedgerOptions(g.log))
 		if err != nil {
 			return nil, nil, err
@@ -159,9 +160,9 @@ func lastScheduledRun(ctx context.Context, led scheduler.RunLister, job string) 
 }
 
 func newScheduleListCmd(g *globals) *cobra.Command {
-	var dir string
+	var dir, db string
 	cmd := &cobra.Command{
-		Use:   "list --jobs DIR",
+		Use:   "list --jobs DIR [--db URL]",
 		Short: "List every scheduled job of a directory: schedule, zone, next fire, catch-up policy",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -172,7 +173,7 @@ func newScheduleListCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			led, done, err := scheduleLedger(g)
+			led, done, err := scheduleLedger(g, db)
 			if err != nil {
 				return err
 			}
@@ -185,6 +186,7 @@ func newScheduleListCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&dir, "jobs", "", "directory of job specs (*.yaml, *.yml)")
+	addDBFlag(cmd, &db)
 	return cmd
 }
 

@@ -57,7 +57,7 @@ type snapshotLedger interface {
 }
 
 // takeSnapshot reads the snapshot's content from led.
-func takeSnapshot(ctx context.Context, led snapshotLedger, now time.Time) (ledgerSnapshot, error) {
+func takeSnapshot(ctx context.Context, led snapshotLedger, dir string, now time.Time) (ledgerSnapshot, error) {
 	s := ledgerSnapshot{WrittenAt: now, PID: os.Getpid(), Shards: map[string][]jobs.Shard{}}
 	bfs, err := led.Backfills(ctx, "", 10)
 	if err != nil {
@@ -96,7 +96,7 @@ func takeSnapshot(ctx context.Context, led snapshotLedger, now time.Time) (ledge
 		if err != nil {
 			return s, err
 		}
-		v := runview.FromAt(r, shards, now)
+		v := localView(dir, r, shards, runview.FromAt(r, shards, now), now)
 		if id, _, err := led.BackfillOf(ctx, r.ID); err == nil {
 			v.Backfill = id
 		} else if !errors.Is(err, ledger.ErrNotFound) {
@@ -185,7 +185,7 @@ func startSnapshots(ctx context.Context, led snapshotLedger, dir string, log *sl
 }
 
 func (s *snapshotter) write(ctx context.Context) {
-	snap, err := takeSnapshot(ctx, s.led, time.Now().UTC())
+	snap, err := takeSnapshot(ctx, s.led, s.dir, time.Now().UTC())
 	if err == nil {
 		err = writeSnapshot(s.dir, snap)
 	}

@@ -51,20 +51,33 @@ func (d Detail) Write(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "run\t%s\n", r.ID)
 	fmt.Fprintf(tw, "job\t%s%s\n", r.Job, paramsSuffix(r.Params))
-	fmt.Fprintf(tw, "state\t%s (pool %s, priority %d)\n", r.State, r.Pool, r.Priority)
+	if r.State == StateInterrupted {
+		fmt.Fprintf(tw, "state\t%s (the process running it is gone; the same command resumes it)\n", r.State)
+	} else {
+		fmt.Fprintf(tw, "state\t%s (pool %s, priority %d)\n", r.State, r.Pool, r.Priority)
+	}
 	progress := "-"
 	if r.RowsTotal > 0 {
 		progress = fmt.Sprintf("%.1f%%", 100*float64(min(r.RowsDone, r.RowsTotal))/float64(r.RowsTotal))
 	}
-	line := fmt.Sprintf("%s  %s/%s rows  %s rows/s", progress, Human(r.RowsDone), Human(r.RowsTotal), Human(int64(rate)))
-	if eta := r.ETA(rate); eta > 0 {
-		line += "  ETA " + Duration(eta)
+	line := fmt.Sprintf("%s  %s/%s rows", progress, Human(r.RowsDone), Human(r.RowsTotal))
+	interrupted := r.State == StateInterrupted
+	if !interrupted { // nothing moves an interrupted run: no rate, no ETA
+		line += fmt.Sprintf("  %s rows/s", Human(int64(rate)))
+		if eta := r.ETA(rate); eta > 0 {
+			line += "  ETA " + Duration(eta)
+		}
 	}
 	fmt.Fprintf(tw, "progress\t%s\n", line)
-	all := r.Shards.Pending + r.Shards.Running + r.Shards.Committed + r.Shards.Failed
-	fmt.Fprintf(tw, "shards\t%d committed, %d running, %d pending, %d failed (of %d)\n",
-		r.Shards.Committed, r.Shards.Running, r.Shards.Pending, r.Shards.Failed, all)
-	if ws := workers(d.Shards, d.Workers); ws != "" {
+	if interrupted {
+		fmt.Fprintf(tw, "resume\t%s\n", r.Resume)
+	}
+	shards := fmt.Sprintf("%d committed, %d running, %d pending, %d failed", r.Shards.Committed, r.Shards.Running, r.Shards.Pending, r.Shards.Failed)
+	if r.Shards.Cancelled > 0 {
+		shards += fmt.Sprintf(", %d cancelled", r.Shards.Cancelled)
+	}
+	fmt.Fprintf(tw, "shards\t%s (of %d)\n", shards, r.Shards.All())
+	if ws := workers(d.Shards, d.Workers); ws != "" && !interrupted {
 		fmt.Fprintf(tw, "workers\t%s\n", ws)
 	}
 	for _, u := range UnableFor(r.ID, d.Workers) {
@@ -142,7 +155,7 @@ func (d Detail) writeFailed(w io.Writer) error {
 	}
 	var failed []jobs.Shard
 	for _, s := range d.Shards {
-		if s.State == jobs.ShardFailed {
+		if s.State == jobs.ShardFailed && !(d.Run.State == string(jobs.RunCancelled) && s.Error == d.Run.Error) {
 			failed = append(failed, s)
 		}
 	}

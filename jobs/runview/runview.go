@@ -16,12 +16,38 @@ import (
 	"github.com/precog-ml/precog/jobs/profile"
 )
 
-// ShardCounts are a run's shards by state.
+// ShardCounts are a run's shards by state, as they stand: a cancelled
+// run's shards that the cancel stopped (the ledger records them failed
+// with the cancel's reason), and a failed run's shards that never finished
+// (pending or running in the ledger, but nothing runs them), are counted
+// as Cancelled, not as failed, pending or running.
 type ShardCounts struct {
 	Pending   int `json:"pending"`
 	Running   int `json:"running"`
 	Committed int `json:"committed"`
 	Failed    int `json:"failed"`
+	Cancelled int `json:"cancelled"`
+}
+
+// All is the number of shards.
+func (c ShardCounts) All() int { return c.Pending + c.Running + c.Committed + c.Failed + c.Cancelled }
+
+// count adds shard s of run r to c.
+func (c *ShardCounts) count(r jobs.Run, s jobs.Shard) {
+	switch {
+	case s.State == jobs.ShardCommitted:
+		c.Committed++
+	case r.State == jobs.RunCancelled && (s.State != jobs.ShardFailed || s.Error == r.Error):
+		c.Cancelled++ // ended by the cancel (failed with its reason), or left open by an older precog
+	case r.State == jobs.RunFailed && (s.State == jobs.ShardPending || s.State == jobs.ShardRunning):
+		c.Cancelled++ // the run's failure stopped them
+	case s.State == jobs.ShardPending:
+		c.Pending++
+	case s.State == jobs.ShardRunning:
+		c.Running++
+	case s.State == jobs.ShardFailed:
+		c.Failed++
+	}
 }
 
 // Run is one run as scripts see it.
@@ -54,6 +80,25 @@ type Run struct {
 	// Cost is what its committed shards used (absent before any recorded
 	// one).
 	Cost *Cost `json:"cost,omitempty"`
+	// Resume is the command that resumes an interrupted run ("" for
+	// other states).
+	Resume string `json:"resume,omitempty"`
+}
+
+// StateInterrupted is the state shown for a local run whose process is
+// gone (killed, crashed, stopped): the ledger still says running, but
+// nothing executes it until the same command resumes it. Never stored.
+const StateInterrupted = "interrupted"
+
+// Interrupted is v shown as an interrupted run that resume resumes: no
+// rate, and its running shards (their holder is gone) counted as pending.
+func (v Run) Interrupted(resume string) Run {
+	v.State = StateInterrupted
+	v.RowsPerS = 0
+	v.Resume = resume
+	v.Shards.Pending += v.Shards.Running
+	v.Shards.Running = 0
+	return v
 }
 
 // DefaultRejectSample is how many sampled rejected rows `status` reads.
@@ -111,32 +156,37 @@ func FromAt(r jobs.Run, shards []jobs.Shard, now time.Time) Run {
 		Error: jobs.RedactSecrets(r.Error)}
 	for _, s := range shards {
 		v.RowsTotal += s.EstRows
-		switch s.State {
-		case jobs.ShardPending:
-			v.Shards.Pending++
-		case jobs.ShardRunning:
-			v.Shards.Running++
-		case jobs.ShardCommitted:
-			v.Shards.Committed++
-		case jobs.ShardFailed:
-			v.Shards.Failed++
-		}
+		v.Shards.count(r, s)
 	}
 	v.Cost = costOf(shards)
-	end := now
 	if r.State.Terminal() {
 		v.FinishedAt = r.UpdatedAt.UTC().Format(time.RFC3339)
-		end = r.UpdatedAt
 	}
-	if d := end.Sub(r.CreatedAt); d > 0 && !r.CreatedAt.IsZero() {
+	if d := RunDuration(r, now); d > 0 {
 		v.DurationS = d.Round(time.Millisecond).Seconds()
 		v.RowsPerS = float64(v.RowsDone) / d.Seconds()
 	}
 	return v
 }
 
-// publicState maps the ledger's states onto the contract's five: a run
-// that is publishing is still running.
+// RunDuration is how long run r has taken at now: from its creation to
+// its end (its last update once terminal), or to now while it is open; 0
+// when unknown. The one duration every view of a run shows: status, runs,
+// the dashboard, a backfill's per-value table and the summary precog
+// backfill prints (a value queued behind others counts its wait).
+func RunDuration(r jobs.Run, now time.Time) time.Duration {
+	if r.CreatedAt.IsZero() {
+		return 0
+	}
+	end := now
+	if r.State.Terminal() {
+		end = r.UpdatedAt
+	}
+	return max(end.Sub(r.CreatedAt), 0)
+}
+
+// publicState maps the ledger's states onto the contract's: a run that is
+// publishing is still running (interrupted is set by Interrupted).
 func publicState(s jobs.RunState) string {
 	if s == jobs.RunPublishing {
 		return string(jobs.RunRunning)
@@ -149,13 +199,17 @@ func Table(w io.Writer, runs []Run) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN\tJOB\tSTATE\tPROGRESS\tROWS/S\tDURATION\tSHARDS (done/failed/all)\tREJECTED\tCREATED\tERROR")
 	for _, r := range runs {
-		all := r.Shards.Pending + r.Shards.Running + r.Shards.Committed + r.Shards.Failed
+		all := r.Shards.All()
 		progress := "-"
 		if r.RowsTotal > 0 {
 			progress = fmt.Sprintf("%.0f%%", 100*float64(min(r.RowsDone, r.RowsTotal))/float64(r.RowsTotal))
 		}
+		rate := Human(int64(r.RowsPerS))
+		if r.State == StateInterrupted {
+			rate = "-"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d/%d\t%d\t%s\t%s\n", r.ID, r.Job, r.State, progress,
-			Human(int64(r.RowsPerS)), Duration(time.Duration(r.DurationS*float64(time.Second))), r.Shards.Committed, r.Shards.Failed, all, r.Rejected, r.CreatedAt, oneLine(r.Error, 60))
+			rate, Duration(time.Duration(r.DurationS*float64(time.Second))), r.Shards.Committed, r.Shards.Failed, all, r.Rejected, r.CreatedAt, oneLine(r.Error, 60))
 	}
 	return tw.Flush()
 }

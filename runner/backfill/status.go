@@ -92,6 +92,7 @@ func viewOf(b ledger.Backfill, runs map[string]jobs.Run, views map[string]runvie
 		v.Shards.Running += rv.Shards.Running
 		v.Shards.Committed += rv.Shards.Committed
 		v.Shards.Failed += rv.Shards.Failed
+		v.Shards.Cancelled += rv.Shards.Cancelled
 		if v.Error == "" && rv.State == string(jobs.RunFailed) {
 			v.Error = d.Value + ": " + rv.Error
 		}

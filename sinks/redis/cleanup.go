@@ -112,44 +112,91 @@ func (s *Sink) WaitCleanup(ctx context.Context) error {
 	}
 }
 
+// versionState is what a version left in Redis: its key record and its
+// shard-marker hash (Prepare creates the hash before anything is written;
+// every pipeline APPENDs its keys to the record before its SETs).
+type versionState struct {
+	recorded, marked bool
+}
+
+// queueVersionState adds the two EXISTS that read a version's state to
+// pipe; read reads their answers once the pipeline ran.
+func (s *Sink) queueVersionState(ctx context.Context, pipe goredis.Pipeliner, version string) (read func() (versionState, error)) {
+	rec := pipe.Exists(ctx, s.layout.Keys(version))
+	mark := pipe.Exists(ctx, s.layout.Shards(version))
+	return func() (versionState, error) {
+		if err := rec.Err(); err != nil {
+			return versionState{}, s.cfg.sanitize("delete version "+version+": EXISTS "+s.layout.Keys(version), err)
+		}
+		if err := mark.Err(); err != nil {
+			return versionState{}, s.cfg.sanitize("delete version "+version+": EXISTS "+s.layout.Shards(version), err)
+		}
+		return versionState{recorded: rec.Val() > 0, marked: mark.Val() > 0}, nil
+	}
+}
+
 // deleteVersion removes every record of version, its key record and its
-// shard markers. It reads the key record ({ns}:keys:{version}) and UNLINKs
-// what it lists in batches, so its cost is proportional to the version,
-// not to the keyspace. A version without a key record and without markers
-// was written by a precog older than key records: its keys are found with
-// SCAN over the whole keyspace (logged, as it can be slow).
+// shard markers (see deleteKnown); it reads their state first, one round
+// trip.
 func (s *Sink) deleteVersion(ctx context.Context, version string) (int64, error) {
-	keysKey, shardsKey := s.layout.Keys(version), s.layout.Shards(version)
-	recorded, err := s.client.Exists(ctx, keysKey).Result()
+	pipe := s.client.Pipeline()
+	read := s.queueVersionState(ctx, pipe, version)
+	_, _ = pipe.Exec(ctx) // each command's error is read below
+	st, err := read()
 	if err != nil {
-		return 0, s.cfg.sanitize("delete version "+version+": EXISTS "+keysKey, err)
+		return 0, err
 	}
-	marked, err := s.client.Exists(ctx, shardsKey).Result()
-	if err != nil {
-		return 0, s.cfg.sanitize("delete version "+version+": EXISTS "+shardsKey, err)
-	}
+	return s.deleteKnown(ctx, version, st)
+}
+
+// deleteKnown removes every record of version, its key record and its
+// shard markers, given their state. It reads the key record
+// ({ns}:keys:{version}) and UNLINKs what it lists in batches, so its cost
+// is proportional to the version, never to the keyspace, and a version
+// with neither a key record nor markers costs nothing more: nothing was
+// written (Prepare creates the markers before any write, and every
+// pipeline records its keys before it sends them). A precog older than
+// key records (before 2026-11-23) wrote neither: such a version is
+// deleted by a SCAN of the whole keyspace only when the operator asked
+// for it (ScanUnindexed: precog cancel --scan-unindexed); otherwise it is
+// logged and left, as its records expire with their TTL.
+func (s *Sink) deleteKnown(ctx context.Context, version string, st versionState) (int64, error) {
 	var n int64
+	var err error
 	switch {
-	case recorded > 0:
+	case st.recorded:
 		n, err = s.unlinkRecorded(ctx, version)
-	case marked > 0: // prepared, nothing sent
-	default:
-		s.log.Warn("redis version has no key record (written by an older precog, or expired): deleting its keys with a SCAN of the whole keyspace",
+	case st.marked: // prepared, nothing sent
+	case s.scanUnindexed.Load():
+		s.log.Warn("redis version has no key record and no shard markers: deleting what an older precog may have written with a SCAN of the whole keyspace, as asked",
 			"version", version)
 		n, err = s.scanDelete(ctx, version)
+	default:
+		s.log.Info("redis version has no key record and no shard markers: nothing of it to delete (a version written by a precog older than key records is deleted only with precog cancel --scan-unindexed)",
+			"version", version)
+		return 0, nil
 	}
 	if err != nil {
 		return n, err
 	}
 	// The record and markers go last: a crash before leaves them for the
 	// next attempt, which then finds nothing left to delete but themselves.
-	for _, k := range []string{keysKey, shardsKey} {
-		if err := s.client.Unlink(ctx, k).Err(); err != nil {
-			return n, s.cfg.sanitize("delete version "+version+": UNLINK "+k, err)
-		}
+	if err := s.client.Unlink(ctx, s.layout.Keys(version)).Err(); err != nil {
+		return n, s.cfg.sanitize("delete version "+version+": UNLINK "+s.layout.Keys(version), err)
+	}
+	if err := s.client.Unlink(ctx, s.layout.Shards(version)).Err(); err != nil {
+		return n, s.cfg.sanitize("delete version "+version+": UNLINK "+s.layout.Shards(version), err)
 	}
 	return n, nil
 }
+
+// ScanUnindexed makes Abort and retention delete a version that has
+// neither a key record nor shard markers with a SCAN of the whole
+// keyspace (on every master), for versions written by a precog older
+// than key records. Off by default: without it such a version costs one
+// round trip and is left to its TTL, so a cancel never scans a shared
+// keyspace unasked.
+func (s *Sink) ScanUnindexed(on bool) { s.scanUnindexed.Store(on) }
 
 // unlinkRecorded reads the version's key record a chunk at a time and
 // UNLINKs the keys it lists in batches of unlinkBatch. It returns the number
@@ -217,8 +264,8 @@ func (s *Sink) unlinkKeys(ctx context.Context, keys []string) error {
 }
 
 // scanDelete removes {ns}:{version}:* with SCAN + pipelined UNLINK, a page
-// at a time, on every master of a cluster: the fallback for versions
-// without a key record.
+// at a time, on every master of a cluster: for versions without a key
+// record, only when ScanUnindexed asked for it.
 func (s *Sink) scanDelete(ctx context.Context, version string) (int64, error) {
 	pattern := s.layout.RecordPrefix(version) + "*"
 	var total int64

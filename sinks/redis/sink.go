@@ -35,8 +35,10 @@
 // background collector deletes their keys: it reads the version's key
 // record and UNLINKs what it lists in batches of a thousand, so deleting a
 // version costs in proportion to the version, not the keyspace. Versions
-// without a key record (written by an older precog) fall back to SCAN
-// MATCH + UNLINK, logged. Close waits for the collector at most
+// with neither a key record nor shard markers hold nothing precog wrote
+// since key records exist: deleting one costs one round trip; SCAN MATCH +
+// UNLINK (for a version of an older precog) runs only when asked
+// (ScanUnindexed). Close waits for the collector at most
 // CloseTimeout; the next run's Prepare or Publish finishes what is left.
 //
 // With publish: in_place records go to {namespace}:{key} directly, a retried
@@ -66,7 +68,10 @@
 // single SET of current is the cutover, and the ordering above keeps the
 // bookkeeping safe. Server state (run_id, evicted_keys) is read from every
 // master and compared by address at Stage. Deletion UNLINKs one key per
-// command (pipelined); the SCAN fallback runs on every master.
+// command (pipelined); the SCAN fallback, when asked for, runs on every
+// master. A pipeline's key record APPEND is acknowledged before its SETs
+// are sent (they go to other nodes, in parallel), so that no written key
+// escapes the record when a process dies mid-pipeline.
 package redis
 
 import (
@@ -110,6 +115,8 @@ type Sink struct {
 	gcMu     sync.Mutex // one collector at a time
 	closed   sync.Once
 	isClosed atomic.Bool
+	// scanUnindexed: see ScanUnindexed.
+	scanUnindexed atomic.Bool
 
 	// batches recycles pipeline batches across shard attempts.
 	batches *batchPool
@@ -415,12 +422,19 @@ func (s *Sink) Abort(ctx context.Context, run sinks.RunInfo) error {
 	if err := s.checkRun(run); err != nil {
 		return err
 	}
+	// One round trip reads whether the version is published and what it
+	// left: a run that wrote nothing costs this alone.
 	ns := s.cfg.namespace
-	cur, err := s.client.Get(ctx, CurrentKey(ns)).Result()
+	pipe := s.client.Pipeline()
+	curCmd := pipe.Get(ctx, CurrentKey(ns))
+	listedCmd := pipe.ZScore(ctx, VersionsKey(ns), run.Version)
+	read := s.queueVersionState(ctx, pipe, run.Version)
+	_, _ = pipe.Exec(ctx) // each command's error is read below
+	cur, err := curCmd.Result()
 	if err != nil && !errors.Is(err, goredis.Nil) {
 		return s.cfg.sanitize("abort: read "+CurrentKey(ns), err)
 	}
-	_, err = s.client.ZScore(ctx, VersionsKey(ns), run.Version).Result()
+	_, err = listedCmd.Result()
 	listed := err == nil
 	if err != nil && !errors.Is(err, goredis.Nil) {
 		return s.cfg.sanitize("abort: read "+VersionsKey(ns), err)
@@ -428,7 +442,11 @@ func (s *Sink) Abort(ctx context.Context, run sinks.RunInfo) error {
 	if cur == run.Version || listed {
 		return fmt.Errorf("redis sink: abort run %s: version %s is published; roll back instead", run.RunID, run.Version)
 	}
-	n, err := s.deleteVersion(ctx, run.Version)
+	st, err := read()
+	if err != nil {
+		return fmt.Errorf("abort run %s: %w", run.RunID, err)
+	}
+	n, err := s.deleteKnown(ctx, run.Version, st)
 	if err != nil {
 		return fmt.Errorf("abort run %s: %w", run.RunID, err)
 	}

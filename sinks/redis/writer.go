@@ -15,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/precog-ml/precog/sinks"
 )
@@ -487,7 +488,10 @@ func (s *Sink) sendBatch(ctx context.Context, b *pipeBatch, keysKey string, retr
 // execSets runs one pipeline and returns the first failure, either of the
 // exchange or of any single command. With a keysKey the pipeline first
 // appends its keys to the version's key record (and refreshes its TTL), so
-// that a key is recorded before it is written, even if the process dies.
+// that a key is recorded before it is written, even if the process dies:
+// on one server the APPEND precedes the SETs on the same connection; on a
+// cluster, where the SETs go to other nodes in parallel, the APPEND is
+// acknowledged first, in a round trip of its own.
 func (s *Sink) execSets(ctx context.Context, b *pipeBatch, keysKey string) error {
 	pipe := s.client.Pipeline()
 	if keysKey != "" {
@@ -495,10 +499,22 @@ func (s *Sink) execSets(ctx context.Context, b *pipeBatch, keysKey string) error
 		if s.cfg.ttl > 0 {
 			pipe.PExpire(ctx, keysKey, s.cfg.ttl)
 		}
+		if _, cluster := s.client.(*goredis.ClusterClient); cluster {
+			if err := execPipe(ctx, pipe); err != nil {
+				return err
+			}
+			pipe = s.client.Pipeline()
+		}
 	}
 	for i := range b.spans {
 		pipe.Set(ctx, b.key(i), b.value(i), s.cfg.ttl)
 	}
+	return execPipe(ctx, pipe)
+}
+
+// execPipe runs pipe and returns the first failure, of the exchange or of
+// any single command.
+func execPipe(ctx context.Context, pipe goredis.Pipeliner) error {
 	cmds, err := pipe.Exec(ctx)
 	if err != nil {
 		return err

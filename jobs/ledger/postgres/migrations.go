@@ -244,6 +244,18 @@ ALTER TABLE precog_run_shards ADD COLUMN IF NOT EXISTS cost jsonb;
 `,
 	// 10: the runs a worker cannot execute (a spec it cannot load) and why.
 	`ALTER TABLE precog_workers ADD COLUMN IF NOT EXISTS unable jsonb;`,
+	// 11: cancelled runs whose sinks still hold their data (the cancelling
+	// process lacked the sinks' environment): a worker of the pool, which
+	// has it, finishes the cleanup (ledger.Cleanups).
+	`
+CREATE TABLE IF NOT EXISTS precog_cleanups (
+	run_id     text PRIMARY KEY REFERENCES precog_runs (id) ON DELETE CASCADE,
+	pool       text NOT NULL,
+	reason     text NOT NULL,
+	created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS precog_cleanups_pool ON precog_cleanups (pool);
+`,
 }
 
 // migrateLockKey is the pg_advisory_xact_lock key that serialises schema
