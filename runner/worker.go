@@ -305,13 +305,23 @@ func (w *Worker) execute(ctx context.Context, id, device string, run jobs.Run, s
 // and the worker passes over the run for a backoff and reports why
 // (`precog workers`, the run's status, /readyz), so that workers that can
 // run it finish it, and a run no worker can run shows why it waits.
+//
+// A holder whose lease was taken over or whose run ended meanwhile (a worker
+// frozen while it prepared the run's sinks, thawed after the run finished)
+// is a stale attempt, not a worker that cannot run the job: it stops as any
+// stale attempt does and is not marked.
 func (w *Worker) cannotExecute(ctx context.Context, id string, run jobs.Run, sh jobs.Shard, err error) {
+	rerr := w.led.Release(ctx, run.ID, sh.Index, id)
+	if errors.Is(rerr, ledger.ErrLeaseLost) || errors.Is(rerr, ledger.ErrRunFinished) {
+		w.log.Info("shard attempt stopped: lease lost or run finished", "run", run.ID, "shard", sh.Index, "worker", id, "err", err)
+		return
+	}
+	if rerr != nil {
+		w.log.Warn("release the shard", "run", run.ID, "shard", sh.Index, "worker", id, "err", rerr)
+	}
 	wait := w.unable.mark(run, err, time.Now())
 	w.log.Error("cannot execute this run here; its shard goes back to other workers", "run", run.ID, "job", run.Job, "shard", sh.Index,
 		"worker", id, "err", err, "passed_over_for", wait.Round(time.Second))
-	if rerr := w.led.Release(ctx, run.ID, sh.Index, id); rerr != nil {
-		w.log.Warn("release the shard", "run", run.ID, "shard", sh.Index, "worker", id, "err", rerr)
-	}
 	w.pres.changed() // report it now, not at the next heartbeat
 }
 
