@@ -238,3 +238,36 @@ func BenchmarkKeyGuardInts(b *testing.B) {
 		})
 	}
 }
+
+// TestKeyGuardIntRepeatsHandOff: with duplicate_keys: reject, int64 keys
+// taken by checkInts hand a repeat (in the same batch or of an earlier one)
+// to the general loop, which rejects it naming the first row, then keeps
+// taking the batch's later rows.
+func TestKeyGuardIntRepeatsHandOff(t *testing.T) {
+	b1, b2 := int64Batch(t, 1, 2, 3), int64Batch(t, 4, 2, 5, 5, 6)
+	defer b1.Release()
+	defer b2.Release()
+	g := newKeyGuard("id", "reject", 0)
+	rej := &memRejects{}
+	k1, _, err := g.check(b1, 0, loc("p1"), rej)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k1.rec.Release()
+	k2, n, err := g.check(b2, 0, loc("p2"), rej)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k2.rec.Release()
+	if n != 2 || k2.rec.NumRows() != 3 || len(rej.lines) != 2 ||
+		!strings.Contains(rej.lines[0], "2|p2 row 1|column id: duplicate key (first at p1 row 1)") ||
+		!strings.Contains(rej.lines[1], "5|p2 row 3|column id: duplicate key (first at p2 row 2)") {
+		t.Fatalf("rejected %d (%q), kept %d; want the repeats of 2 and 5 rejected", n, rej.lines, k2.rec.NumRows())
+	}
+	if got := k2.rec.Column(0).(*array.Int64).Int64Values(); !slices.Equal(got, []int64{4, 5, 6}) {
+		t.Fatalf("kept keys %v, want [4 5 6]", got)
+	}
+	if g.sketch.Count() != 6 {
+		t.Fatalf("sketch holds %d keys, want the 6 distinct kept ones", g.sketch.Count())
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/precog-ml/precog/internal/testgen"
+	"github.com/precog-ml/precog/jobs"
 )
 
 // feedTarget is issue 33's bar for the pipeline's own ceiling: a job whose
@@ -193,18 +194,25 @@ func sumFile(ctx context.Context, in, outPath string) (int64, error) {
 	}
 	defer rr.Release()
 
-	outSchema := arrow.NewSchema([]arrow.Field{
+	// The same four columns precog's Parquet sink writes, with its writer
+	// properties: model_version dictionary-encoded from a one-value
+	// dictionary (the constant is never hashed per row), computed_at a
+	// constant built once and sliced.
+	outSchema := arrow.NewSchema(append([]arrow.Field{
 		{Name: testgen.KeyColumn, Type: arrow.PrimitiveTypes.Int64},
 		{Name: "score", Type: arrow.PrimitiveTypes.Float32},
-	}, nil)
+	}, jobs.OutputTail()...), nil)
+	consts := newRawConsts(outSchema, 64*1024)
+	defer consts.release()
 	f, err := os.Create(outPath)
 	if err != nil {
 		return 0, err
 	}
 	defer f.Close()
 	w, err := pqarrow.NewFileWriter(outSchema, f,
-		parquet.NewWriterProperties(parquet.WithCompression(compress.Codecs.Snappy), parquet.WithDictionaryDefault(false)),
-		pqarrow.DefaultWriterProps())
+		parquet.NewWriterProperties(parquet.WithCompression(compress.Codecs.Snappy), parquet.WithDictionaryDefault(false),
+			parquet.WithDictionaryFor(jobs.ColModelVersion, true), parquet.WithMaxRowGroupLength(128*1024)),
+		pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
 	if err != nil {
 		return 0, err
 	}
@@ -230,11 +238,16 @@ func sumFile(ctx context.Context, in, outPath string) (int64, error) {
 		score := array.NewData(arrow.PrimitiveTypes.Float32, n, []*memory.Buffer{nil, memory.NewBufferBytes(arrow.Float32Traits.CastToBytes(sum))}, nil, 0, 0)
 		scoreArr := array.MakeFromData(score)
 		score.Release()
-		outRec := array.NewRecordBatch(outSchema, []arrow.Array{key, scoreArr}, int64(n))
-		err = w.WriteBuffered(outRec)
+		mv, at := consts.slice(n)
+		mvDense := consts.dense(n)
+		outRec := array.NewRecordBatch(outSchema, []arrow.Array{key, scoreArr, mvDense, at}, int64(n))
+		err = w.WriteBuffered(withColumns{RecordBatch: outRec, cols: []arrow.Array{key, scoreArr, mv, at}})
 		outRec.Release()
 		key.Release()
 		scoreArr.Release()
+		mv.Release()
+		mvDense.Release()
+		at.Release()
 		if err != nil {
 			w.Close()
 			return rows, err
@@ -245,4 +258,68 @@ func sumFile(ctx context.Context, in, outPath string) (int64, error) {
 		return rows, err
 	}
 	return rows, nil
+}
+
+// rawConsts are the raw loop's run-constant columns (model_version and
+// computed_at), built once at the read batch size and sliced per batch.
+type rawConsts struct {
+	mv arrow.Array // a dictionary array: all-zero indices into one value
+	at arrow.Array
+	// strs is model_version as strings: the record's String column, which
+	// the writer is handed as mv (withColumns), as precog's sink does.
+	strs arrow.Array
+}
+
+func newRawConsts(schema *arrow.Schema, size int) rawConsts {
+	mem := memory.DefaultAllocator
+	dict := array.NewStringBuilder(mem)
+	dict.Append("0123456789ab") // a 12-character model version, as precog's
+	values := dict.NewArray()
+	dict.Release()
+	idx := array.NewInt32Data(array.NewData(arrow.PrimitiveTypes.Int32, size,
+		[]*memory.Buffer{nil, memory.NewBufferBytes(arrow.Int32Traits.CastToBytes(make([]int32, size)))}, nil, 0, 0))
+	mv := array.NewDictionaryArray(&arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int32, ValueType: arrow.BinaryTypes.String}, idx, values)
+	idx.Release()
+	values.Release()
+	tb := array.NewTimestampBuilder(mem, schema.Field(schema.FieldIndices(jobs.ColComputedAt)[0]).Type.(*arrow.TimestampType))
+	tb.Reserve(size)
+	now := arrow.Timestamp(time.Now().UnixMicro())
+	for range size {
+		tb.UnsafeAppend(now)
+	}
+	at := tb.NewArray()
+	tb.Release()
+	sb := array.NewStringBuilder(mem)
+	for range size {
+		sb.Append("0123456789ab")
+	}
+	strs := sb.NewArray()
+	sb.Release()
+	return rawConsts{mv: mv, at: at, strs: strs}
+}
+
+// dense returns model_version's strings at length n; the caller releases it.
+func (c rawConsts) dense(n int) arrow.Array { return array.NewSlice(c.strs, 0, int64(n)) }
+
+// withColumns reports its record's schema but hands the Parquet writer other
+// arrays: a dictionary array for a String field (pqarrow requires the
+// record's schema to equal the file's).
+type withColumns struct {
+	arrow.RecordBatch
+	cols []arrow.Array
+}
+
+func (r withColumns) Columns() []arrow.Array   { return r.cols }
+func (r withColumns) Column(i int) arrow.Array { return r.cols[i] }
+
+// slice returns both columns at length n (at most the size they were built
+// at); the caller releases them.
+func (c rawConsts) slice(n int) (arrow.Array, arrow.Array) {
+	return array.NewSlice(c.mv, 0, int64(n)), array.NewSlice(c.at, 0, int64(n))
+}
+
+func (c rawConsts) release() {
+	c.mv.Release()
+	c.at.Release()
+	c.strs.Release()
 }

@@ -262,9 +262,11 @@ func (s *Sink) Shard(ctx context.Context, run sinks.RunInfo, index int) (sinks.S
 		parquet.WithCreatedBy("precog"),
 		parquet.WithDictionaryDefault(false),
 	}
-	for _, f := range run.Schema.Fields() {
+	var dictCols []int
+	for i, f := range run.Schema.Fields() {
 		if f.Type.ID() == arrow.STRING && f.Name != run.Key {
 			opts = append(opts, parquet.WithDictionaryFor(f.Name, true))
+			dictCols = append(dictCols, i)
 		}
 	}
 	props := parquet.NewWriterProperties(opts...)
@@ -281,7 +283,8 @@ func (s *Sink) Shard(ctx context.Context, run sinks.RunInfo, index int) (sinks.S
 			return nil, fmt.Errorf("parquet: shard %d: metadata: %w", index, err)
 		}
 	}
-	return &shardWriter{sink: s, run: run, index: index, f: f, bw: bw, fw: fw, tmp: tmp, final: final, dir: d.staging, target: d.target}, nil
+	return &shardWriter{sink: s, run: run, index: index, f: f, bw: bw, fw: fw, tmp: tmp, final: final, dir: d.staging, target: d.target,
+		consts: newConstStrings(dictCols)}, nil
 }
 
 // exchangeDirs swaps two directories atomically; a variable so tests can
@@ -305,6 +308,7 @@ type shardWriter struct {
 	final  string
 	dir    string
 	target string
+	consts *constStrings
 	rows   int64
 	// rgBytes is the Arrow size of the rows in the buffered row group.
 	rgBytes int64
@@ -325,7 +329,9 @@ func (w *shardWriter) Write(ctx context.Context, batch arrow.RecordBatch) error 
 	}
 	// Re-label with the run's schema so metadata differences don't matter.
 	rec := array.NewRecordBatch(w.run.Schema, batch.Columns(), batch.NumRows())
-	err := w.fw.WriteBuffered(rec)
+	cols, release := w.consts.columns(batch)
+	err := w.fw.WriteBuffered(relabeled{RecordBatch: rec, cols: cols})
+	release()
 	rec.Release()
 	if err != nil {
 		return fmt.Errorf("parquet: shard %d: write rows %d..%d to %s: %w", w.index, w.rows, w.rows+batch.NumRows(), w.tmp, err)
@@ -388,6 +394,7 @@ func (w *shardWriter) Commit(ctx context.Context) error {
 		return fmt.Errorf("parquet: shard %d: commit after commit or abort", w.index)
 	}
 	w.done = true
+	defer w.consts.release()
 	fail := func(what string, err error) error {
 		w.f.Close()
 		os.Remove(w.tmp)
@@ -432,6 +439,7 @@ func (w *shardWriter) Abort(ctx context.Context) error {
 		return nil
 	}
 	w.done = true
+	w.consts.release()
 	w.f.Close()
 	if err := os.Remove(w.tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("parquet: shard %d: abort: %w", w.index, err)

@@ -158,6 +158,7 @@ func newReader(ctx context.Context, of *openedFile, sp shardPlan, columns []stri
 	}
 	r.next = r.rgStart[first] + sp.Offset
 	r.last, r.end = r.next, r.next+sp.Rows
+	of.wholeChunks(first, lastRG)
 
 	fr, err := pqarrow.NewFileReader(of.rdr, pqarrow.ArrowReadProperties{BatchSize: int64(read)}, memory.DefaultAllocator)
 	if err != nil {
