@@ -521,13 +521,12 @@ func PlanRun(ctx context.Context, job *Job) (jobs.Run, []jobs.Shard, error) {
 	return run, shards, nil
 }
 
-// shardLoop executes a local run's shards: opts.Parallel claim loops
-// claim and execute shards until none is left, the run is interrupted or a
-// shard fails for good.
-type shardLoop struct {
+// localMode is the executor's mode of a local run: opts.Parallel claim
+// loops claim the one run's shards until none is left, the run is
+// interrupted or a shard fails for good.
+type localMode struct {
 	lr     *localRun
 	run    jobs.Run
-	worker string
 	cancel context.CancelCauseFunc
 	// onRows is called as rows are read; onDone after each commit (an
 	// error stops the run: the reject limit).
@@ -544,10 +543,12 @@ func (lr *localRun) runShards(ctx context.Context, run jobs.Run, onRows func(int
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	host, _ := os.Hostname()
-	l := &shardLoop{lr: lr, run: run, worker: fmt.Sprintf("%s-%d", host, os.Getpid()), cancel: cancel, onRows: onRows, onDone: onDone}
+	worker := fmt.Sprintf("%s-%d", host, os.Getpid())
+	m := &localMode{lr: lr, run: run, cancel: cancel, onRows: onRows, onDone: onDone}
+	ex := &executor{led: lr.led, lease: lr.opts.Lease, stall: lr.opts.StallTimeout, log: lr.log}
 	var wg sync.WaitGroup
 	for range lr.opts.Parallel {
-		wg.Go(func() { l.claimLoop(ctx) })
+		wg.Go(func() { ex.loop(ctx, ctx, worker, m, nil) })
 	}
 	wg.Wait()
 	if cause := context.Cause(ctx); cause != nil {
@@ -556,150 +557,64 @@ func (lr *localRun) runShards(ctx context.Context, run jobs.Run, onRows func(int
 		}
 		return cause
 	}
-	if len(l.failed) > 0 {
+	if len(m.failed) > 0 {
 		return fmt.Errorf("run %s: %d shard(s) failed after %d attempts; rerun the same command to retry them:\n  %s",
-			run.ID, len(l.failed), lr.job.Spec.Retry.MaxAttempts, strings.Join(l.failed, "\n  "))
+			run.ID, len(m.failed), lr.job.Spec.Retry.MaxAttempts, strings.Join(m.failed, "\n  "))
 	}
 	return nil
 }
 
-// claimLoop claims and executes shards one at a time until none is left
-// or the run stops.
-func (l *shardLoop) claimLoop(ctx context.Context) {
-	lr := l.lr
-	streak := &transientStreak{policy: retry.Policy{Window: lr.job.Spec.Retry.TransientWindow.Duration}}
-	for ctx.Err() == nil {
-		sh, err := lr.led.Claim(ctx, l.run.ID, l.worker, lr.opts.Lease)
-		if errors.Is(err, ledger.ErrNoShard) {
-			return
-		}
-		if err != nil {
-			l.cancel(err)
-			return
-		}
-		began := time.Now()
-		var cost jobs.Cost
-		counts, sample, profile, err := runAttempt(ctx, attempt{led: lr.led, job: lr.job, snks: lr.snks, info: lr.info, run: l.run, shard: sh, worker: l.worker,
-			lease: lr.opts.Lease, stall: lr.opts.StallTimeout, rejectsDir: filepath.Join(lr.opts.StateDir, "rejects", l.run.ID),
-			keepRejects: ledger.DefaultRejectsPerRun, stats: lr.res.Stages, onRows: l.onRows, cost: &cost})
-		if err == nil {
-			streak.reset()
-			if !l.committed(ctx, sh, began, ledger.CompleteParams{Counts: counts, Sample: sample, Profile: profile, Cost: cost}) {
-				return
-			}
-			continue
-		}
-		if !l.failedAttempt(ctx, sh, err, streak) {
-			return
-		}
-	}
+func (m *localMode) claim(ctx context.Context, worker string) (shardTask, error) {
+	lr := m.lr
+	sh, err := lr.led.Claim(ctx, m.run.ID, worker, lr.opts.Lease)
+	return shardTask{run: m.run, shard: sh, job: lr.job, snks: lr.snks, info: lr.info,
+		rejectsDir: filepath.Join(lr.opts.StateDir, "rejects", m.run.ID), keepRejects: ledger.DefaultRejectsPerRun,
+		stats: lr.res.Stages, onRows: m.onRows}, err
 }
 
-// committed records a shard whose sinks committed; false stops the loop.
-// done holds the attempt's counts, reject sample and profile; committed
-// fills in the run, shard and worker.
-func (l *shardLoop) committed(ctx context.Context, sh jobs.Shard, began time.Time, done ledger.CompleteParams) bool {
-	counts := done.Counts
-	shardsTotal.WithLabelValues("committed").Inc()
-	shardSeconds.Observe(time.Since(began).Seconds())
-	rowsTotal.WithLabelValues("read").Add(float64(counts.RowsIn))
-	rowsTotal.WithLabelValues("written").Add(float64(counts.RowsOut))
-	rowsTotal.WithLabelValues("rejected").Add(float64(counts.Rejected))
-	// The sinks committed: record it even when interrupted meanwhile, or
-	// the shard would be computed again.
-	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	done.RunID, done.Shard, done.Worker = l.run.ID, sh.Index, l.worker
-	err := l.lr.led.Complete(cctx, done)
-	ccancel()
-	if err != nil {
-		l.cancel(fmt.Errorf("shard %d: complete: %w", sh.Index, err))
-		return false
-	}
-	l.lr.log.Debug("shard committed", "shard", sh.Index, "rows_in", counts.RowsIn, "rows_out", counts.RowsOut, "rejected", counts.Rejected)
-	if err := l.onDone(counts); err != nil {
-		l.cancel(err)
-		return false
-	}
-	return true
+// idle: every shard is claimed or done; this loop's work is over.
+func (m *localMode) idle(context.Context, string) bool { return false }
+
+func (m *localMode) claimFailed(_ context.Context, _ string, err error, _ int) bool {
+	m.cancel(err)
+	return false
 }
 
-// failedAttempt settles an attempt that failed with err: released when
-// interrupted or transient (no attempt spent), failed otherwise; false
-// stops the loop.
-func (l *shardLoop) failedAttempt(ctx context.Context, sh jobs.Shard, err error, streak *transientStreak) bool {
-	led, maxAttempts := l.lr.led, l.lr.job.Spec.Retry.MaxAttempts
-	fail := ledger.FailParams{RunID: l.run.ID, Shard: sh.Index, Worker: l.worker, Msg: err.Error(), MaxAttempts: maxAttempts}
-	switch {
-	case ctx.Err() != nil:
-		// Interrupted: give the shard back without spending an attempt.
-		shardsTotal.WithLabelValues("released").Inc()
-		_ = led.Release(context.WithoutCancel(ctx), l.run.ID, sh.Index, l.worker)
+// settled stops the run at a permanent error or a ledger that cannot
+// record an outcome, and notes the shards out of attempts (the other
+// shards go on; the run fails once they are done).
+func (m *localMode) settled(_ context.Context, _ string, t shardTask, r attemptResult) bool {
+	switch r.outcome {
+	case outCommitted:
+		if err := m.onDone(r.counts); err != nil {
+			m.cancel(err)
+			return false
+		}
+		return true
+	case outRetried:
+		return true
+	case outReleased:
 		return false
-	case retry.Classify(err) == retry.Permanent:
+	case outLost:
+		if r.ledgerOp != "" {
+			m.cancel(fmt.Errorf("shard %d: %s: %w", t.shard.Index, r.ledgerOp, r.err))
+		} else {
+			m.cancel(r.err)
+		}
+		return false
+	case outPermanent:
 		// Retrying cannot help (a full disk, a permission, bad data): fail
 		// at once with the cause.
-		shardsTotal.WithLabelValues("failed").Inc()
-		_ = led.Fail(ctx, fail)
-		l.cancel(fmt.Errorf("%w (a permanent error: not retried; nothing was published)", err))
-		return false
-	case retry.Classify(err) == retry.Transient && streak.retry(ctx, err):
-		// A store restarting or a network blip: back off and try again
-		// without spending an attempt, within the window.
-		shardsTotal.WithLabelValues("released").Inc()
-		l.lr.log.Warn("transient error; retrying the shard after a backoff", "shard", sh.Index, "err", err)
-		_ = led.Release(context.WithoutCancel(ctx), l.run.ID, sh.Index, l.worker)
-		return true
-	}
-	shardsTotal.WithLabelValues("failed").Inc()
-	l.lr.log.Warn("shard failed", "shard", sh.Index, "attempt", sh.Attempts, "max_attempts", maxAttempts, "err", err)
-	fail.Retry = true
-	if ferr := led.Fail(ctx, fail); ferr != nil {
-		l.cancel(fmt.Errorf("shard %d: record failure: %w", sh.Index, ferr))
+		m.cancel(fmt.Errorf("%w (a permanent error: not retried; nothing was published)", r.err))
 		return false
 	}
-	if sh.Attempts >= maxAttempts {
-		l.mu.Lock()
-		l.failed = append(l.failed, fmt.Sprintf("shard %d: %v", sh.Index, err))
-		l.mu.Unlock()
+	if r.exhausted {
+		m.mu.Lock()
+		m.failed = append(m.failed, shardFailure(t, r))
+		m.mu.Unlock()
 	}
 	return true
 }
-
-// transientStreak is one shard loop's run of transient failures: retried
-// with backoff until the policy's window since the first one has passed.
-type transientStreak struct {
-	policy retry.Policy
-	first  time.Time
-	n      int
-}
-
-// retry sleeps the next backoff and reports true while the window allows
-// another try; false when it has passed (the failure then counts as an
-// attempt) or ctx ended.
-func (s *transientStreak) retry(ctx context.Context, _ error) bool {
-	if s.policy.Window <= 0 {
-		return false
-	}
-	if s.first.IsZero() {
-		s.first = time.Now()
-	}
-	d := s.policy.Delay(s.n)
-	if time.Since(s.first)+d > s.policy.Window {
-		s.reset()
-		return false
-	}
-	s.n++
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
-func (s *transientStreak) reset() { s.first, s.n = time.Time{}, 0 }
 
 // abortRun marks the run failed and removes what it wrote from every sink.
 func abortRun(ctx context.Context, led ledger.Ledger, snks []sinks.Sink, info sinks.RunInfo, cause error, log *slog.Logger) {

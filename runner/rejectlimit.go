@@ -3,8 +3,6 @@ package runner
 import (
 	"context"
 	"fmt"
-
-	"github.com/precog-ml/precog/jobs"
 )
 
 // enforceRejectLimit fails a cluster run as soon as its rejected rows, as
@@ -14,8 +12,9 @@ import (
 // fails, its sinks are aborted and nothing is published; the other
 // workers' attempts end at their next heartbeat. It reports whether the
 // run was failed.
-func (w *Worker) enforceRejectLimit(ctx context.Context, or *openRun, runID string) bool {
-	limit := or.job.Spec.MaxRejected()
+func (w *Worker) enforceRejectLimit(ctx context.Context, t shardTask) bool {
+	runID := t.run.ID
+	limit := t.job.Spec.MaxRejected()
 	run, err := w.led.Run(ctx, runID)
 	if err != nil || run.State.Terminal() {
 		return false
@@ -35,6 +34,6 @@ func (w *Worker) enforceRejectLimit(ctx context.Context, or *openRun, runID stri
 	cause := fmt.Errorf("%w: %d rejected so far, more than max_rejected_fraction %g of %d planned rows (see precog rejects %s)",
 		ErrTooManyRejects, run.Counts.Rejected, limit, planned, runID)
 	w.log.Warn("run failed: too many rejected rows", "run", runID, "rejected", run.Counts.Rejected, "planned_rows", planned)
-	runStores{led: w.led, snks: or.snks, info: or.info, log: w.log}.end(ctx, jobs.RunFailed, cause)
+	endRunFailed(ctx, w.led, t, cause, w.log)
 	return true
 }

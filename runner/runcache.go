@@ -42,10 +42,12 @@ type runCache struct {
 	runs   map[string]*openRun
 	models *modelCache
 	log    *slog.Logger
+	// openSinks opens a run's sinks (OpenSinks; tests inject faults).
+	openSinks func(context.Context, *jobs.Spec) ([]sinks.Sink, error)
 }
 
 func newRunCache(max int, models *modelCache, log *slog.Logger) *runCache {
-	return &runCache{max: max, runs: map[string]*openRun{}, models: models, log: log}
+	return &runCache{max: max, runs: map[string]*openRun{}, models: models, log: log, openSinks: OpenSinks}
 }
 
 // runKey names a run made ready on a device. It includes the run's
@@ -66,7 +68,7 @@ func (c *runCache) open(ctx context.Context, run jobs.Run, device string) (*open
 		o.used = time.Now()
 		return o, nil
 	}
-	o, err := openRunFor(ctx, run, device, c.models.load)
+	o, err := openRunFor(ctx, run, device, c.models.load, c.openSinks)
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +108,7 @@ func (c *runCache) closeAll() {
 // opens its source, model (on device, from load) and sinks, checks that
 // the model file here is the one the run was submitted with, and prepares
 // the sinks.
-func openRunFor(ctx context.Context, run jobs.Run, device string, load modelLoader) (*openRun, error) {
+func openRunFor(ctx context.Context, run jobs.Run, device string, load modelLoader, openSinks func(context.Context, *jobs.Spec) ([]sinks.Sink, error)) (*openRun, error) {
 	if len(run.Spec) == 0 {
 		return nil, fmt.Errorf("run %s recorded no job spec", run.ID)
 	}
@@ -125,7 +127,7 @@ func openRunFor(ctx context.Context, run jobs.Run, device string, load modelLoad
 		return nil, fmt.Errorf("run %s: the model file %s here has version %s, but the run was submitted with %s: refusing its shards",
 			run.ID, spec.Model.Path, v, run.ModelVersion)
 	}
-	if o.snks, err = OpenSinks(ctx, spec); err != nil {
+	if o.snks, err = openSinks(ctx, spec); err != nil {
 		o.close()
 		return nil, fmt.Errorf("run %s: %w", run.ID, err)
 	}

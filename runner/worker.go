@@ -124,6 +124,8 @@ type Worker struct {
 	// claimErr is the last claim attempt's error (nil: it succeeded or
 	// found nothing to claim), for Ready.
 	claimErr atomic.Pointer[error]
+	// exec runs the claim loops (one per device).
+	exec *executor
 	// unable are the runs this worker cannot execute, passed over.
 	unable *unableRuns
 	// cleaner finishes cancelled runs' pending sink cleanups.
@@ -134,7 +136,8 @@ type Worker struct {
 func NewWorker(led ledger.Cluster, opts WorkerOptions) *Worker {
 	opts = opts.withDefaults()
 	models := newModelCache(opts.Models * len(opts.Devices))
-	return &Worker{led: led, opts: opts, log: opts.Logger, runs: newRunCache(opts.OpenRuns*len(opts.Devices), models, opts.Logger), pres: newPresence(), unable: newUnableRuns()}
+	return &Worker{led: led, opts: opts, log: opts.Logger, runs: newRunCache(opts.OpenRuns*len(opts.Devices), models, opts.Logger), pres: newPresence(), unable: newUnableRuns(),
+		exec: &executor{led: led, lease: opts.Lease, stall: opts.StallTimeout, log: opts.Logger, onShard: opts.OnShard}}
 }
 
 // Run claims and executes shards until ctx ends (SIGTERM): then it stops
@@ -171,43 +174,90 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
+// workerMode is the executor's mode of a worker's claim loop on one
+// device: it claims the shards of any run of the pool (or of opts.Run),
+// publishes a run after its last commit and, when idle, the runs due.
+type workerMode struct {
+	w      *Worker
+	device string
+	work   context.Context // outlives the claim loop's context by the drain
+	wake   <-chan struct{}
+}
+
 // loop is one device's claim loop.
 func (w *Worker) loop(ctx, work context.Context, device string) {
 	id := w.opts.ID + "/" + device
 	wake := w.led.Wake(ctx, w.opts.Pool)
 	w.log.Info("worker ready", "worker", id, "pool", w.opts.Pool, "device", device)
-	failures := 0
-	for ctx.Err() == nil {
-		began := time.Now()
-		run, sh, err := w.claim(ctx, id)
-		claimSeconds.Observe(time.Since(began).Seconds())
-		w.noteClaim(ctx, err)
-		switch {
-		case w.opts.Run != "" && errors.Is(err, ledger.ErrRunFinished):
-			return
-		case errors.Is(err, ledger.ErrNoShard):
-			failures = 0
-			if w.opts.Run != "" {
-				w.tryPublish(work, id, w.opts.Run)
-				if r, err := w.led.Run(ctx, w.opts.Run); err == nil && r.State.Terminal() {
-					return
-				}
-			} else {
-				w.publishDue(ctx, work, id)
-				w.finishCleanups(work)
-			}
-			w.waitWork(ctx, wake)
-			continue
-		case err != nil:
-			failures++
-			d := retry.Policy{}.Delay(failures)
-			w.log.Warn("claim failed; retrying", "worker", id, "err", err, "in", d)
-			sleepCtx(ctx, d)
-			continue
-		}
-		failures = 0
-		w.execute(work, id, device, run, sh, wake)
+	w.exec.loop(ctx, work, id, &workerMode{w: w, device: device, work: work, wake: wake}, wake)
+}
+
+func (m *workerMode) claim(ctx context.Context, id string) (shardTask, error) {
+	w := m.w
+	began := time.Now()
+	run, sh, err := w.claim(ctx, id)
+	claimSeconds.Observe(time.Since(began).Seconds())
+	w.noteClaim(ctx, err)
+	if err != nil {
+		return shardTask{}, err
 	}
+	w.pres.hold(m.device, run.ID, sh.Index)
+	or, err := w.runs.open(m.work, run, m.device)
+	if err != nil {
+		w.runs.release(or)
+		w.cannotExecute(context.WithoutCancel(m.work), id, run, sh, err)
+		w.exec.report(ShardEvent{Run: run.ID, Worker: id, Shard: sh.Index, Outcome: "unable", Duration: time.Since(began)})
+		w.pres.hold(m.device, "", 0)
+		return shardTask{}, errClaimSettled
+	}
+	w.unable.clear(run.ID)
+	return shardTask{run: run, shard: sh, job: or.job, snks: or.snks, info: or.info, keepRejects: w.opts.RejectsPerRun,
+		done: func() { w.runs.release(or); w.pres.hold(m.device, "", 0) }}, nil
+}
+
+// idle publishes what is due (opts.Run: that run, and stops once it
+// ended) and waits for work.
+func (m *workerMode) idle(ctx context.Context, id string) bool {
+	w := m.w
+	if w.opts.Run != "" {
+		w.tryPublish(m.work, id, w.opts.Run)
+		if r, err := w.led.Run(ctx, w.opts.Run); err == nil && r.State.Terminal() {
+			return false
+		}
+	} else {
+		w.publishDue(ctx, m.work, id)
+		w.finishCleanups(m.work)
+	}
+	w.waitWork(ctx, m.wake)
+	return ctx.Err() == nil
+}
+
+func (m *workerMode) claimFailed(ctx context.Context, id string, err error, failures int) bool {
+	if m.w.opts.Run != "" && errors.Is(err, ledger.ErrRunFinished) {
+		return false
+	}
+	d := retry.Policy{}.Delay(failures)
+	m.w.log.Warn("claim failed; retrying", "worker", id, "err", err, "in", d)
+	sleepCtx(ctx, d)
+	return true
+}
+
+// settled ends the run when a shard failed for good (a permanent error,
+// or its last attempt): nothing is published and the sinks are cleaned.
+// After a commit it enforces the reject limit and tries the publish step.
+func (m *workerMode) settled(ctx context.Context, id string, t shardTask, r attemptResult) bool {
+	w := m.w
+	switch {
+	case r.outcome == outCommitted:
+		if r.counts.Rejected > 0 && w.enforceRejectLimit(context.WithoutCancel(ctx), t) {
+			return true
+		}
+		w.tryPublish(ctx, id, t.run.ID)
+	case r.outcome == outPermanent || r.outcome == outFailed && r.exhausted:
+		cause := fmt.Errorf("shard %d failed on worker %s after %d attempt(s): %w", t.shard.Index, id, t.shard.Attempts, r.err)
+		endRunFailed(context.WithoutCancel(ctx), w.led, t, cause, w.log)
+	}
+	return true
 }
 
 // waitWork waits for a wake notice of the pool, or for the end of the
@@ -249,56 +299,6 @@ func (w *Worker) claim(ctx context.Context, id string) (jobs.Run, jobs.Shard, er
 	return run, sh, err
 }
 
-// execute runs one claimed shard and records its outcome; after the last
-// shard of its run it tries the publish step.
-func (w *Worker) execute(ctx context.Context, id, device string, run jobs.Run, sh jobs.Shard, wake <-chan struct{}) {
-	began := time.Now()
-	w.pres.hold(device, run.ID, sh.Index)
-	defer w.pres.hold(device, "", 0)
-	or, err := w.runs.open(ctx, run, device)
-	defer w.runs.release(or)
-	if err != nil {
-		w.cannotExecute(context.WithoutCancel(ctx), id, run, sh, err)
-		w.report(ShardEvent{Run: run.ID, Worker: id, Shard: sh.Index, Outcome: "unable", Duration: time.Since(began)})
-		return
-	}
-	w.unable.clear(run.ID)
-	stats := &StageStats{}
-	var cost jobs.Cost
-	counts, sample, profile, err := runAttempt(ctx, attempt{led: w.led, job: or.job, snks: or.snks, info: or.info, run: run, shard: sh, worker: id,
-		lease: w.opts.Lease, stall: w.opts.StallTimeout, keepRejects: w.opts.RejectsPerRun, stats: stats, kick: wake, cost: &cost})
-	ev := ShardEvent{Run: run.ID, Worker: id, Shard: sh.Index, Counts: counts, Duration: time.Since(began), Stats: stats}
-	bg := context.WithoutCancel(ctx)
-	switch {
-	case err == nil:
-		if err := w.led.Complete(bg, ledger.CompleteParams{RunID: run.ID, Shard: sh.Index, Worker: id, Counts: counts, Sample: sample, Profile: profile, Cost: cost}); err != nil {
-			ev.Outcome = "lost" // another attempt committed first, or the run ended
-			w.log.Info("shard result not recorded", "run", run.ID, "shard", sh.Index, "worker", id, "err", err)
-			w.letGo(bg, run.ID, sh.Index, id, err)
-			break
-		}
-		ev.Outcome = "committed"
-		w.log.Debug("shard committed", "run", run.ID, "shard", sh.Index, "worker", id, "rows_in", counts.RowsIn)
-		w.report(ev)
-		if counts.Rejected > 0 && w.enforceRejectLimit(bg, or, run.ID) {
-			return
-		}
-		w.tryPublish(ctx, id, run.ID)
-		return
-	case errors.Is(err, ledger.ErrLeaseLost) || errors.Is(err, ledger.ErrRunFinished):
-		ev.Outcome = "lost"
-		w.log.Info("shard attempt stopped: lease lost or run finished", "run", run.ID, "shard", sh.Index, "worker", id, "err", err)
-		w.letGo(bg, run.ID, sh.Index, id, err)
-	case ctx.Err() != nil:
-		ev.Outcome = "released"
-		_ = w.led.Release(bg, run.ID, sh.Index, id)
-	default:
-		ev.Outcome = "failed"
-		w.failShard(bg, id, or, run, sh, err)
-	}
-	w.report(ev)
-}
-
 // cannotExecute handles a run this worker cannot make ready (its spec,
 // model or sinks do not load here: a variable not set, a model file
 // missing or different): the shard goes back without spending an attempt,
@@ -323,37 +323,6 @@ func (w *Worker) cannotExecute(ctx context.Context, id string, run jobs.Run, sh 
 	w.log.Error("cannot execute this run here; its shard goes back to other workers", "run", run.ID, "job", run.Job, "shard", sh.Index,
 		"worker", id, "err", err, "passed_over_for", wait.Round(time.Second))
 	w.pres.changed() // report it now, not at the next heartbeat
-}
-
-// letGo tells the ledger that this holder of a shard of a finished run
-// stopped: Release clears its lease mark on a cancelled run's shard, and
-// `precog cancel`, which waits for the last holder, returns at once.
-func (w *Worker) letGo(ctx context.Context, runID string, shard int, id string, cause error) {
-	if !errors.Is(cause, ledger.ErrRunFinished) {
-		return
-	}
-	if err := w.led.Release(ctx, runID, shard, id); err != nil && !errors.Is(err, ledger.ErrRunFinished) && !errors.Is(err, ledger.ErrLeaseLost) {
-		w.log.Warn("tell the ledger the attempt stopped", "run", runID, "shard", shard, "worker", id, "err", err)
-	}
-}
-
-// failShard records a failed attempt; a permanent error, or the last
-// attempt, fails the run: nothing is published and the sinks are cleaned.
-func (w *Worker) failShard(ctx context.Context, id string, or *openRun, run jobs.Run, sh jobs.Shard, err error) {
-	maxAttempts := maxAttemptsOf(or)
-	permanent := retry.Classify(err) == retry.Permanent
-	if ferr := w.led.Fail(ctx, ledger.FailParams{RunID: run.ID, Shard: sh.Index, Worker: id, Msg: err.Error(), Retry: !permanent, MaxAttempts: maxAttempts}); ferr != nil {
-		// The lease was lost (another attempt owns the shard, or the run
-		// ended): this attempt's error is a consequence, not a failure of
-		// the shard, and must not read as one.
-		w.log.Info("shard result not recorded", "run", run.ID, "shard", sh.Index, "worker", id, "err", err, "ledger", ferr)
-		return
-	}
-	w.log.Warn("shard failed", "run", run.ID, "shard", sh.Index, "worker", id, "attempt", sh.Attempts, "max_attempts", maxAttempts, "err", err)
-	if permanent || sh.Attempts >= maxAttempts {
-		cause := fmt.Errorf("shard %d failed on worker %s after %d attempt(s): %w", sh.Index, id, sh.Attempts, err)
-		runStores{led: w.led, snks: or.snks, info: or.info, log: w.log}.end(ctx, jobs.RunFailed, cause)
-	}
 }
 
 // publishDue picks up runs whose publisher died (or that nobody published).
@@ -417,26 +386,6 @@ func (w *Worker) tryPublish(ctx context.Context, id, runID string) {
 	}
 	runFinished(or.info.Job, state)
 	w.log.Info("run finished", "run", runID, "state", state, "error", msg)
-}
-
-func (w *Worker) report(ev ShardEvent) {
-	shardsTotal.WithLabelValues(ev.Outcome).Inc()
-	if ev.Outcome == "committed" {
-		shardSeconds.Observe(ev.Duration.Seconds())
-		rowsTotal.WithLabelValues("read").Add(float64(ev.Counts.RowsIn))
-		rowsTotal.WithLabelValues("written").Add(float64(ev.Counts.RowsOut))
-		rowsTotal.WithLabelValues("rejected").Add(float64(ev.Counts.Rejected))
-	}
-	if w.opts.OnShard != nil {
-		w.opts.OnShard(ev)
-	}
-}
-
-func maxAttemptsOf(or *openRun) int {
-	if or == nil || or.job == nil {
-		return jobs.DefaultMaxAttempts
-	}
-	return or.job.Spec.Retry.MaxAttempts
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {
