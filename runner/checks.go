@@ -267,27 +267,17 @@ func PublishHeld(ctx context.Context, o HeldOptions) (jobs.Run, error) {
 	}
 	defer job.Close()
 	info := sinks.RunInfo{Job: spec.Name, RunID: run.ID, Version: run.Version, Params: spec.Params, Schema: job.Output, Key: spec.Source.Key}
-	lctx, unlock, err := lockAll(ctx, snks, info, 0)
-	if err != nil {
-		return run, err
-	}
-	defer unlock()
-	policy := policyOf(spec)
-	if err := stageAll(lctx, o.Ledger, snks, info, policy); err != nil {
-		return run, fmt.Errorf("run %s: its staged data no longer verifies; nothing was published: %w", run.ID, err)
-	}
-	if err := publishAll(lctx, snks, info, policy, o.Log, nil); err != nil {
+	p := &publisher{led: o.Ledger, snks: snks, info: info, spec: spec, log: o.Log, accepted: true}
+	if err := p.Publish(ctx, run); err != nil {
+		if pe := (*publishError)(nil); errors.As(err, &pe) && pe.step == "stage" {
+			return run, fmt.Errorf("run %s: its staged data no longer verifies; nothing was published: %w", run.ID, err)
+		}
 		return run, err
 	}
 	if err := ck.ResolveHold(ctx, run.ID, jobs.RunSucceeded, o.By, o.Reason); err != nil {
 		return run, err
 	}
 	runFinished(run.Job, jobs.RunSucceeded)
-	if cur, _, err := runProfile(ctx, o.Ledger, ck, spec, run.ID); err != nil {
-		o.Log.Warn("checks: profile of the accepted run", "run", run.ID, "err", err)
-	} else if err := recordPublished(ctx, o.Ledger, spec, run, &checkOutcome{profile: cur.Encode()}); err != nil {
-		o.Log.Warn("checks: store the published version's profile", "run", run.ID, "err", err)
-	}
 	return o.Ledger.Run(ctx, run.ID)
 }
 

@@ -226,7 +226,7 @@ func RunLocal(ctx context.Context, spec *jobs.Spec, opts LocalOptions) (Result, 
 func (lr *localRun) policy() retry.Policy { return policyOf(lr.job.Spec) }
 
 // runAndPublish holds the sinks' locks while it prepares them, executes the
-// shards, stages and publishes.
+// shards and publishes (the publisher, under the locks held here).
 func (lr *localRun) runAndPublish(ctx context.Context, run jobs.Run) error {
 	ctx, unlock, err := lockAll(ctx, lr.snks, lr.info, 0)
 	if err != nil {
@@ -238,16 +238,23 @@ func (lr *localRun) runAndPublish(ctx context.Context, run jobs.Run) error {
 			return fmt.Errorf("sink %s: prepare: %w", s.Name(), err)
 		}
 	}
+	p := &publisher{led: lr.led, snks: lr.snks, info: lr.info, spec: lr.job.Spec, log: lr.log, locksHeld: true}
 	for round := 0; ; round++ {
 		if run.State != jobs.RunPublishing {
 			if err := lr.execute(ctx, run, round > 0); err != nil {
 				return err
 			}
 		}
-		err := stageAll(ctx, lr.led, lr.snks, lr.info, lr.policy())
+		cur, err := lr.led.Run(ctx, run.ID)
+		if err != nil {
+			return err
+		}
+		err = p.Publish(ctx, cur)
+		if err == nil {
+			break
+		}
 		var lost *errLost
-		switch {
-		case errors.As(err, &lost) && round < maxRecomputeRounds:
+		if errors.As(err, &lost) && round < maxRecomputeRounds {
 			lr.log.Warn("sinks lost committed shards; recomputing them before anything is published",
 				"run", run.ID, "shards", lost.shards, "causes", lost.causes)
 			if err := lr.led.Reopen(ctx, run.ID, lost.shards, lost.Error()); err != nil {
@@ -255,32 +262,8 @@ func (lr *localRun) runAndPublish(ctx context.Context, run jobs.Run) error {
 			}
 			run.State = jobs.RunRunning
 			continue
-		case errors.As(err, &lost):
-			err = fmt.Errorf("run %s: the sinks lost committed shards %d times in a row; nothing was published: %w", run.ID, round+1, err)
-			abortRun(ctx, lr.led, lr.snks, lr.info, err, lr.log)
-			return err
-		case errors.Is(err, ErrDuplicateKeys):
-			err = fmt.Errorf("run %s failed, nothing was published: %w", run.ID, err)
-			abortRun(ctx, lr.led, lr.snks, lr.info, err, lr.log)
-			return err
-		case err != nil:
-			return fmt.Errorf("%w (nothing was published; rerun the same command to retry)", err)
 		}
-		break
-	}
-	checked, err := lr.checkBeforePublish(ctx, run)
-	if err != nil {
-		return err
-	}
-	if err := publishAll(ctx, lr.snks, lr.info, lr.policy(), lr.log, nil); err != nil {
-		if se := (*sinks.SupersededError)(nil); errors.As(err, &se) {
-			err = fmt.Errorf("run %s failed: %w", run.ID, err)
-			abortRun(ctx, lr.led, lr.snks, lr.info, err, lr.log)
-		}
-		return err
-	}
-	if err := recordPublished(ctx, lr.led, lr.job.Spec, run, checked); err != nil {
-		lr.log.Warn("checks: store the published version's profile", "run", run.ID, "err", err)
+		return lr.publishStopped(ctx, run, round, err)
 	}
 	if err := lr.led.SetRunState(ctx, run.ID, jobs.RunSucceeded, ""); err != nil {
 		return err
@@ -291,6 +274,41 @@ func (lr *localRun) runAndPublish(ctx context.Context, run jobs.Run) error {
 	}
 	lr.res.Outputs = outputs(lr.job.Spec, lr.res.Run)
 	return nil
+}
+
+// publishStopped settles a local publish that stopped with err: a held
+// run is recorded held (its staged data kept for accept), a final stop
+// fails the run and removes what it staged, any other leaves the run to
+// the same command's rerun.
+func (lr *localRun) publishStopped(ctx context.Context, run jobs.Run, round int, err error) error {
+	var pe *publishError
+	errors.As(err, &pe)
+	var lost *errLost
+	switch {
+	case errors.As(err, &lost):
+		err = fmt.Errorf("run %s: the sinks lost committed shards %d times in a row; nothing was published: %w", run.ID, round+1, err)
+	case errors.Is(err, ErrHeld):
+		runFinished(lr.info.Job, jobs.RunHeld)
+		if herr := lr.led.(ledger.Checks).Hold(ctx, run.ID, err.Error()); herr != nil {
+			return fmt.Errorf("%w (and recording it: %w)", err, herr)
+		}
+		lr.res.Run, _ = lr.led.Run(ctx, run.ID)
+		return err
+	case pe == nil:
+		return err
+	case !pe.final && pe.step == "publish":
+		return err
+	case !pe.final:
+		return fmt.Errorf("%w (nothing was published; rerun the same command to retry)", err)
+	case pe.step == "stage":
+		err = fmt.Errorf("run %s failed, nothing was published: %w", run.ID, err)
+	case pe.step == "checks":
+		err = fmt.Errorf("%w; nothing was published", err)
+	case pe.step == "publish":
+		err = fmt.Errorf("run %s failed: %w", run.ID, err)
+	}
+	abortRun(ctx, lr.led, lr.snks, lr.info, err, lr.log)
+	return err
 }
 
 // execute runs every pending shard, then checks the run's rejects and moves
@@ -688,26 +706,4 @@ func outputs(spec *jobs.Spec, run jobs.Run) []string {
 		}
 	}
 	return out
-}
-
-// checkBeforePublish runs the spec's checks between stage and publish. A
-// failed check holds the run (staged data kept) or fails it (on_failure:
-// fail, staged data removed); either way nothing is published.
-func (lr *localRun) checkBeforePublish(ctx context.Context, run jobs.Run) (*checkOutcome, error) {
-	out, err := checkBeforePublish(ctx, lr.led, lr.job.Spec, run, lr.log)
-	switch {
-	case errors.Is(err, ErrHeld):
-		runFinished(lr.info.Job, jobs.RunHeld)
-		if herr := lr.led.(ledger.Checks).Hold(ctx, run.ID, err.Error()); herr != nil {
-			return nil, fmt.Errorf("%w (and recording it: %w)", err, herr)
-		}
-		lr.res.Run, _ = lr.led.Run(ctx, run.ID)
-		return nil, err
-	case errors.Is(err, ErrChecksFailed):
-		abortRun(ctx, lr.led, lr.snks, lr.info, err, lr.log)
-		return nil, fmt.Errorf("%w; nothing was published", err)
-	case err != nil:
-		return nil, fmt.Errorf("%w (nothing was published; rerun the same command to retry)", err)
-	}
-	return out, nil
 }

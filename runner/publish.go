@@ -168,99 +168,168 @@ type publishLeaser interface {
 	HeartbeatPublish(ctx context.Context, runID, worker string, lease time.Duration) error
 }
 
-// publishDeps is what the cluster publish step needs.
-type publishDeps struct {
-	led ledger.Ledger
-	// lease, worker and leaseFor renew and check the publish lease before
-	// each sink's Publish (nil lease: no check).
-	lease    publishLeaser
-	worker   string
-	leaseFor time.Duration
-	snks     []sinks.Sink
-	info     sinks.RunInfo
-	spec     *jobs.Spec
-	log      *slog.Logger
+// publishLease is a cluster publisher's lease on a run's publish step.
+type publishLease struct {
+	led    publishLeaser
+	worker string
+	d      time.Duration
+}
+
+// publisher is the one publish sequence, for a local run (runAndPublish),
+// a worker's publish step (publishStep) and `precog publish --accept`
+// (PublishHeld): the reject limit over the whole run, the sinks' locks
+// (taken here unless the caller holds them for the run), phase one on
+// every sink, the checks, phase two, and the published profile recorded
+// as the next run's baseline. What a stop means (retry the publish,
+// recompute, hold, fail the run) is the caller's: the step and whether
+// it is final come back in a *publishError.
+type publisher struct {
+	led  ledger.Ledger
+	snks []sinks.Sink
+	info sinks.RunInfo
+	spec *jobs.Spec
+	log  *slog.Logger
+	// lease, when set, is renewed and checked before each sink's Publish,
+	// so that a publisher whose lease was taken over (or whose run ended)
+	// stops before it moves one more sink.
+	lease *publishLease
+	// locksHeld: the caller holds every sink's lock (a local run holds them
+	// for the whole run); otherwise Publish takes them.
+	locksHeld bool
+	// accepted: a person accepted a run held by its checks; the checks are
+	// not evaluated again, and the run's profile becomes the baseline.
+	accepted bool
+}
+
+// publishError is where a publish stopped. final: retrying cannot help
+// (duplicate keys, failed checks, too many rejects, a later run published
+// meanwhile); the run fails and its staged data goes. Otherwise the
+// publish may be retried: lost shards (*errLost) are recomputed first; a
+// held run (ErrHeld) waits for a person.
+type publishError struct {
+	step  string // rejects | lock | stage | checks | publish
+	final bool
+	err   error
+}
+
+func (e *publishError) Error() string { return e.err.Error() }
+func (e *publishError) Unwrap() error { return e.err }
+
+// policy is how transient store errors are retried (retry.transient_window).
+func (p *publisher) policy() retry.Policy { return policyOf(p.spec) }
+
+// Publish publishes run in every sink, or says where and why it stopped.
+func (p *publisher) Publish(ctx context.Context, run jobs.Run) error {
+	stop := func(step string, final bool, err error) error {
+		return &publishError{step: step, final: final, err: err}
+	}
+	if max := p.spec.MaxRejected(); float64(run.Counts.Rejected) > max*float64(run.Counts.RowsIn) {
+		return stop("rejects", true, fmt.Errorf("%w: %d of %d rows rejected, more than max_rejected_fraction %g", ErrTooManyRejects, run.Counts.Rejected, run.Counts.RowsIn, max))
+	}
+	if !p.locksHeld {
+		var lease time.Duration // the sinks' default
+		if p.lease != nil {
+			lease = p.lease.d // the targets lapse with the publish step
+		}
+		lctx, unlock, err := lockAll(ctx, p.snks, p.info, lease)
+		if err != nil {
+			return stop("lock", false, err)
+		}
+		defer unlock()
+		ctx = lctx
+	}
+	if err := stageAll(ctx, p.led, p.snks, p.info, p.policy()); err != nil {
+		return stop("stage", errors.Is(err, ErrDuplicateKeys), err)
+	}
+	checked, err := p.check(ctx, run)
+	if err != nil {
+		return stop("checks", errors.Is(err, ErrChecksFailed), err)
+	}
+	var before func(context.Context) error
+	if l := p.lease; l != nil {
+		before = func(ctx context.Context) error { return l.led.HeartbeatPublish(ctx, p.info.RunID, l.worker, l.d) }
+	}
+	if err := publishAll(ctx, p.snks, p.info, p.policy(), p.log, before); err != nil {
+		// A later run of the target published meanwhile (this run is an
+		// old one retried, or its publisher froze): publishing it would
+		// move readers back. Its unpublished data goes; a sink that
+		// published it already keeps it (Abort refuses a published
+		// version), and the rest stay on the later version.
+		se := (*sinks.SupersededError)(nil)
+		return stop("publish", errors.As(err, &se), err)
+	}
+	if err := recordPublished(ctx, p.led, p.spec, run, checked); err != nil {
+		p.log.Warn("checks: store the published version's profile", "run", run.ID, "err", err)
+	}
+	return nil
+}
+
+// check evaluates the spec's checks; an accepted run is not checked again,
+// its profile becomes the baseline.
+func (p *publisher) check(ctx context.Context, run jobs.Run) (*checkOutcome, error) {
+	if !p.accepted {
+		return checkBeforePublish(ctx, p.led, p.spec, run, p.log)
+	}
+	ck, ok := p.led.(ledger.Checks)
+	if !ok {
+		return nil, nil
+	}
+	cur, _, err := runProfile(ctx, p.led, ck, p.spec, run.ID)
+	if err != nil {
+		p.log.Warn("checks: profile of the accepted run", "run", run.ID, "err", err)
+		return nil, nil
+	}
+	return &checkOutcome{profile: cur.Encode()}, nil
+}
+
+// abort removes what the run staged from every sink (a run failed at
+// publish).
+func (p *publisher) abort(ctx context.Context) {
+	for _, s := range p.snks {
+		if err := s.Abort(context.WithoutCancel(ctx), p.info); err != nil {
+			p.log.Warn("abort sink", "sink", s.Name(), "run", p.info.RunID, "err", err)
+		}
+	}
 }
 
 // publishStep is a cluster run's publish, run by the one worker holding its
-// publish lease: the sinks' locks, the reject limit over the whole run,
-// phase one on every sink, then phase two. It returns the terminal state to
-// record, or "" when the run is not finished: lost shards were sent back to
-// be recomputed, or a transient failure leaves the lease to lapse so that
-// another worker retries.
-func publishStep(ctx context.Context, d publishDeps) (jobs.RunState, string) {
-	policy := policyOf(d.spec)
-	fail := func(err error) (jobs.RunState, string) {
-		msg := fmt.Sprintf("nothing was published: %v", err)
-		if se := (*sinks.SupersededError)(nil); errors.As(err, &se) {
-			msg = fmt.Sprintf("not published: %v", err)
-		}
-		for _, s := range d.snks {
-			if aerr := s.Abort(context.WithoutCancel(ctx), d.info); aerr != nil {
-				d.log.Warn("abort sink", "sink", s.Name(), "run", d.info.RunID, "err", aerr)
-			}
-		}
-		return jobs.RunFailed, msg
-	}
-	run, err := d.led.Run(ctx, d.info.RunID)
+// publish lease. It returns the terminal state to record, or "" when the
+// run is not finished: lost shards were sent back to be recomputed, or a
+// transient failure leaves the lease to lapse so that another worker
+// retries.
+func publishStep(ctx context.Context, p *publisher) (jobs.RunState, string) {
+	run, err := p.led.Run(ctx, p.info.RunID)
 	if err != nil {
-		d.log.Warn("publish: read run", "run", d.info.RunID, "err", err)
+		p.log.Warn("publish: read run", "run", p.info.RunID, "err", err)
 		return "", ""
 	}
-	if max := d.spec.MaxRejected(); float64(run.Counts.Rejected) > max*float64(run.Counts.RowsIn) {
-		return fail(fmt.Errorf("%w: %d of %d rows rejected, more than max_rejected_fraction %g", ErrTooManyRejects, run.Counts.Rejected, run.Counts.RowsIn, max))
+	err = p.Publish(ctx, run)
+	if err == nil {
+		return jobs.RunSucceeded, ""
 	}
-	lctx, unlock, err := lockAll(ctx, d.snks, d.info, d.leaseFor)
-	if err != nil {
-		d.log.Warn("publish: a sink target is locked; retrying later", "run", d.info.RunID, "err", err)
-		return "", ""
-	}
-	defer unlock()
-	err = stageAll(lctx, d.led, d.snks, d.info, policy)
+	var pe *publishError
+	errors.As(err, &pe)
 	var lost *errLost
 	switch {
-	case errors.As(err, &lost):
-		d.log.Warn("sinks lost committed shards; recomputing them before anything is published", "run", d.info.RunID, "shards", lost.shards, "causes", lost.causes)
-		if err := d.led.Reopen(ctx, d.info.RunID, lost.shards, lost.Error()); err != nil {
-			d.log.Warn("publish: reopen lost shards", "run", d.info.RunID, "err", err)
-		}
-		return "", ""
-	case errors.Is(err, ErrDuplicateKeys) || retry.Classify(err) == retry.Permanent:
-		return fail(err)
-	case err != nil:
-		d.log.Warn("publish: stage failed; another attempt follows", "run", d.info.RunID, "err", err)
-		return "", ""
-	}
-	checked, err := checkBeforePublish(lctx, d.led, d.spec, run, d.log)
-	switch {
 	case errors.Is(err, ErrHeld):
-		return jobs.RunHeld, err.Error() // staged data kept for accept
-	case errors.Is(err, ErrChecksFailed):
-		return fail(err)
-	case err != nil:
-		d.log.Warn("publish: checks could not be evaluated; another attempt follows", "run", d.info.RunID, "err", err)
-		return "", ""
-	}
-	var before func(context.Context) error
-	if d.lease != nil {
-		before = func(ctx context.Context) error {
-			return d.lease.HeartbeatPublish(ctx, d.info.RunID, d.worker, d.leaseFor)
+		return jobs.RunHeld, pe.err.Error() // staged data kept for accept
+	case errors.As(err, &lost):
+		p.log.Warn("sinks lost committed shards; recomputing them before anything is published", "run", p.info.RunID, "shards", lost.shards, "causes", lost.causes)
+		if err := p.led.Reopen(ctx, p.info.RunID, lost.shards, lost.Error()); err != nil {
+			p.log.Warn("publish: reopen lost shards", "run", p.info.RunID, "err", err)
 		}
-	}
-	if err := publishAll(lctx, d.snks, d.info, policy, d.log, before); err != nil {
+		return "", ""
+	case pe.final || pe.step == "stage" && retry.Classify(pe.err) == retry.Permanent:
+		p.abort(ctx)
 		if se := (*sinks.SupersededError)(nil); errors.As(err, &se) {
-			// A later run of the target published meanwhile (this run is an
-			// old one retried, or its publisher froze): publishing it would
-			// move readers back. Its unpublished data goes; a sink that
-			// published it already keeps it (Abort refuses a published
-			// version), and the rest stay on the later version.
-			return fail(err)
+			return jobs.RunFailed, fmt.Sprintf("not published: %v", pe.err)
 		}
-		d.log.Warn("publish failed; another attempt follows", "run", d.info.RunID, "err", err)
-		return "", ""
+		return jobs.RunFailed, fmt.Sprintf("nothing was published: %v", pe.err)
 	}
-	if err := recordPublished(lctx, d.led, d.spec, run, checked); err != nil {
-		d.log.Warn("checks: store the published version's profile", "run", d.info.RunID, "err", err)
+	if pe.step == "lock" {
+		p.log.Warn("publish: a sink target is locked; retrying later", "run", p.info.RunID, "err", pe.err)
+	} else {
+		p.log.Warn("publish: stopped; another attempt follows", "run", p.info.RunID, "step", pe.step, "err", pe.err)
 	}
-	return jobs.RunSucceeded, ""
+	return "", ""
 }

@@ -102,9 +102,9 @@ func TestPublishChecksLeaseBeforeEachSink(t *testing.T) {
 		}
 	}}
 	second := &recordingSink{name: "redis"}
-	state, msg := publishStep(ctx, publishDeps{led: led, snks: []sinks.Sink{first, second},
+	state, msg := publishStep(ctx, &publisher{led: led, snks: []sinks.Sink{first, second},
 		info: sinks.RunInfo{Job: "recs", RunID: "r1", Version: "v1"}, spec: &jobs.Spec{}, log: slog.New(slog.DiscardHandler),
-		lease: led, worker: "frozen", leaseFor: lease})
+		lease: &publishLease{led: led, worker: "frozen", d: lease}})
 	if state != "" {
 		t.Fatalf("publish step after losing its lease = %s %q, want unfinished", state, msg)
 	}

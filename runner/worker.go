@@ -375,8 +375,8 @@ func (w *Worker) tryPublish(ctx context.Context, id, runID string) {
 			}
 		}
 	}()
-	state, msg := publishStep(pctx, publishDeps{led: w.led, snks: or.snks, info: or.info, spec: or.job.Spec, log: w.log,
-		lease: w.led, worker: id, leaseFor: w.opts.PublishLease})
+	state, msg := publishStep(pctx, &publisher{led: w.led, snks: or.snks, info: or.info, spec: or.job.Spec, log: w.log,
+		lease: &publishLease{led: w.led, worker: id, d: w.opts.PublishLease}})
 	if state == "" {
 		return // shards went back to be recomputed; their last commit publishes again
 	}
