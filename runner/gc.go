@@ -57,7 +57,10 @@ type GCReport struct {
 type gcSink struct {
 	sink   sinks.Sink
 	stored []sinks.StoredVersion
-	lock   sinks.Lock
+	// locked is cancelled once GC's lock on the sink is lost; unlock gives
+	// it back (nil: not locked).
+	locked context.Context
+	unlock func()
 	// skip is why nothing of the sink is removed (locked by a writer).
 	skip string
 }
@@ -95,8 +98,8 @@ func GC(ctx context.Context, spec *jobs.Spec, led ledger.Ledger, opts GCOptions)
 		if g == nil {
 			continue
 		}
-		if g.lock != nil {
-			defer g.lock.Release(context.WithoutCancel(ctx))
+		if g.unlock != nil {
+			defer g.unlock()
 		}
 		inv = append(inv, g)
 	}
@@ -145,16 +148,16 @@ func gcInventory(ctx context.Context, s sinks.Sink, target sinks.RunInfo, holder
 	// check that the run names one.
 	lockRun := target
 	lockRun.RunID, lockRun.Version = holder.RunID, holder.RunID
-	l, err := s.Lock(ctx, lockRun, holder)
+	lctx, unlock, err := LockSinks(ctx, []sinks.Sink{s}, lockRun, holder)
 	var locked *sinks.LockedError
 	if errors.As(err, &locked) {
 		g.skip = "target locked by " + locked.Holder.String()
-		return g, fmt.Errorf("sink %s: gc skipped: %w", s.Name(), err)
+		return g, fmt.Errorf("gc skipped: %w", err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("sink %s: lock for gc: %w", s.Name(), err)
+		return nil, fmt.Errorf("lock for gc: %w", err)
 	}
-	g.lock = l
+	g.locked, g.unlock = lctx, unlock
 	if g.stored, err = inv.Stored(ctx, target); err != nil {
 		return g, fmt.Errorf("sink %s: list stored versions: %w", s.Name(), err)
 	}
@@ -217,12 +220,8 @@ func gcSinkVersions(ctx context.Context, g *gcSink, target sinks.RunInfo, runs m
 // gcAbort removes one version with the sink's Abort, unless GC's lock on
 // the sink was lost meanwhile.
 func gcAbort(ctx context.Context, g *gcSink, target sinks.RunInfo, version, runID string) error {
-	if g.lock != nil {
-		select {
-		case <-g.lock.Lost():
-			return fmt.Errorf("sink %s: gc's writer lock was lost; version %s left as it is", g.sink.Name(), version)
-		default:
-		}
+	if g.locked != nil && g.locked.Err() != nil {
+		return fmt.Errorf("sink %s: gc's writer lock was lost; version %s left as it is", g.sink.Name(), version)
 	}
 	run := target
 	run.Version = version

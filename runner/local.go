@@ -94,9 +94,6 @@ type Result struct {
 	Stages *StageStats
 }
 
-// lockReleaseTimeout bounds giving the sinks' writer locks back at exit.
-const lockReleaseTimeout = 10 * time.Second
-
 // DefaultParallel is the shards a local run processes at once on device.
 // On a CPU, 2: the pipeline inside a shard overlaps read, inference and
 // writes, and a second shard fills the bubbles at each shard's start and
@@ -228,7 +225,7 @@ func (lr *localRun) policy() retry.Policy { return policyOf(lr.job.Spec) }
 // runAndPublish holds the sinks' locks while it prepares them, executes the
 // shards and publishes (the publisher, under the locks held here).
 func (lr *localRun) runAndPublish(ctx context.Context, run jobs.Run) error {
-	ctx, unlock, err := lockAll(ctx, lr.snks, lr.info, 0)
+	ctx, unlock, err := LockSinks(ctx, lr.snks, lr.info, sinks.ThisProcess(lr.info))
 	if err != nil {
 		return err
 	}

@@ -127,42 +127,6 @@ func publishAll(ctx context.Context, snks []sinks.Sink, info sinks.RunInfo, poli
 	return nil
 }
 
-// lockAll takes every sink's writer lock, each a lease of lease (0: the
-// sinks' default): a cluster publisher passes its ledger lease, so that
-// once it freezes its targets lapse with its publish step and another
-// worker takes both over. The returned context is cancelled when any lock
-// is lost; release gives every lock back.
-func lockAll(ctx context.Context, snks []sinks.Sink, info sinks.RunInfo, lease time.Duration) (context.Context, func(), error) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	var held []sinks.Lock
-	release := func() {
-		cancel(nil)
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), lockReleaseTimeout)
-		defer rcancel()
-		for _, l := range held {
-			_ = l.Release(rctx)
-		}
-	}
-	holder := sinks.ThisProcess(info)
-	holder.Lease = lease
-	for _, s := range snks {
-		l, err := s.Lock(ctx, info, holder)
-		if err != nil {
-			release()
-			return nil, nil, fmt.Errorf("sink %s: %w", s.Name(), err)
-		}
-		held = append(held, l)
-		go func(name string) {
-			select {
-			case <-l.Lost():
-				cancel(fmt.Errorf("sink %s: writer lock lost; stopped writing so that another writer's data is not overwritten", name))
-			case <-ctx.Done():
-			}
-		}(s.Name())
-	}
-	return ctx, release, nil
-}
-
 // publishLeaser is the ledger's publish lease, checked before each sink.
 type publishLeaser interface {
 	HeartbeatPublish(ctx context.Context, runID, worker string, lease time.Duration) error
@@ -227,11 +191,11 @@ func (p *publisher) Publish(ctx context.Context, run jobs.Run) error {
 		return stop("rejects", true, fmt.Errorf("%w: %d of %d rows rejected, more than max_rejected_fraction %g", ErrTooManyRejects, run.Counts.Rejected, run.Counts.RowsIn, max))
 	}
 	if !p.locksHeld {
-		var lease time.Duration // the sinks' default
+		holder := sinks.ThisProcess(p.info) // a lease of the sinks' default
 		if p.lease != nil {
-			lease = p.lease.d // the targets lapse with the publish step
+			holder.Lease = p.lease.d // the targets lapse with the publish step
 		}
-		lctx, unlock, err := lockAll(ctx, p.snks, p.info, lease)
+		lctx, unlock, err := LockSinks(ctx, p.snks, p.info, holder)
 		if err != nil {
 			return stop("lock", false, err)
 		}
