@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -132,7 +131,7 @@ func runBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags) e
 			return err
 		}
 		defer release()
-		bl, err := bolt.Open(filepath.Join(g.stateDir, "ledger.db"))
+		bl, err := bolt.OpenIn(g.stateDir)
 		if err != nil {
 			return err
 		}
@@ -419,37 +418,6 @@ type rangeResult struct {
 	res     runner.Result
 	err     error
 	started bool
-}
-
-// runRange runs run(ctx, i) for i in [0, n), at most parallel at once, in
-// order of i. A failure does not stop the others; after ctx is cancelled no
-// new value starts.
-func runRange(ctx context.Context, n, parallel int, run func(context.Context, int) (runner.Result, error)) []rangeResult {
-	results := make([]rangeResult, n)
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range min(parallel, n) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				res, err := run(ctx, i)
-				results[i] = rangeResult{res: res, err: err, started: true}
-			}
-		}()
-	}
-	for i := range n {
-		if ctx.Err() != nil {
-			break
-		}
-		select {
-		case next <- i:
-		case <-ctx.Done():
-		}
-	}
-	close(next)
-	wg.Wait()
-	return results
 }
 
 // reportRange prints one line per value and returns the error the command

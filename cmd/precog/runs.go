@@ -397,17 +397,6 @@ keyspace.`,
 	return cmd
 }
 
-// runReopener is the ledger method retry needs to take a failed cluster run
-// back up (the Postgres ledger has it).
-type runReopener interface {
-	// RetryRun moves a failed run back to running, its error cleared and
-	// its failed shards pending with attempts reset, and wakes its pool;
-	// it returns the shards moved. A succeeded or cancelled run is
-	// ErrRunFinished; when (job, params) has another open run meanwhile,
-	// an *OpenRunError naming it.
-	RetryRun(ctx context.Context, runID string) (int, error)
-}
-
 func newRetryCmd(g *globals) *cobra.Command {
 	var (
 		db         string
@@ -510,12 +499,11 @@ func retryCluster(ctx context.Context, led *openedLedger, r jobs.Run, out io.Wri
 	case !r.State.Terminal():
 		n, err = led.RetryFailed(ctx, r.ID)
 	case r.State == jobs.RunFailed:
-		re, ok := led.Ledger.(runReopener)
-		if !ok {
+		n, err = led.RetryRun(ctx, r.ID)
+		if errors.Is(err, ledger.ErrUnsupported) {
 			return fmt.Errorf("run %s failed and this ledger cannot reopen a failed run yet; submit it again (a new run, every shard recomputed) with:\n  %s",
 				r.ID, commandLine(r.Params, "submit", r.SpecFile))
 		}
-		n, err = re.RetryRun(ctx, r.ID)
 	case r.State == jobs.RunCancelled:
 		return invalid(fmt.Errorf("run %s is cancelled: nothing to retry (a cancel removed its data); submit it again, a new run, with:\n  %s",
 			r.ID, commandLine(r.Params, "submit", r.SpecFile)))

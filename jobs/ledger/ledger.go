@@ -36,6 +36,10 @@ var (
 	// publish finishes (or a worker takes it over and finishes it) in
 	// seconds; cancel, rollback and a scheduler's replace wait for it.
 	ErrPublishing = errors.New("run is publishing")
+	// ErrUnsupported: this ledger does not do what was asked (the embedded
+	// ledger does not reopen a failed run: `precog run` makes a new one).
+	// Nothing changed.
+	ErrUnsupported = errors.New("not supported by this ledger")
 )
 
 // OpenRunError says which run is still open when CreateRun is refused, so
@@ -154,6 +158,14 @@ type Ledger interface {
 	// attempt counts reset, so re-running the same command retries only what
 	// failed instead of starting over. Returns how many shards it moved.
 	RetryFailed(ctx context.Context, runID string) (int, error)
+
+	// RetryRun takes a failed run back up (`precog retry` on a cluster):
+	// the run goes back to running, its error cleared, its failed shards
+	// pending with attempts reset; committed shards are kept. It returns
+	// the shards moved. A succeeded or cancelled run is ErrRunFinished;
+	// when (job, params) has another open run meanwhile, an *OpenRunError
+	// names it. A ledger that cannot is ErrUnsupported, changing nothing.
+	RetryRun(ctx context.Context, runID string) (int, error)
 
 	// Reopen moves committed shards of a non-terminal run back to pending
 	// (attempts reset, counts taken off the run's), recording reason: a

@@ -774,6 +774,20 @@ func (l *Ledger) ReleaseWorker(ctx context.Context, worker string) (int, error) 
 	return n, nil
 }
 
+// RetryRun is ledger.ErrUnsupported: a failed local run is not reopened;
+// `precog run` of the same spec makes a new one (its committed shards are
+// aborted with the failed run).
+func (l *Ledger) RetryRun(ctx context.Context, runID string) (int, error) {
+	r, err := l.Run(ctx, runID)
+	if err != nil {
+		return 0, err
+	}
+	if r.State.Terminal() && r.State != jobs.RunFailed {
+		return 0, fmt.Errorf("run %s is %s: %w", runID, r.State, ledger.ErrRunFinished)
+	}
+	return 0, fmt.Errorf("reopen run %s: %w", runID, ledger.ErrUnsupported)
+}
+
 // RetryFailed moves the run's failed shards back to pending with zero
 // attempts and no error, so a re-run retries only what failed. The run's
 // own state is left to the caller.

@@ -54,6 +54,7 @@ func Exercise(t *testing.T, newLedger func(t *testing.T) ledger.Ledger) {
 		{"FailNoRetry", testFailNoRetry},
 		{"Release", testRelease},
 		{"RetryFailed", testRetryFailed},
+		{"RetryRun", testRetryRun},
 		{"Reopen", testReopen},
 		{"RejectSample", testRejectSample},
 		{"SchedulerTicks", testSchedulerTicks},
@@ -553,6 +554,59 @@ func testRelease(t *testing.T, l ledger.Ledger) {
 		t.Fatalf("claim after release = %+v, want shard %d with attempts 1", s2, s.Index)
 	}
 	wantErr(t, "Release by the old worker", l.Release(ctx, r.ID, s.Index, "w1"), ledger.ErrLeaseLost)
+}
+
+// testRetryRun: a failed run goes back to running with its failed shards
+// pending and committed ones kept, or the ledger says ErrUnsupported and
+// changes nothing; a succeeded run is ErrRunFinished either way.
+func testRetryRun(t *testing.T, l ledger.Ledger) {
+	ctx := context.Background()
+	r := create(t, l, "recs", "", 2)
+	for range 2 {
+		s := claim(t, l, r.ID, "w1", longLease)
+		if s.Index == 1 {
+			if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: "w1", Counts: jobs.Counts{RowsOut: 1}}); err != nil {
+				t.Fatalf("Complete: %v", err)
+			}
+			continue
+		}
+		if err := l.Fail(ctx, ledger.FailParams{RunID: r.ID, Shard: s.Index, Worker: "w1", Msg: "bad row group", Retry: false, MaxAttempts: 1}); err != nil {
+			t.Fatalf("Fail: %v", err)
+		}
+	}
+	if err := l.SetRunState(ctx, r.ID, jobs.RunFailed, "shard 0 failed"); err != nil {
+		t.Fatal(err)
+	}
+	n, err := l.RetryRun(ctx, r.ID)
+	switch {
+	case errors.Is(err, ledger.ErrUnsupported):
+		if got, gerr := l.Run(ctx, r.ID); gerr != nil || got.State != jobs.RunFailed || mustShard(t, l, r.ID, 0).State != jobs.ShardFailed {
+			t.Fatalf("RetryRun unsupported changed the run: %+v, %v", got, gerr)
+		}
+	case err != nil || n != 1:
+		t.Fatalf("RetryRun = %d, %v; want 1", n, err)
+	default:
+		if got, _ := l.Run(ctx, r.ID); got.State != jobs.RunRunning || got.Error != "" {
+			t.Fatalf("run after RetryRun = %s %q, want running without error", got.State, got.Error)
+		}
+		if got := mustShard(t, l, r.ID, 0); got.State != jobs.ShardPending || got.Attempts != 0 {
+			t.Fatalf("failed shard after RetryRun = %+v, want pending with attempts 0", got)
+		}
+		if got := mustShard(t, l, r.ID, 1); got.State != jobs.ShardCommitted {
+			t.Fatalf("committed shard after RetryRun = %+v, want committed", got)
+		}
+	}
+	done := create(t, l, "other", "", 1)
+	s := claim(t, l, done.ID, "w1", longLease)
+	if err := l.Complete(ctx, ledger.CompleteParams{RunID: done.ID, Shard: s.Index, Worker: "w1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetRunState(ctx, done.ID, jobs.RunSucceeded, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.RetryRun(ctx, done.ID); !errors.Is(err, ledger.ErrRunFinished) {
+		t.Fatalf("RetryRun of a succeeded run = %v, want ErrRunFinished", err)
+	}
 }
 
 func testRetryFailed(t *testing.T, l ledger.Ledger) {
