@@ -246,31 +246,9 @@ func lockForRollback(ctx context.Context, snks []sinks.Sink, info sinks.RunInfo)
 	_, _ = rand.Read(tok[:])
 	holderInfo := info
 	holderInfo.RunID = "rollback-" + hex.EncodeToString(tok[:])
-	holder := sinks.ThisProcess(holderInfo)
-	lctx, cancel := context.WithCancelCause(ctx)
-	var held []sinks.Lock
-	release := func() {
-		cancel(nil)
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer rcancel()
-		for _, l := range held {
-			_ = l.Release(rctx)
-		}
-	}
-	for _, s := range snks {
-		l, err := s.Lock(ctx, info, holder)
-		if err != nil {
-			release()
-			return nil, nil, fmt.Errorf("sinks.%s: a run is writing this target; nothing was changed (roll back once it finished): %w", s.Name(), err)
-		}
-		held = append(held, l)
-		go func(name string) {
-			select {
-			case <-l.Lost():
-				cancel(fmt.Errorf("sinks.%s: rollback's writer lock was lost", name))
-			case <-lctx.Done():
-			}
-		}(s.Name())
+	lctx, release, err := runner.LockSinks(ctx, snks, info, sinks.ThisProcess(holderInfo))
+	if err != nil {
+		return nil, nil, fmt.Errorf("a run is writing this target; nothing was changed (roll back once it finished): %w", err)
 	}
 	return lctx, release, nil
 }
@@ -289,7 +267,7 @@ func refuseWhilePublishing(ctx context.Context, g *globals, db string, spec *job
 		}
 		led = l
 	} else {
-		path := filepath.Join(g.stateDir, "ledger.db")
+		path := filepath.Join(g.stateDir, bolt.FileName)
 		if _, err := os.Stat(path); err != nil {
 			return nil // no embedded ledger: nothing ran here
 		}
