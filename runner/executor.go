@@ -317,7 +317,7 @@ func (s *transientStreak) retry(ctx context.Context, window time.Duration) bool 
 
 func (s *transientStreak) reset() { s.first, s.n = time.Time{}, 0 }
 
-// endRun fails a run for good: its ledger record and what it wrote.
+// endRunFailed fails a run for good: its ledger record and what it wrote.
 func endRunFailed(ctx context.Context, led ledger.Ledger, t shardTask, cause error, log *slog.Logger) {
 	runStores{led: led, snks: t.snks, info: t.info, log: log}.end(ctx, jobs.RunFailed, cause)
 }

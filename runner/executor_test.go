@@ -20,7 +20,7 @@ type keepOpen struct{ *faultSink }
 
 func (keepOpen) Close() error { return nil }
 
-// execMode names one way of running a job: `precog run` (RunLocal) or a
+// execCase names one way of running a job: `precog run` (RunLocal) or a
 // worker of the cluster ledger (`precog run --db`, `precog worker`).
 type execCase struct {
 	name string
