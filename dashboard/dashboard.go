@@ -52,13 +52,19 @@ func (s Shared) Ledger(context.Context) (ledger.Ledger, func(), error) { return 
 func (s Shared) Where() string { return s.Name }
 
 // BoltDir is a Source over the embedded ledger under a state directory,
-// opened for each request: a `precog run` holding it makes pages say the
-// ledger is busy until that run ends (its own --ui shows it meanwhile).
+// opened for each request. Processes share the file transaction by
+// transaction; one frozen inside a transaction (or an older precog holding
+// the file for its whole run) makes pages say the ledger is busy after
+// busyWait instead of hanging for bolt.LockWait.
 type BoltDir struct{ StateDir string }
+
+// busyWait bounds a page's wait for another process's ledger transaction,
+// which lasts milliseconds unless that process is frozen.
+const busyWait = time.Second
 
 // Ledger implements Source.
 func (b BoltDir) Ledger(context.Context) (ledger.Ledger, func(), error) {
-	l, err := bolt.OpenIn(b.StateDir)
+	l, err := bolt.OpenWait(bolt.PathIn(b.StateDir), busyWait)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	bbolt "go.etcd.io/bbolt"
+
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/ledger/bolt"
@@ -362,10 +364,7 @@ func TestBusyShowsSnapshot(t *testing.T) {
 	have := true
 	ts := newServer(t, Options{Source: BoltDir{StateDir: dir}, Now: func() time.Time { return now },
 		BusySnapshot: func() (BusySnapshot, bool) { return snap, have }})
-	held, err := bolt.Open(filepath.Join(dir, "ledger.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := holdLedgerFile(t, dir)
 	defer held.Close()
 	code, body, _ := get(t, ts, "/", token)
 	if code != 503 || !strings.Contains(body, "The ledger is busy") || !strings.Contains(body, "process 4242") ||
@@ -382,16 +381,30 @@ func TestBusyShowsSnapshot(t *testing.T) {
 	}
 }
 
+// holdLedgerFile holds the embedded ledger's file as a process frozen
+// inside a transaction would (or an older precog, which held it for its
+// whole run): a raw bbolt open keeps the file's lock until Close.
+func holdLedgerFile(t *testing.T, dir string) *bbolt.DB {
+	t.Helper()
+	held, err := bbolt.Open(filepath.Join(dir, bolt.FileName), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return held
+}
+
 // TestBoltBusy: the embedded ledger held by a run makes pages say so (503)
 // instead of hanging or failing obscurely; once released they read it.
 func TestBoltBusy(t *testing.T) {
 	dir := t.TempDir()
 	ts := newServer(t, Options{Source: BoltDir{StateDir: dir}})
-	held, err := bolt.Open(filepath.Join(dir, "ledger.db"))
+	l, err := bolt.Open(filepath.Join(dir, "ledger.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := mustCreate(t, held, "recs", 1)
+	r := mustCreate(t, l, "recs", 1)
+	l.Close()
+	held := holdLedgerFile(t, dir)
 	code, body, _ := get(t, ts, "/", token)
 	if code != 503 || !strings.Contains(body, "The ledger is busy") || !strings.Contains(body, "data-refresh") {
 		t.Errorf("busy ledger: %d\n%s", code, body)

@@ -114,6 +114,7 @@ func OpenWait(path string, wait time.Duration) (*Ledger, error) {
 // Close stops the ledger's wake-ups (the file is closed after each
 // transaction).
 func (l *Ledger) Close() error {
+	l.db.closed.Store(true)
 	l.hub.Close()
 	return nil
 }

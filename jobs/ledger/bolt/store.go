@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
@@ -27,9 +28,10 @@ const LockWait = 10 * time.Second
 // mutex per file serialises this process's, whatever Ledger value they
 // go through.
 type store struct {
-	path string
-	wait time.Duration
-	mu   *sync.Mutex
+	path   string
+	wait   time.Duration
+	mu     *sync.Mutex
+	closed atomic.Bool // set by Ledger.Close: a closed ledger reads and writes nothing
 }
 
 // fileLocks holds one mutex per ledger file of this process.
@@ -57,6 +59,9 @@ func (s *store) View(fn func(*bbolt.Tx) error) error {
 func (s *store) with(readOnly bool, fn func(*bbolt.DB) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed.Load() {
+		return fmt.Errorf("ledger: %s: %w", s.path, bberrors.ErrDatabaseNotOpen)
+	}
 	db, err := bbolt.Open(s.path, 0o600, &bbolt.Options{Timeout: s.wait, ReadOnly: readOnly})
 	if errors.Is(err, bberrors.ErrTimeout) {
 		return fmt.Errorf("ledger: state dir %s: another precog process held the ledger for over %s (frozen?): %w", filepath.Dir(s.path), s.wait, ledger.ErrBusy)
