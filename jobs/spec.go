@@ -199,8 +199,11 @@ type ParquetSinkSpec struct {
 type RetrySpec struct {
 	MaxAttempts int `yaml:"max_attempts"` // default 3
 	// TransientWindow is how long transient errors (a store restarting,
-	// connection refused or reset, timeouts) are retried with backoff before
-	// they count as a failed attempt. Default 60s.
+	// connection refused or reset, timeouts, Redis LOADING) are retried with
+	// backoff before they count as a failed attempt; within it they spend
+	// none of max_attempts. The same on precog run, run --db and worker (one
+	// executor). A permanent error (disk full, permission, bad data) fails
+	// the attempt at once. Default 60s.
 	TransientWindow Duration `yaml:"transient_window"`
 }
 
