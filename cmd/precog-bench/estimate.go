@@ -23,14 +23,17 @@ var (
 	reProbe      = regexp.MustCompile(`probe: (\d+) rows at batch size \d+, (\d+) rows/s`)
 	reProbeRuns  = regexp.MustCompile(`probe: (\d+) runs at once, (\d+) rows/s together`)
 	reEstimate   = regexp.MustCompile(`estimate: (.*)`)
+	reEstOne     = regexp.MustCompile(`estimate: (\S+) on this machine`)
+	reEstPar     = regexp.MustCompile(`, (\S+) with --parallel \d+`)
 )
 
 // dryRun is what `precog backfill --dry-run` printed.
 type dryRun struct {
 	rows, probeRows int64
-	rate            float64 // the probe's rows/s
-	rateRuns        float64 // the probe's rows/s with --parallel runs at once (0: none)
-	printed         string  // the estimate line as printed
+	rate            float64       // the probe's rows/s
+	rateRuns        float64       // the probe's rows/s with --parallel runs at once (0: none)
+	printed         string        // the estimate line as printed
+	one, par        time.Duration // the printed estimates: one run at a time, --parallel runs at once (0: none)
 	took            time.Duration
 }
 
@@ -57,21 +60,25 @@ func parseDryRun(out string) (dryRun, error) {
 	if e := reEstimate.FindStringSubmatch(out); e != nil {
 		d.printed = e[1]
 	}
-	if d.rows == 0 || d.rate == 0 {
+	if e := reEstOne.FindStringSubmatch(out); e != nil {
+		d.one, _ = time.ParseDuration(e[1])
+	}
+	if e := reEstPar.FindStringSubmatch(out); e != nil {
+		d.par, _ = time.ParseDuration(e[1])
+	}
+	if d.rows == 0 || d.rate == 0 || d.one == 0 {
 		return d, fmt.Errorf("the dry run gave %d rows at %v rows/s:\n%s", d.rows, d.rate, out)
 	}
 	return d, nil
 }
 
-// estimate is the wall time the dry run estimates for parallel dates at
-// once: rows at the rate its probe measured with that many runs side by
-// side (as printed, without the printed line's rounding).
+// estimate is the wall time the dry run printed for parallel dates at
+// once (start-up, stage and the sinks' writes included).
 func (d dryRun) estimate(parallel int) time.Duration {
-	rate := d.rate
-	if parallel > 1 && d.rateRuns > 0 {
-		rate = d.rateRuns
+	if parallel > 1 && d.par > 0 {
+		return d.par
 	}
-	return time.Duration(float64(d.rows) / rate * float64(time.Second))
+	return d.one
 }
 
 // estimate is issue 20's section: `precog backfill --dry-run`'s estimate

@@ -34,22 +34,24 @@ func TestParseDryRun(t *testing.T) {
 2026-11-01  found      250000  3
 2026-11-02  found      250000  3
 2 partitions, 0 missing, 500000 rows
-probe: 120000 rows at batch size 1024, 1000000 rows/s (read, encode, infer)
+probe: 120000 rows at batch size 1024, 1000000 rows/s (read, encode, infer, write parquet, commit)
+probe: start-up 1.2s and stage 40ms per run
 probe: 2 runs at once, 1600000 rows/s together (1.6x one run)
-estimate: 1s on this machine, 313ms with --parallel 2
+estimate: 3s on this machine, 1.75s with --parallel 2 (1.5s to 2.1s at the probe's fastest and slowest third)
 `
 	d, err := parseDryRun(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.rows != 500000 || d.probeRows != 120000 || d.rate != 1e6 || d.rateRuns != 1.6e6 || d.printed != "1s on this machine, 313ms with --parallel 2" {
+	if d.rows != 500000 || d.probeRows != 120000 || d.rate != 1e6 || d.rateRuns != 1.6e6 || d.printed != "3s on this machine, 1.75s with --parallel 2 (1.5s to 2.1s at the probe's fastest and slowest third)" {
 		t.Fatalf("parsed %+v", d)
 	}
-	if got := d.estimate(2); got != 312500*time.Microsecond {
-		t.Fatalf("estimate(2) = %v, want 312.5ms (500000 rows at 1.6M rows/s)", got)
+	// The printed estimates, start-up and stage included, not rows/rate.
+	if got := d.estimate(2); got != 1750*time.Millisecond {
+		t.Fatalf("estimate(2) = %v, want 1.75s as printed", got)
 	}
-	if got := d.estimate(1); got != 500*time.Millisecond {
-		t.Fatalf("estimate(1) = %v, want 500ms", got)
+	if got := d.estimate(1); got != 3*time.Second {
+		t.Fatalf("estimate(1) = %v, want 3s as printed", got)
 	}
 	if _, err := parseDryRun("3 partitions, 1 missing, 500000 rows\n"); err == nil {
 		t.Fatal("a dry run with a missing partition parsed")

@@ -244,6 +244,7 @@ func dryRunBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags
 	var rows int64
 	missing := 0
 	var probeSpec *jobs.Spec
+	found := 0
 	for i, p := range list {
 		if !p.Found {
 			missing++
@@ -251,6 +252,7 @@ func dryRunBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags
 			continue
 		}
 		rows += p.Rows
+		found++
 		if probeSpec == nil {
 			probeSpec = parts[i].Spec
 		}
@@ -259,7 +261,8 @@ func dryRunBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags
 	tw.Flush()
 	fmt.Fprintf(w, "%d partitions, %d missing, %d rows\n", len(list), missing, rows)
 	if probeSpec != nil {
-		if err := printEstimate(ctx, w, probeSpec, plans[probeSpec.Params[f.paramName]], rows, f.parallel); err != nil {
+		if err := printEstimate(ctx, w, estimateParams{Spec: probeSpec, Plans: plans[probeSpec.Params[f.paramName]],
+			Rows: rows, Runs: found, Parallel: f.parallel}); err != nil {
 			return err
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/precog-ml/precog/jobs"
@@ -12,36 +13,81 @@ import (
 	"github.com/precog-ml/precog/sources"
 )
 
-// probeBudget bounds the probe behind an estimate.
+// probeBudget bounds the streaming part of the probe behind an estimate.
 const probeBudget = 3 * time.Second
 
 // maxProbeRuns bounds the pipelines a --parallel estimate probes at once.
 const maxProbeRuns = 8
 
-// printEstimate probes spec's model on a real sample of plans' rows at the
-// spec's batch size and prints the estimated wall time of rows on this
-// machine and, for parallel > 1, with that many runs at once, measured by a
-// second probe of that many pipelines side by side (they share the cores,
-// so the gain is rarely parallel×): the same lines for `backfill --dry-run`
-// (rows of every partition) and `validate --estimate` (one run).
-func printEstimate(ctx context.Context, w io.Writer, spec *jobs.Spec, plans []sources.ShardPlan, rows int64, parallel int) error {
-	rate, sample, err := backfill.Probe(ctx, backfill.ProbeParams{Spec: spec, Plans: plans, Budget: probeBudget, Runs: 1})
+// estimateParams is what printEstimate estimates.
+type estimateParams struct {
+	Spec *jobs.Spec
+	// Plans are the shards the probe samples.
+	Plans []sources.ShardPlan
+	// Rows is every run's rows together; Runs is how many runs (values).
+	Rows int64
+	Runs int
+	// Parallel is how many runs go at once.
+	Parallel int
+}
+
+// printEstimate probes spec on a real sample of Plans' rows at the spec's
+// batch size, writing through the spec's sinks into a throwaway version
+// that is aborted (backfill.Probe), and prints the estimated wall time on
+// this machine: each run's start-up and stage measured once, plus Rows at
+// the probe's rate, with its margin from the probe's slowest and fastest
+// second. For Parallel > 1 a second probe runs that many pipelines side by
+// side (they share the cores, so the gain is rarely parallel×). The same
+// lines for `backfill --dry-run` and `validate --estimate` (one run).
+func printEstimate(ctx context.Context, w io.Writer, p estimateParams) error {
+	one, err := backfill.Probe(ctx, backfill.ProbeParams{Spec: p.Spec, Plans: p.Plans, Budget: probeBudget, Runs: 1, Sinks: true})
 	if err != nil {
 		return err
 	}
-	one := time.Duration(float64(rows) / rate * float64(time.Second))
-	fmt.Fprintf(w, "probe: %d rows at batch size %d, %.0f rows/s (read, encode, infer)\n", sample, spec.Model.BatchSize, rate)
-	if parallel <= 1 {
-		fmt.Fprintf(w, "estimate: %s on this machine\n", runview.Duration(one))
+	fmt.Fprintf(w, "probe: %d rows at batch size %d, %.0f rows/s (read, encode, infer, write %s, commit)\n",
+		one.Rows, p.Spec.Model.BatchSize, one.Rate, sinkNames(p.Spec))
+	fixed := one.Open + one.Stage
+	fmt.Fprintf(w, "probe: start-up %s and stage %s per run\n", runview.Duration(one.Open), runview.Duration(one.Stage))
+	runs := max(p.Runs, 1)
+	est := func(r backfill.ProbeResult, parallel int) (mid, lo, hi time.Duration) {
+		waves := time.Duration((runs + parallel - 1) / parallel)
+		at := func(rate float64) time.Duration {
+			return waves*fixed + time.Duration(float64(p.Rows)/rate*float64(time.Second))
+		}
+		return at(r.Rate), at(r.High), at(r.Low)
+	}
+	mid, lo, hi := est(one, 1)
+	if p.Parallel <= 1 {
+		fmt.Fprintf(w, "estimate: %s on this machine (%s to %s at the probe's fastest and slowest third)\n",
+			runview.Duration(mid), runview.Duration(lo), runview.Duration(hi))
 		return nil
 	}
-	n := min(parallel, maxProbeRuns)
-	rateN, _, err := backfill.Probe(ctx, backfill.ProbeParams{Spec: spec, Plans: plans, Budget: probeBudget, Runs: n})
+	n := min(p.Parallel, maxProbeRuns)
+	rn, err := backfill.Probe(ctx, backfill.ProbeParams{Spec: p.Spec, Plans: p.Plans, Budget: probeBudget, Runs: n, Sinks: true})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "probe: %d runs at once, %.0f rows/s together (%.1fx one run)\n", n, rateN, rateN/rate)
-	fmt.Fprintf(w, "estimate: %s on this machine, %s with --parallel %d\n", runview.Duration(one),
-		runview.Duration(time.Duration(float64(rows)/rateN*float64(time.Second))), parallel)
+	fmt.Fprintf(w, "probe: %d runs at once, %.0f rows/s together (%.1fx one run)\n", n, rn.Rate, rn.Rate/one.Rate)
+	pmid, plo, phi := est(rn, n)
+	fmt.Fprintf(w, "estimate: %s on this machine, %s with --parallel %d (%s to %s at the probe's fastest and slowest third)\n",
+		runview.Duration(mid), runview.Duration(pmid), p.Parallel, runview.Duration(plo), runview.Duration(phi))
 	return nil
+}
+
+// sinkNames lists the spec's sinks, as the probe writes them.
+func sinkNames(spec *jobs.Spec) string {
+	var names []string
+	if spec.Sinks.Parquet != nil {
+		names = append(names, "parquet")
+	}
+	if spec.Sinks.Postgres != nil {
+		names = append(names, "postgres")
+	}
+	if spec.Sinks.Redis != nil {
+		names = append(names, "redis")
+	}
+	if len(names) == 0 {
+		return "no sink"
+	}
+	return strings.Join(names, ", ")
 }
