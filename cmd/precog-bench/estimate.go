@@ -98,7 +98,7 @@ func (h *harness) estimate(ctx context.Context) (*section, error) {
 			return s, fmt.Errorf("%s --parallel %d: %w", c.model, c.parallel, err)
 		}
 	}
-	s.note("estimate: the dry run probes the model for at most 3 s on the first date's first shard (read, encode, infer at the spec's batch size) and divides the range's rows (from Parquet metadata) by that rate, or for --parallel N by the rate of a second 3 s probe of N pipelines side by side; the backfill's wall time also holds each date's start-up (spec, model load, ledger), the sink's writes and each publish, which the probe leaves out.")
+	s.note("estimate: the dry run probes the job for about 3 s from the first date's first shards (read, encode, infer, the sink's writes and each shard's commit, into a throwaway version it aborts), adds each date's start-up (source, model, sink prepare) and stage as measured once, and divides the range's rows (from Parquet metadata) by the probe's rate, or for --parallel N by the rate of a second probe of N pipelines side by side; the comparison uses the printed estimate (rounded to the second). Not in it: the process's own start and the ledger's bookkeeping per date.")
 	return s, nil
 }
 
