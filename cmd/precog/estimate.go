@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/precog-ml/precog/jobs"
-	"github.com/precog-ml/precog/jobs/runview"
 	"github.com/precog-ml/precog/runner/backfill"
 	"github.com/precog-ml/precog/sources"
 )
@@ -47,7 +46,7 @@ func printEstimate(ctx context.Context, w io.Writer, p estimateParams) error {
 	fmt.Fprintf(w, "probe: %d rows at batch size %d, %.0f rows/s (read, encode, infer, write %s, commit)\n",
 		one.Rows, p.Spec.Model.BatchSize, one.Rate, sinkNames(p.Spec))
 	fixed := one.Open + one.Stage
-	fmt.Fprintf(w, "probe: start-up %s and stage %s per run\n", runview.Duration(one.Open), runview.Duration(one.Stage))
+	fmt.Fprintf(w, "probe: start-up %s and stage %s per run\n", estDuration(one.Open), estDuration(one.Stage))
 	runs := max(p.Runs, 1)
 	est := func(r backfill.ProbeResult, parallel int) (mid, lo, hi time.Duration) {
 		waves := time.Duration((runs + parallel - 1) / parallel)
@@ -59,7 +58,7 @@ func printEstimate(ctx context.Context, w io.Writer, p estimateParams) error {
 	mid, lo, hi := est(one, 1)
 	if p.Parallel <= 1 {
 		fmt.Fprintf(w, "estimate: %s on this machine (%s to %s at the probe's fastest and slowest third)\n",
-			runview.Duration(mid), runview.Duration(lo), runview.Duration(hi))
+			estDuration(mid), estDuration(lo), estDuration(hi))
 		return nil
 	}
 	n := min(p.Parallel, maxProbeRuns)
@@ -70,7 +69,7 @@ func printEstimate(ctx context.Context, w io.Writer, p estimateParams) error {
 	fmt.Fprintf(w, "probe: %d runs at once, %.0f rows/s together (%.1fx one run)\n", n, rn.Rate, rn.Rate/one.Rate)
 	pmid, plo, phi := est(rn, n)
 	fmt.Fprintf(w, "estimate: %s on this machine, %s with --parallel %d (%s to %s at the probe's fastest and slowest third)\n",
-		runview.Duration(mid), runview.Duration(pmid), p.Parallel, runview.Duration(plo), runview.Duration(phi))
+		estDuration(mid), estDuration(pmid), p.Parallel, estDuration(plo), estDuration(phi))
 	return nil
 }
 
@@ -90,4 +89,16 @@ func sinkNames(spec *jobs.Spec) string {
 		return "no sink"
 	}
 	return strings.Join(names, ", ")
+}
+
+// estDuration prints an estimate: to the second, to a tenth below 10 s
+// (a short backfill's estimate would round to a large error).
+func estDuration(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "-"
+	case d < 10*time.Second:
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
 }
