@@ -57,8 +57,7 @@ func printEstimate(ctx context.Context, w io.Writer, p estimateParams) error {
 	}
 	mid, lo, hi := est(one, 1)
 	if p.Parallel <= 1 {
-		fmt.Fprintf(w, "estimate: %s on this machine (%s to %s at the probe's fastest and slowest third)\n",
-			estDuration(mid), estDuration(lo), estDuration(hi))
+		fmt.Fprintf(w, "estimate: %s on this machine (%s)\n", estDuration(mid), margin(one, lo, hi))
 		return nil
 	}
 	n := min(p.Parallel, maxProbeRuns)
@@ -68,8 +67,8 @@ func printEstimate(ctx context.Context, w io.Writer, p estimateParams) error {
 	}
 	fmt.Fprintf(w, "probe: %d runs at once, %.0f rows/s together (%.1fx one run)\n", n, rn.Rate, rn.Rate/one.Rate)
 	pmid, plo, phi := est(rn, n)
-	fmt.Fprintf(w, "estimate: %s on this machine, %s with --parallel %d (%s to %s at the probe's fastest and slowest third)\n",
-		estDuration(mid), estDuration(pmid), p.Parallel, estDuration(plo), estDuration(phi))
+	fmt.Fprintf(w, "estimate: %s on this machine, %s with --parallel %d (%s)\n",
+		estDuration(mid), estDuration(pmid), p.Parallel, margin(rn, plo, phi))
 	return nil
 }
 
@@ -101,4 +100,13 @@ func estDuration(d time.Duration) string {
 		return d.Round(100 * time.Millisecond).String()
 	}
 	return d.Round(time.Second).String()
+}
+
+// margin says the estimate's range at the probe's fastest and slowest
+// third, or why there is none.
+func margin(r backfill.ProbeResult, lo, hi time.Duration) string {
+	if r.Low <= 0 {
+		return fmt.Sprintf("no margin: the probe saw %d units, too few to compare its thirds", r.Units)
+	}
+	return fmt.Sprintf("%s to %s at the probe's fastest and slowest third", estDuration(lo), estDuration(hi))
 }

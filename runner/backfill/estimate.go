@@ -86,8 +86,11 @@ type ProbeResult struct {
 	Rows int64
 	// Rate is Rows per second of the streaming part (all Runs together).
 	Rate float64
-	// Low and High are the slowest and fastest rate of the probe's windows.
+	// Low and High are the slowest and fastest rate of the probe's windows;
+	// 0 where it saw too few units for a margin (Units).
 	Low, High float64
+	// Units is how many pipeline units the probe saw inferred.
+	Units int
 	// Open is the per-run start-up: source, model and sinks opened, the
 	// sinks' Prepare.
 	Open time.Duration
@@ -222,6 +225,7 @@ func streamProbe(ctx context.Context, p ProbeParams, jobsOpen []*runner.Job, snk
 	}
 	res.Rate = float64(res.Rows) / took.Seconds()
 	res.Low, res.High = win.spread(res.Rate, probeWindows)
+	res.Units = win.count()
 	return slices.Concat(committed...), nil
 }
 
@@ -252,6 +256,10 @@ func (u untilReader) Next(ctx context.Context) (arrow.RecordBatch, error) {
 	}
 	return u.BatchReader.Next(ctx)
 }
+
+// minEventsPerWindow is the fewest progress events a window of the
+// probe's margin holds.
+const minEventsPerWindow = 3
 
 // maxProbeEvents bounds the progress events a probe keeps: past it,
 // neighbours merge (the spread needs few).
@@ -286,6 +294,12 @@ func (w *windows) add(n int64) {
 	w.events = append(w.events, probeEvent{at: at, rows: n})
 }
 
+func (w *windows) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.events)
+}
+
 func (w *windows) total() int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -296,16 +310,21 @@ func (w *windows) total() int64 {
 	return t
 }
 
-// spread splits the events into at most k consecutive groups and returns
-// the slowest and fastest group's rate (its rows over the time since the
-// group before it ended), each scaled by rate over the groups' overall
-// rate, so that the drain and commits after the last event weigh on them
-// as on the probe's rate.
+// spread splits the events into at most k consecutive groups of at least
+// minEventsPerWindow events and returns the slowest and fastest group's
+// rate (its rows over the time since the group before it ended), each
+// scaled by rate over the groups' overall rate, so that the drain and
+// commits after the last event weigh on them as on the probe's rate.
+// Fewer than two such groups give no margin (0, 0): inference sessions
+// finish units in bursts, and a window of one or two units would measure
+// the burst, not the machine.
 func (w *windows) spread(rate float64, k int) (low, high float64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := len(w.events)
-	k = max(min(k, n), 1)
+	if k = min(k, n/minEventsPerWindow); k < 2 {
+		return 0, 0
+	}
 	var total int64
 	var prev time.Duration
 	rates := make([]float64, 0, k)
