@@ -98,7 +98,7 @@ func (h *harness) estimate(ctx context.Context) (*section, error) {
 			return s, fmt.Errorf("%s --parallel %d: %w", c.model, c.parallel, err)
 		}
 	}
-	s.note("estimate: the dry run probes the job for about 3 s from the first date's first shards (read, encode, infer, the sink's writes and each shard's commit, into a throwaway version it aborts), adds each date's start-up (source, model, sink prepare) and stage as measured once, and divides the range's rows (from Parquet metadata) by the probe's rate, or for --parallel N by the rate of a second probe of N pipelines side by side; the comparison uses the printed estimate (rounded to the second). Not in it: the process's own start and the ledger's bookkeeping per date.")
+	s.note("estimate: the dry run probes the job for about 3 s from the first date's first shards (read, encode, infer, the sink's writes and each shard's commit, into a throwaway version it aborts), adds each date's start-up (source, model, sink prepare) and stage as measured once and the ledger's commits (a synced page write in the state dir, 2 per shard and 6 per date), and divides the range's rows (from Parquet metadata) by the probe's rate, or for --parallel N by the rate of a second probe of N pipelines side by side; the comparison uses the printed estimate (to a tenth of a second below 10 s). Not in it: the process's own start, and the later dates' cold page cache (the probe reads the first date).")
 	return s, nil
 }
 

@@ -244,7 +244,7 @@ func dryRunBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags
 	var rows int64
 	missing := 0
 	var probeSpec *jobs.Spec
-	found := 0
+	found, shards := 0, 0
 	for i, p := range list {
 		if !p.Found {
 			missing++
@@ -252,7 +252,7 @@ func dryRunBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags
 			continue
 		}
 		rows += p.Rows
-		found++
+		found, shards = found+1, shards+p.Shards
 		if probeSpec == nil {
 			probeSpec = parts[i].Spec
 		}
@@ -262,7 +262,7 @@ func dryRunBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags
 	fmt.Fprintf(w, "%d partitions, %d missing, %d rows\n", len(list), missing, rows)
 	if probeSpec != nil {
 		if err := printEstimate(ctx, w, estimateParams{Spec: probeSpec, Plans: plans[probeSpec.Params[f.paramName]],
-			Rows: rows, Runs: found, Parallel: f.parallel}); err != nil {
+			Rows: rows, Runs: found, Shards: shards, Parallel: f.parallel, StateDir: g.stateDir}); err != nil {
 			return err
 		}
 	}
