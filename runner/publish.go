@@ -205,6 +205,7 @@ func (p *publisher) Publish(ctx context.Context, run jobs.Run) error {
 	if err := stageAll(ctx, p.led, p.snks, p.info, p.policy()); err != nil {
 		return stop("stage", errors.Is(err, ErrDuplicateKeys), err)
 	}
+	stopAfterStage()
 	checked, err := p.check(ctx, run)
 	if err != nil {
 		return stop("checks", errors.Is(err, ErrChecksFailed), err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/precog-ml/precog/internal/testservers"
 	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/runner"
 	"github.com/precog-ml/precog/sinks/parquet"
 )
 
@@ -31,6 +33,25 @@ func (c *e2eCluster) publisherOf(id string) string {
 	return p
 }
 
+// processStopped says whether process pid is stopped (state T in
+// /proc/PID/stat), as a SIGSTOP leaves it.
+func processStopped(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && i+2 < len(s) && s[i+2] == 'T'
+}
+
+// waitNextSecond returns once the wall clock's second has changed.
+func waitNextSecond() {
+	now := time.Now()
+	time.Sleep(now.Truncate(time.Second).Add(time.Second).Sub(now))
+}
+
 // TestClusterFrozenPublisherTakenOver: two workers with a 3s lease into
 // Redis, Postgres and a fixed Parquet path. The worker publishing run B is
 // frozen (SIGSTOP) right after it staged, holding every sink's writer
@@ -46,42 +67,37 @@ func TestClusterFrozenPublisherTakenOver(t *testing.T) {
 	j := e2eQuick
 	c := newE2ECluster(t, j, testservers.Postgres(t).DSN, testservers.Postgres(t).DSN, testservers.Redis(t))
 	want := c.reference(j)
-	ws := []*workerProc{c.worker("--lease", "3s"), c.worker("--lease", "3s")}
-	var id string
-	var holder *workerProc
+	// w1 stops itself (SIGSTOP) right after its first publish staged every
+	// sink (runner.EnvStopAfterStage): the freeze lands between stage and
+	// cutover whatever the machine's speed. w2 publishes the runs w1 does
+	// not, until one is w1's.
+	holder := c.start([]string{"env", runner.EnvStopAfterStage + "=1"}, "worker", "--db", c.dsn, "--lease", "3s", "--drain-timeout", "5s")
+	ws := []*workerProc{holder, c.worker("--lease", "3s")}
+	var id, version string
 	var frozen time.Time
 	for try := 0; ; try++ {
+		// A version's stamp has a one-second resolution, and retention orders
+		// two versions of one second by their random suffix: each run here
+		// starts in a second of its own, so that "the version before C" is B.
+		waitNextSecond()
 		id = c.submit()
-		version := c.run(id).Version
-		staged := filepath.Join(c.dir, "out", "scores", ".date="+e2eDate+".precog-"+version, parquet.MarkerFile)
-		holder = nil
-		c.waitFor("a worker to stage run "+id+" in the parquet sink", 2*time.Minute, func() bool {
-			if _, err := os.Stat(staged); err != nil {
-				return c.run(id).State.Terminal()
-			}
-			pub := c.publisherOf(id)
-			for _, w := range ws {
-				if pub != "" && strings.HasPrefix(pub, w.workerIDPrefix()) {
-					holder = w
-				}
-			}
-			return holder != nil
+		version = c.run(id).Version
+		c.waitFor("run "+id+" to end or w1 to stop itself after staging it", 2*time.Minute, func() bool {
+			return processStopped(holder.cmd.Process.Pid) || c.run(id).State.Terminal()
 		})
-		if holder != nil {
-			if err := holder.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
-			}
+		if processStopped(holder.cmd.Process.Pid) {
 			frozen = time.Now()
-			rv, pv, qv := c.storeVersions()
-			if rv != version && pv != version && qv != version {
-				break // frozen after staging, before any cutover
-			}
-			_ = holder.cmd.Process.Signal(syscall.SIGCONT)
+			break
 		}
-		if try == 5 {
-			t.Fatalf("could not freeze a publisher between its stage and its cutover in 6 runs")
+		if try == 19 {
+			t.Fatalf("w1 published none of 20 runs")
 		}
-		c.waitTerminal(id, time.Minute) // too late: that run published; try the next
+	}
+	if pub := c.publisherOf(id); !strings.HasPrefix(pub, holder.workerIDPrefix()) {
+		t.Fatalf("w1 stopped after staging, but run %s's publisher is %q", id, pub)
+	}
+	if rv, pv, qv := c.storeVersions(); rv == version || pv == version || qv == version {
+		t.Fatalf("w1 stopped after staging run %s, yet a store is on it already (redis %s, parquet %s, postgres %s)", id, rv, pv, qv)
 	}
 	t.Logf("froze %s publishing run %s after it staged", holder.name, id)
 	mark := len(holder.log.String())
@@ -95,6 +111,7 @@ func TestClusterFrozenPublisherTakenOver(t *testing.T) {
 	if took > 2*lease {
 		t.Errorf("run %s published %s after its publisher froze: more than 2 leases (%s)", id, took.Round(time.Millisecond), 2*lease)
 	}
+	waitNextSecond()
 	next := c.submit()
 	rn := c.waitTerminal(next, time.Minute)
 	if rn.State != jobs.RunSucceeded {
@@ -129,7 +146,12 @@ func TestClusterFrozenPublisherTakenOver(t *testing.T) {
 		t.Errorf("the thawed publisher published a sink:\n%s", late)
 	}
 	if m, err := parquet.ReadMarker(filepath.Join(c.dir, "out", "scores", ".date="+e2eDate+".precog.versions", r.Version)); err != nil || m.Version != r.Version {
-		t.Errorf("run %s's version is not retained beside the target: %+v (%v)", id, m, err)
+		ents, _ := os.ReadDir(filepath.Join(c.dir, "out", "scores", ".date="+e2eDate+".precog.versions"))
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Errorf("run %s's version is not retained beside the target: %+v (%v); retained: %v", id, m, err, names)
 	}
 	if r := c.run(id); r.State != jobs.RunSucceeded || r.Error != "" {
 		t.Errorf("run %s after the stale publisher woke: %s %q", id, r.State, r.Error)
