@@ -232,8 +232,15 @@ func (e *executor) settle(ctx context.Context, worker string, t shardTask, a att
 		r.outcome = outReleased
 		return r
 	case class == retry.Transient && streak.retry(ctx, t.job.Spec.Retry.TransientWindow.Duration):
+		// A stale attempt (its lease taken over, its run ended: a worker
+		// thawed after a freeze sees its connections ended) stops as one;
+		// it does not retry a shard that is no longer its own.
+		if rerr := e.led.Release(bg, run.ID, sh.Index, worker); errors.Is(rerr, ledger.ErrLeaseLost) || errors.Is(rerr, ledger.ErrRunFinished) {
+			e.log.Info("shard attempt stopped: lease lost or run finished", "run", run.ID, "shard", sh.Index, "worker", worker, "err", a.err, "ledger", rerr)
+			r.outcome = outLost
+			return r
+		}
 		e.log.Warn("transient error; retrying the shard after a backoff", "run", run.ID, "shard", sh.Index, "worker", worker, "err", a.err)
-		_ = e.led.Release(bg, run.ID, sh.Index, worker)
 		r.outcome = outRetried
 		return r
 	}
