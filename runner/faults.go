@@ -2,6 +2,7 @@ package runner
 
 import (
 	"os"
+	"strconv"
 	"sync"
 )
 
@@ -20,4 +21,40 @@ func stopAfterStage() {
 		return
 	}
 	stopAfterStageOnce.Do(stopSelf)
+}
+
+// EnvStopMidShard, set to a number N in a process's environment, makes it
+// stop itself (SIGSTOP) once, when it is about to commit the sinks of its
+// (N+1)th shard attempt: every row of that shard is written to every sink,
+// none is committed, and the ledger still shows the shard running under
+// this process's lease. It exists for the end-to-end tests of a straggler,
+// which must freeze a worker mid-shard: a signal sent from outside after a
+// ledger read can land after the worker has sent its commit, which then
+// applies while it is stopped.
+const EnvStopMidShard = "PRECOG_TEST_STOP_MID_SHARD"
+
+var (
+	midShardMu      sync.Mutex
+	midShardCommits int
+	midShardStopped bool
+)
+
+// stopMidShard is the fault point EnvStopMidShard arms.
+func stopMidShard() {
+	v := os.Getenv(EnvStopMidShard)
+	if v == "" {
+		return
+	}
+	after, err := strconv.Atoi(v)
+	if err != nil || after < 0 {
+		return
+	}
+	midShardMu.Lock()
+	stop := !midShardStopped && midShardCommits == after
+	midShardCommits++
+	midShardStopped = midShardStopped || stop
+	midShardMu.Unlock()
+	if stop {
+		stopSelf()
+	}
 }

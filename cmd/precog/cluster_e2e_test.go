@@ -30,6 +30,7 @@ import (
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger/postgres"
 	"github.com/precog-ml/precog/jobs/runview"
+	"github.com/precog-ml/precog/runner"
 )
 
 // These end-to-end tests run real `precog worker` processes against real
@@ -902,25 +903,22 @@ func straggler(t *testing.T, j e2eJob, c *e2eCluster) {
 	want := c.reference(j)
 	id := c.submit()
 	began := time.Now()
-	w1, w2 := c.worker(), c.worker()
-	var held int
-	// Freeze w1 while it holds a shard: it may commit between the ledger
-	// read and the signal, so check again once frozen (bounded tries).
-	for try := 0; ; try++ {
-		c.waitFor("w1 mid-shard after 3 commits", time.Minute, func() bool {
-			held = c.heldBy(id, w1)
-			return held >= 0 && c.committed(id) >= 3
-		})
-		if err := w1.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
-		if c.heldBy(id, w1) == held {
-			break
-		}
-		if try == 20 {
-			t.Fatalf("could not freeze w1 while it held a shard in 20 tries")
-		}
-		_ = w1.cmd.Process.Signal(syscall.SIGCONT)
+	// w1 stops itself (runner.EnvStopMidShard) about to commit the sinks of
+	// its second shard: every row written, nothing committed, the ledger
+	// showing the shard running under its lease. A SIGSTOP sent after a
+	// ledger read could land after w1 had sent that shard's commit, which
+	// then applied while it was stopped (a quiet machine did that).
+	w1 := c.start([]string{"env", runner.EnvStopMidShard + "=1"}, "worker", "--db", c.dsn, "--lease", "2s", "--drain-timeout", "5s")
+	w2 := c.worker()
+	c.waitFor("w1 to stop itself mid-shard", 2*time.Minute, func() bool {
+		return processStopped(w1.cmd.Process.Pid) || w1.exited() || c.run(id).State.Terminal()
+	})
+	if !processStopped(w1.cmd.Process.Pid) {
+		t.Fatalf("w1 did not stop itself before its second shard's commit (run %s: %s)", id, c.run(id).State)
+	}
+	held := c.heldBy(id, w1)
+	if held < 0 {
+		t.Fatalf("w1 stopped mid-shard, yet the ledger shows it holding no shard of run %s", id)
 	}
 	frozen := time.Now()
 	var r jobs.Run
