@@ -125,7 +125,16 @@ func TestDeleteVersionCost(t *testing.T) {
 // application (DEBUG POPULATE: "other:0" … in one command).
 func populate(t testing.TB, c *goredis.Client, n int) {
 	t.Helper()
-	if err := c.Do(context.Background(), "DEBUG", "POPULATE", n, "other").Err(); err != nil {
+	// A million keys take the server seconds on a busy machine: the command
+	// gets a connection without the client's 3s read timeout, bounded by a
+	// deadline no machine needs instead.
+	opts := *c.Options()
+	opts.ReadTimeout = -1
+	slow := goredis.NewClient(&opts)
+	defer slow.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := slow.Do(ctx, "DEBUG", "POPULATE", n, "other").Err(); err != nil {
 		t.Fatalf("DEBUG POPULATE %d: %v", n, err)
 	}
 }

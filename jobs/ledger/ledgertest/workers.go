@@ -84,8 +84,9 @@ func testWorkers(t *testing.T, l ledger.Ledger) {
 		}
 		time.Sleep(shortLease / 2)
 	}
-	// It beats again (now holding nothing): alive, same start.
-	gpu.Current = nil
+	// It beats again (now holding nothing, with a long lease, so that a
+	// slow list after the beat still finds it alive): alive, same start.
+	gpu.Current, gpu.Lease = nil, longLease
 	if err := w.HeartbeatWorker(ctx, gpu); err != nil {
 		t.Fatalf("HeartbeatWorker again: %v", err)
 	}
