@@ -17,19 +17,27 @@ import (
 type Version string
 
 // versionTime is the time part of a version NewVersion makes: sortable,
-// UTC, lower-case, so that it is an identifier fragment everywhere.
-const versionTime = "20060102t150405"
+// UTC, lower-case, so that it is an identifier fragment everywhere, to
+// the microsecond (versionFraction), so that versions sort by creation
+// even within one second: retention and rollback order a sink's versions
+// by it. Versions written by a precog before the fraction (2026-11-27)
+// end at the second; as text they sort before every version of a later
+// time, and before the versions of their own second that have a fraction.
+const (
+	versionTime     = "20060102t150405"
+	versionFraction = ".000000"
+)
 
 // maxVersionLen bounds a version: a Redis key part like a namespace.
 const maxVersionLen = 128
 
 // NewVersion makes the version of a run created at now: its UTC time to
-// the second and 4 random hex digits (20261103t140501-a3f9), so that
-// versions sort by creation and two runs in one second differ.
+// the microsecond and 4 random hex digits (20261103t140501.123456-a3f9),
+// so that versions sort by creation and two runs created at once differ.
 func NewVersion(now time.Time) Version {
 	var b [2]byte
 	_, _ = rand.Read(b[:])
-	return Version(now.UTC().Format(versionTime) + "-" + hex.EncodeToString(b[:]))
+	return Version(now.UTC().Format(versionTime+versionFraction) + "-" + hex.EncodeToString(b[:]))
 }
 
 // ParseVersion reads a version given from outside, validated.
@@ -64,14 +72,13 @@ func (v Version) Validate() error {
 	return nil
 }
 
-// Time is when a version NewVersion made was created; ok is false for a
-// version of another form.
+// Time is when a version NewVersion made was created (to the second for
+// a version an older precog made); ok is false for a version of another
+// form.
 func (v Version) Time() (t time.Time, ok bool) {
-	s := string(v)
-	if len(s) < len(versionTime) {
-		return time.Time{}, false
-	}
-	t, err := time.Parse(versionTime, s[:len(versionTime)])
+	stamp, _, _ := strings.Cut(string(v), "-")
+	// Parse reads a fraction after the seconds that the layout omits.
+	t, err := time.Parse(versionTime, stamp)
 	return t, err == nil
 }
 

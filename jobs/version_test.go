@@ -9,9 +9,9 @@ import (
 // TestVersion: a new version sorts by creation time, reads back its time
 // and passes validation; ParseVersion refuses what some sink cannot hold.
 func TestVersion(t *testing.T) {
-	at := time.Date(2026, 11, 3, 14, 5, 1, 0, time.FixedZone("CET", 3600))
+	at := time.Date(2026, 11, 3, 14, 5, 1, 250_000_000, time.FixedZone("CET", 3600))
 	v := NewVersion(at)
-	if !strings.HasPrefix(v.String(), "20261103t130501-") || len(v) != len("20261103t130501-a3f9") {
+	if !strings.HasPrefix(v.String(), "20261103t130501.250000-") || len(v) != len("20261103t130501.250000-a3f9") {
 		t.Fatalf("NewVersion = %q", v)
 	}
 	if got, ok := v.Time(); !ok || !got.Equal(at) {
@@ -19,6 +19,22 @@ func TestVersion(t *testing.T) {
 	}
 	if later := NewVersion(at.Add(time.Second)); later <= v {
 		t.Fatalf("%q does not sort after %q", later, v)
+	}
+	// Within one second, by creation too (the random suffix used to
+	// decide: issue 31), whatever the suffixes.
+	for range 32 {
+		if a, b := NewVersion(at), NewVersion(at.Add(time.Microsecond)); b <= a {
+			t.Fatalf("%q, made a microsecond later, does not sort after %q", b, a)
+		}
+	}
+	// A version an older precog made (to the second) still reads back,
+	// and sorts before the versions of a later second.
+	old := Version("20261103t130501-ffff")
+	if got, ok := old.Time(); !ok || !got.Equal(at.Truncate(time.Second)) {
+		t.Fatalf("Time() of an older version = %v %v, want %v", got, ok, at.Truncate(time.Second))
+	}
+	if later := NewVersion(at.Add(time.Second)); later <= old {
+		t.Fatalf("%q does not sort after the older %q", later, old)
 	}
 	if _, err := ParseVersion(v.String()); err != nil {
 		t.Fatal(err)

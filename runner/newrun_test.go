@@ -17,7 +17,7 @@ func TestNewRun(t *testing.T) {
 	plans := []sources.ShardPlan{{Plan: json.RawMessage(`{"f":1}`), Rows: 10}, {Plan: json.RawMessage(`{"f":2}`), Rows: 5}}
 	prio := -3
 	run, shards := NewRun(spec, NewRunOptions{ModelVersion: "abc", Plans: plans, SpecFile: "/abs/jobs/recs.yaml", Priority: &prio, Now: now})
-	if !regexp.MustCompile(`^recs-20261101t040000-[0-9a-f]{4}$`).MatchString(run.ID) || run.ID != "recs-"+run.Version {
+	if !regexp.MustCompile(`^recs-20261101t040000\.123456-[0-9a-f]{4}$`).MatchString(run.ID) || run.ID != "recs-"+run.Version {
 		t.Errorf("id %q version %q", run.ID, run.Version)
 	}
 	if run.State != jobs.RunPending || run.Pool != "gpu" || run.Priority != -3 || run.ModelVersion != "abc" || run.SpecFile != "/abs/jobs/recs.yaml" ||

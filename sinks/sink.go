@@ -199,10 +199,11 @@ func shardList(s []int) string {
 // CheckPublishOrder is the one rule every sink's Publish applies before its
 // cutover: version may become current only if no later version was
 // published to the target. latest is the newest version the target has
-// published ("" when none). Versions are a sortable UTC time to the second
-// and a random suffix (runner.NewVersion): "later" compares the time
-// part (VersionStamp) in string order, so two runs created within the same
-// second publish in either order. A retry of an old failed run, a
+// published ("" when none). Versions are a sortable UTC time to the
+// microsecond and a random suffix (jobs.NewVersion): "later" compares the
+// time part (VersionStamp) in string order, so only two runs created at
+// the same microsecond (or, made by an older precog, in the same second)
+// publish in either order. A retry of an old failed run, a
 // publisher that froze and resumed after a newer run published, or a
 // publish racing a rollback cannot move readers back; moving back on
 // purpose is Rollbacker.Rollback's job.

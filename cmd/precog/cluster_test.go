@@ -23,7 +23,7 @@ import (
 	"github.com/precog-ml/precog/sinks"
 )
 
-var runIDRE = regexp.MustCompile(`^scores-\d{8}t\d{6}-[0-9a-f]{4}\n$`)
+var runIDRE = regexp.MustCompile(`^scores-\d{8}t\d{6}\.\d{6}-[0-9a-f]{4}\n$`)
 
 // clusterLedger opens the test's Postgres ledger as a worker would.
 func clusterLedger(t *testing.T, dsn string) *postgres.Ledger {

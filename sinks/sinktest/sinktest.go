@@ -11,11 +11,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/sinks"
 )
 
@@ -63,6 +66,7 @@ func Exercise(t *testing.T, h Harness) {
 		{"PublishIdempotent", testPublishIdempotent},
 		{"PublishNeverMovesBack", testPublishNeverMovesBack},
 		{"PublishSameSecondEitherOrder", testPublishSameSecond},
+		{"RetainedInPublishOrderWithinOneSecond", testRetainedInPublishOrder},
 		{"EmptyRun", testEmptyRun},
 		{"Rollback", testRollback},
 		{"StageFindsLostShard", testStageFindsLostShard},
@@ -459,15 +463,69 @@ func testPublishNeverMovesBack(t *testing.T, h Harness, s sinks.Sink) {
 	expect(t, h, s, later, "v2", Want(later, 0, 60))
 }
 
-// testPublishSameSecond: versions are ordered by their creation time to
-// the second (sinks.CheckPublishOrder); two runs created within one second
-// publish in either order, whatever their random suffixes.
+// testPublishSameSecond: versions are ordered by their creation time
+// (sinks.CheckPublishOrder); two runs of one time stamp (here versions an
+// older precog made, to the second) publish in either order, whatever
+// their random suffixes.
 func testPublishSameSecond(t *testing.T, h Harness, s sinks.Sink) {
 	first := NewRun("20261126t025547-ffff", false, params())
 	runOf(t, s, first, 0, 20)
 	second := NewRun("20261126t025547-0000", false, params())
 	runOf(t, s, second, 0, 30)
 	expect(t, h, s, second, "20261126t025547-0000", Want(second, 0, 30))
+}
+
+// testRetainedInPublishOrder: three runs created (jobs.NewVersion) and
+// published within one second, whose random suffixes sort the other way
+// round, are listed newest first in publish order; retention (retain 2
+// by default) keeps the last two, and a rollback to the version before
+// the current one finds the second run. Versions made to the second were
+// ordered by their random suffix (issue 31): retention dropped the
+// second run and kept the first.
+func testRetainedInPublishOrder(t *testing.T, h Harness, s sinks.Sink) {
+	rb, ok := s.(sinks.Rollbacker)
+	if !ok {
+		t.Skipf("%s does not implement sinks.Rollbacker", s.Name())
+	}
+	ctx := ctxT(t)
+	vs := versionsInOneSecond(t, 3)
+	runs := make([]sinks.RunInfo, len(vs))
+	for i, v := range vs {
+		runs[i] = NewRun(v, false, params())
+		runOf(t, s, runs[i], 0, 10*(i+1))
+	}
+	got, err := rb.Versions(ctx, runs[2])
+	if err != nil {
+		t.Fatalf("Versions: %v", err)
+	}
+	if len(got) < 2 || got[0] != vs[2] || got[1] != vs[1] || (len(got) > 2 && got[2] != vs[0]) {
+		t.Fatalf("%s: Versions = %v, want newest first in publish order %v", s.Name(), got, []string{vs[2], vs[1], vs[0]})
+	}
+	if err := rb.Rollback(ctx, runs[2], got[1]); err != nil {
+		t.Fatalf("Rollback(%s): %v", got[1], err)
+	}
+	expect(t, h, s, runs[1], vs[1], Want(runs[1], 0, 20))
+}
+
+// versionsInOneSecond makes n versions with jobs.NewVersion at times a
+// millisecond apart within one second, in creation order, drawn until
+// their random suffixes sort the other way round (a bounded number of
+// draws: each try succeeds with probability 1/n!).
+func versionsInOneSecond(t *testing.T, n int) []string {
+	t.Helper()
+	at := time.Date(2026, 11, 26, 2, 55, 47, 100_000_000, time.UTC)
+	suffix := func(v string) string { return v[strings.LastIndexByte(v, '-')+1:] }
+	for range 10_000 {
+		vs := make([]string, n)
+		for i := range vs {
+			vs[i] = jobs.NewVersion(at.Add(time.Duration(i) * time.Millisecond)).String()
+		}
+		if slices.IsSortedFunc(vs, func(a, b string) int { return strings.Compare(suffix(b), suffix(a)) }) && suffix(vs[0]) != suffix(vs[n-1]) {
+			return vs
+		}
+	}
+	t.Fatalf("no %d versions with descending suffixes in 10000 draws", n)
+	return nil
 }
 
 func testEmptyRun(t *testing.T, h Harness, s sinks.Sink) {
