@@ -155,6 +155,9 @@ func (e *executor) loop(ctx, work context.Context, worker string, m execMode, ki
 		}
 		failures = 0
 		r := e.attempt(work, worker, t, &streak, kick)
+		if r.outcome == outCommitted {
+			committedHere()
+		}
 		goOn := m.settled(work, worker, t, r)
 		if t.done != nil {
 			t.done()

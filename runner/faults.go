@@ -4,6 +4,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 )
 
 // EnvStopAfterStage, set to "1" in a process's environment, makes it stop
@@ -55,6 +56,26 @@ func stopMidShard() {
 	midShardStopped = midShardStopped || stop
 	midShardMu.Unlock()
 	if stop {
+		stopSelf()
+	}
+}
+
+// EnvStopAfterCommits, set to a count N in a process's environment, makes
+// it stop itself (SIGSTOP) once, right after the ledger recorded its N-th
+// shard commit and before its claim loop claims again. It exists for the
+// end-to-end test of kill -9 and resume, which must kill a run at an
+// exact point of its progress whatever the machine's speed.
+const EnvStopAfterCommits = "PRECOG_TEST_STOP_AFTER_COMMITS"
+
+var (
+	stopAfterCommitsN    = sync.OnceValue(func() int64 { n, _ := strconv.ParseInt(os.Getenv(EnvStopAfterCommits), 10, 64); return n })
+	stopAfterCommitsSeen atomic.Int64
+)
+
+// committedHere is the fault point EnvStopAfterCommits arms: called once
+// per shard commit this process recorded.
+func committedHere() {
+	if n := stopAfterCommitsN(); n > 0 && stopAfterCommitsSeen.Add(1) == n {
 		stopSelf()
 	}
 }

@@ -570,6 +570,9 @@ func (lr *localRun) runShards(ctx context.Context, run jobs.Run, onRows func(int
 		if errors.Is(cause, context.Canceled) || errors.Is(cause, context.DeadlineExceeded) {
 			return fmt.Errorf("run %s %w: committed shards are kept; rerun the same command to resume", run.ID, ErrInterrupted)
 		}
+		if errors.Is(cause, ledger.ErrRunFinished) {
+			return lr.endedElsewhere(context.WithoutCancel(ctx), run.ID, cause)
+		}
 		return cause
 	}
 	if len(m.failed) > 0 {
@@ -578,6 +581,29 @@ func (lr *localRun) runShards(ctx context.Context, run jobs.Run, onRows func(int
 	}
 	return nil
 }
+
+// endedElsewhere is the error of a run that another process ended while
+// this one worked on it (precog cancel, a dashboard): the run's state and
+// why, as `precog run --db` says it, rather than the error of the attempt
+// that found out (cause, kept when the ledger cannot be read).
+func (lr *localRun) endedElsewhere(ctx context.Context, id string, cause error) error {
+	r, err := lr.led.Run(ctx, id)
+	if err != nil || !r.State.Terminal() {
+		return cause
+	}
+	msg := fmt.Sprintf("run %s %s", id, r.State)
+	if r.Error != "" {
+		msg += ": " + r.Error
+	}
+	return &endedError{msg: msg}
+}
+
+// endedError is a run ended by another process; it is a
+// ledger.ErrRunFinished.
+type endedError struct{ msg string }
+
+func (e *endedError) Error() string { return e.msg }
+func (e *endedError) Unwrap() error { return ledger.ErrRunFinished }
 
 func (m *localMode) claim(ctx context.Context, worker string) (shardTask, error) {
 	lr := m.lr

@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +18,9 @@ import (
 
 	"github.com/precog-ml/precog/internal/testgen"
 	"github.com/precog-ml/precog/internal/testservers"
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger/bolt"
+	"github.com/precog-ml/precog/runner"
 )
 
 // runMode is one way to run a job from the command line: `precog run` on
@@ -22,126 +29,527 @@ import (
 // would). The same spec must give the same outcome and exit code on both.
 type runMode struct {
 	name string
-	// args are the mode's extra arguments of `precog run`.
-	args func(t *testing.T) []string
+	// db: the mode's ledger is Postgres (--db), not the state dir's.
+	db bool
 }
 
-var runModes = []runMode{
-	{"run", func(*testing.T) []string { return nil }},
-	{"run --db", func(t *testing.T) []string { return []string{"--db", testservers.Postgres(t).DSN} }},
+var runModes = []runMode{{"run", false}, {"run --db", true}}
+
+// modeLedger is what the cases read of either ledger.
+type modeLedger interface {
+	Runs(ctx context.Context, job string, limit int) ([]jobs.Run, error)
+	Run(ctx context.Context, id string) (jobs.Run, error)
+	Shards(ctx context.Context, id string) ([]jobs.Shard, error)
 }
 
-// TestRunSemanticsOnBothModes: one table of run semantics (the reference
-// output, the rejects budget within and over max_rejected_fraction), each
-// case on `precog run` and `precog run --db`.
-func TestRunSemanticsOnBothModes(t *testing.T) {
-	type check func(t *testing.T, dir string, r result)
-	cases := []struct {
-		name string
-		// data writes the case's dataset under dir/data/NAME and returns
-		// its rows and bad rows.
-		data  testgen.Dataset
-		code  int
-		check check
-	}{
-		{"reference output", testgen.Dataset{Seed: 3, StringKeys: true, RowsPerFile: 4000}, 0,
-			func(t *testing.T, dir string, r result) {
-				if !strings.Contains(r.stdout+r.stderr, "4000 in, 4000 out, 0 rejected") {
-					t.Errorf("summary lacks the counts:\n%s%s", r.stdout, r.stderr)
-				}
-				if got := readScores(t, filepath.Join(dir, "out")); len(got) != 4000 {
-					t.Errorf("published %d keys, want 4000", len(got))
-				}
-			}},
-		{"rejects within the budget", testgen.Dataset{Seed: 3, StringKeys: true, RowsPerFile: 4000, BadFraction: 0.004}, 0,
-			func(t *testing.T, dir string, r result) {
-				if !strings.Contains(r.stdout+r.stderr, " rejected") || strings.Contains(r.stdout+r.stderr, " 0 rejected") {
-					t.Errorf("summary lacks the rejected rows:\n%s%s", r.stdout, r.stderr)
-				}
-			}},
-		{"rejects over the budget", testgen.Dataset{Seed: 3, StringKeys: true, RowsPerFile: 4000, BadFraction: 0.2}, 1,
-			func(t *testing.T, dir string, r result) {
-				if !strings.Contains(r.stderr, "too many rejected rows") {
-					t.Errorf("stderr does not say why:\n%s", r.stderr)
-				}
-				if _, err := os.Stat(filepath.Join(dir, "out")); !os.IsNotExist(err) {
-					t.Errorf("a failed run published output: %v", err)
-				}
-			}},
+// modeEnv is one case in one mode: a work directory (models linked, the
+// fixtures' data under data/users), its ledger, and the environment every
+// precog process of the case gets.
+type modeEnv struct {
+	t    *testing.T
+	mode runMode
+	dir  string
+	// dsn is the Postgres ledger's ("" for the embedded ledger).
+	dsn string
+	env []string
+	led modeLedger
+}
+
+func newModeEnv(t *testing.T, m runMode) *modeEnv {
+	t.Helper()
+	e := &modeEnv{t: t, mode: m, dir: t.TempDir()}
+	if err := symlink(filepath.Join(fixtures, "models"), filepath.Join(e.dir, "models")); err != nil {
+		t.Fatal(err)
 	}
-	for _, m := range runModes {
-		for _, c := range cases {
-			t.Run(m.name+"/"+c.name, func(t *testing.T) {
-				dir := t.TempDir()
-				if _, err := testgen.Write(filepath.Join(dir, "models"), "ranker"); err != nil {
-					t.Fatal(err)
-				}
-				res, err := testgen.WriteDataset(filepath.Join(dir, "data"), c.data)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if c.data.BadFraction > 0 && res.BadRows == 0 {
-					t.Fatal("fixture has no bad rows")
-				}
-				name := fmt.Sprintf("job-%d", len(c.name))
-				body := strings.NewReplacer("data/users/dt={{.date}}", "data", "out/scores/date={{.date}}", "out", "name: scores", "name: "+name).Replace(rankerSpec)
-				spec := writeSpec(t, dir, "job.yaml", body)
-				r := precog(t, dir, append([]string{"run", spec, "--no-progress"}, m.args(t)...)...)
-				if r.code != c.code {
-					t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", r.code, c.code, r.stdout, r.stderr)
-				}
-				c.check(t, dir, r)
-			})
+	if err := symlink(filepath.Join(fixtures, "data", "users"), filepath.Join(e.dir, "data", "users")); err != nil {
+		t.Fatal(err)
+	}
+	if m.db {
+		e.dsn = testservers.Postgres(t).DSN
+		e.led = clusterLedger(t, e.dsn)
+	} else {
+		l, err := bolt.OpenIn(filepath.Join(e.dir, ".precog"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		e.led = l
+	}
+	e.env = []string{"PRECOG_DATABASE_URL="}
+	return e
+}
+
+// dbArgs are the mode's arguments of a command on its ledger: --db on the
+// Postgres ledger, none on the embedded one.
+func (e *modeEnv) dbArgs() []string {
+	if e.mode.db {
+		return []string{"--db", e.dsn}
+	}
+	return nil
+}
+
+// argv is a precog command line of the case: its state dir, args and its
+// ledger.
+func (e *modeEnv) argv(args ...string) []string {
+	return append(append([]string{"--state-dir", filepath.Join(e.dir, ".precog")}, args...), e.dbArgs()...)
+}
+
+// precog runs a command of the case to its end.
+func (e *modeEnv) precog(args ...string) result {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, precogBin, e.argv(args...)...)
+	cmd.Dir, cmd.Env = e.dir, append(os.Environ(), e.env...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
+	cmd.WaitDelay = 5 * time.Second
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	code := 0
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		e.t.Fatalf("precog %v: %v", args, err)
+	}
+	return result{out.String(), errb.String(), code}
+}
+
+// start starts a command of the case (with extra environment) and returns
+// it running; it is killed at the end of the test.
+func (e *modeEnv) start(extraEnv []string, args ...string) *workerProc {
+	e.t.Helper()
+	cmd := exec.Command(precogBin, e.argv(append([]string{"--log-level", "debug"}, args...)...)...)
+	cmd.Dir, cmd.Env = e.dir, append(append(os.Environ(), e.env...), extraEnv...)
+	p := &workerProc{name: strings.Join(args[:1], " "), cmd: cmd, log: &lockedBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.log, p.log
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	e.t.Cleanup(func() {
+		if !p.exited() {
+			_ = cmd.Process.Signal(syscall.SIGCONT)
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+		if e.t.Failed() {
+			e.t.Logf("%s log:\n%s", p.name, p.log.String())
+		}
+	})
+	return p
+}
+
+// waitFor polls cond every 20ms until it holds, within a bound.
+func (e *modeEnv) waitFor(what string, within time.Duration, cond func() bool) {
+	e.t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s: timed out after %s waiting for %s", e.mode.name, within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// onlyRun is the job's one run in the ledger (the case fails when there
+// is none or several).
+func (e *modeEnv) onlyRun(job string) jobs.Run {
+	e.t.Helper()
+	runs, err := e.led.Runs(context.Background(), job, 0)
+	if err != nil || len(runs) != 1 {
+		e.t.Fatalf("runs of %s: %d (%v), want 1", job, len(runs), err)
+	}
+	return runs[0]
+}
+
+// waitRunCreated waits for the job's run to be in the ledger.
+func (e *modeEnv) waitRunCreated(job string, p *workerProc) jobs.Run {
+	e.t.Helper()
+	var runs []jobs.Run
+	e.waitFor("the run to be created", 2*time.Minute, func() bool {
+		if p.exited() {
+			e.t.Fatalf("%s ended before its run was created:\n%s", p.name, p.log.String())
+		}
+		runs, _ = e.led.Runs(context.Background(), job, 0)
+		return len(runs) > 0
+	})
+	return runs[0]
+}
+
+// shards reads the run's shards, failing the case on an error.
+func (e *modeEnv) shards(id string) []jobs.Shard {
+	e.t.Helper()
+	s, err := e.led.Shards(context.Background(), id)
+	if err != nil {
+		e.t.Fatalf("shards of %s: %v", id, err)
+	}
+	return s
+}
+
+// committed counts the committed shards of run id.
+func committed(shards []jobs.Shard) int {
+	n := 0
+	for _, s := range shards {
+		if s.State == jobs.ShardCommitted {
+			n++
+		}
+	}
+	return n
+}
+
+// exitCode waits for p to end (within a bound) and returns its exit code.
+func exitCode(t *testing.T, p *workerProc, within time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(within):
+		t.Fatalf("%s still running after %s:\n%s", p.name, within, p.log.String())
+	}
+	var ee *exec.ExitError
+	if errors.As(p.err, &ee) {
+		return ee.ExitCode()
+	}
+	if p.err != nil {
+		t.Fatalf("%s: %v", p.name, p.err)
+	}
+	return 0
+}
+
+// leftFiles lists the files under dir/out, lock files aside: a run that
+// published nothing and cleaned its staging leaves none.
+func leftFiles(dir string) []string {
+	var left []string
+	_ = filepath.WalkDir(filepath.Join(dir, "out"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && !strings.HasSuffix(p, ".precog.lock") {
+			left = append(left, p)
+		}
+		return nil
+	})
+	return left
+}
+
+// checkScores fails the case unless dir holds exactly the ranker's
+// reference scores of usersData's first date.
+func checkScores(t *testing.T, dir string) {
+	t.Helper()
+	got, want := readScores(t, dir), expectedScores(t, usersData, 0)
+	if len(got) != len(want) {
+		t.Fatalf("published %d keys, want %d", len(got), len(want))
+	}
+	for k, w := range want {
+		if g, ok := got[k]; !ok || math.Abs(float64(g-w)) > 1e-4 {
+			t.Fatalf("key %s: got %v (present %v), want %v", k, g, ok, w)
 		}
 	}
 }
 
-// TestTransientSinkErrorsOnBothModes: the sink's Postgres restarts in the
-// middle of a run whose spec allows one attempt per shard. The transient
-// errors are retried within retry.transient_window without spending that
-// attempt, on `precog run` and on `precog run --db` alike (before the one
-// executor, run --db spent an attempt per transient failure and failed the
-// run), and the output is whole.
-func TestTransientSinkErrorsOnBothModes(t *testing.T) {
-	for _, m := range runModes {
-		t.Run(m.name, func(t *testing.T) {
-			pg := testservers.NewPostgres(t)
-			dir := workdir(t)
-			body := strings.NewReplacer("rows_per_shard: 1000", "rows_per_shard: 200").Replace(rankerSpec) +
-				"  postgres: { dsn: \"${TEST_DATABASE_URL}\", table: scores }\n" +
-				"retry: { max_attempts: 1 }\n"
-			spec := writeSpec(t, dir, "job.yaml", body)
-			env := []string{"TEST_DATABASE_URL=" + pg.DSN}
-			cmd, log := frozenRun(t, dir, env, append([]string{"run", spec, "--param", "date=2026-11-01", "--parallel", "1", "--no-progress"}, m.args(t)...)...)
-			go func() {
-				time.Sleep(300 * time.Millisecond)
-				_ = cmd.Process.Signal(syscall.SIGCONT)
-			}()
-			pg.Restart(t, 1500*time.Millisecond)
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Fatalf("run did not ride out the restart: %v\n%s", err, log.String())
+// smallShards is the ranker over usersData's first date in shards of at
+// most 200 rows (24 shards: 167 rows) into Parquet, plus extra lines.
+func smallShards(extra string) string {
+	return strings.Replace(rankerSpec, "rows_per_shard: 1000", "rows_per_shard: 200", 1) + extra
+}
+
+// redisSink is the spec line of a Redis sink on rd (namespace ns), with
+// the environment it reads.
+func redisSink(rd *testservers.RedisServer, ns string) (line string, env []string) {
+	return "  redis: { addr: \"${TEST_REDIS_ADDR}\", db: \"${TEST_REDIS_DB}\", namespace: \"${TEST_NS}\" }\n",
+		[]string{"TEST_REDIS_ADDR=" + rd.Addr, "TEST_REDIS_DB=" + strconv.Itoa(rd.DB), "TEST_NS=" + ns}
+}
+
+// TestRunSemanticsOnBothModes: one table of run semantics, each case on
+// `precog run` and on `precog run --db`, with the same assertions: the
+// reference output, the rejects budget within and over
+// max_rejected_fraction, transient sink errors, checks that hold and that
+// fail a run, a cancel mid-run, and kill -9 then resume. Every wait is on
+// an event (an exit, a ledger state, a commit count, a process stopping
+// itself at a fault point); every loop is bounded.
+func TestRunSemanticsOnBothModes(t *testing.T) {
+	cases := []struct {
+		name string
+		run  func(t *testing.T, e *modeEnv)
+	}{
+		{"reference output", datasetCase(testgen.Dataset{Seed: 3, StringKeys: true, RowsPerFile: 4000}, 0,
+			func(t *testing.T, e *modeEnv, r result) {
+				if !strings.Contains(r.stdout+r.stderr, "4000 in, 4000 out, 0 rejected") {
+					t.Errorf("summary lacks the counts:\n%s%s", r.stdout, r.stderr)
 				}
-			case <-time.After(2 * time.Minute):
-				t.Fatalf("run still going after 2 minutes\n%s", log.String())
-			}
-			ctx := context.Background()
-			conn, err := pgx.Connect(ctx, pg.DSN)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close(ctx)
-			want := expectedScores(t, usersData, 0)
-			var n, distinct int
-			if err := conn.QueryRow(ctx, "SELECT count(*), count(DISTINCT user_id) FROM scores").Scan(&n, &distinct); err != nil || n != len(want) || distinct != n {
-				t.Errorf("postgres: %d rows, %d keys (%v), want %d", n, distinct, err, len(want))
-			}
-			if !strings.Contains(log.String(), "transient error") {
-				t.Errorf("the log shows no transient retry; did the restart happen mid-run?\n%s", log.String())
-			}
-		})
+				if got := readScores(t, filepath.Join(e.dir, "out")); len(got) != 4000 {
+					t.Errorf("published %d keys, want 4000", len(got))
+				}
+			})},
+		{"rejects within the budget", datasetCase(testgen.Dataset{Seed: 3, StringKeys: true, RowsPerFile: 4000, BadFraction: 0.004}, 0,
+			func(t *testing.T, e *modeEnv, r result) {
+				if !strings.Contains(r.stdout+r.stderr, " rejected") || strings.Contains(r.stdout+r.stderr, " 0 rejected") {
+					t.Errorf("summary lacks the rejected rows:\n%s%s", r.stdout, r.stderr)
+				}
+			})},
+		{"rejects over the budget", datasetCase(testgen.Dataset{Seed: 3, StringKeys: true, RowsPerFile: 4000, BadFraction: 0.2}, 1,
+			func(t *testing.T, e *modeEnv, r result) {
+				if !strings.Contains(r.stderr, "too many rejected rows") {
+					t.Errorf("stderr does not say why:\n%s", r.stderr)
+				}
+				if _, err := os.Stat(filepath.Join(e.dir, "out")); !os.IsNotExist(err) {
+					t.Errorf("a failed run published output: %v", err)
+				}
+			})},
+		{"transient sink errors", transientSinkErrors},
+		{"checks hold", checksHold},
+		{"checks fail", checksFail},
+		{"cancel mid-run", cancelMidRun},
+		{"kill -9 and resume", killAndResume},
 	}
+	for _, c := range cases {
+		for _, m := range runModes {
+			t.Run(c.name+"/"+m.name, func(t *testing.T) { c.run(t, newModeEnv(t, m)) })
+		}
+	}
+}
+
+// datasetCase runs the ranker over a generated dataset in one 1000-row
+// shard per file and checks the exit code and what check says.
+func datasetCase(data testgen.Dataset, code int, check func(t *testing.T, e *modeEnv, r result)) func(t *testing.T, e *modeEnv) {
+	return func(t *testing.T, e *modeEnv) {
+		res, err := testgen.WriteDataset(filepath.Join(e.dir, "data", "case"), data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if data.BadFraction > 0 && res.BadRows == 0 {
+			t.Fatal("fixture has no bad rows")
+		}
+		body := strings.NewReplacer("data/users/dt={{.date}}", "data/case", "out/scores/date={{.date}}", "out").Replace(rankerSpec)
+		spec := writeSpec(t, e.dir, "job.yaml", body)
+		r := e.precog("run", spec, "--no-progress")
+		if r.code != code {
+			t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", r.code, code, r.stdout, r.stderr)
+		}
+		check(t, e, r)
+	}
+}
+
+// transientSinkErrors: the sink's Postgres restarts in the middle of a run
+// whose spec allows one attempt per shard. The transient errors are
+// retried within retry.transient_window without spending that attempt,
+// on both modes (before the one executor, run --db spent an attempt per
+// transient failure and failed the run), and the output is whole.
+func transientSinkErrors(t *testing.T, e *modeEnv) {
+	pg := testservers.NewPostgres(t)
+	body := strings.NewReplacer("rows_per_shard: 1000", "rows_per_shard: 200").Replace(rankerSpec) +
+		"  postgres: { dsn: \"${TEST_DATABASE_URL}\", table: scores }\n" +
+		"retry: { max_attempts: 1 }\n"
+	spec := writeSpec(t, e.dir, "job.yaml", body)
+	env := append(e.env, "TEST_DATABASE_URL="+pg.DSN)
+	cmd, log := frozenRun(t, e.dir, env, append([]string{"run", spec, "--param", "date=2026-11-01", "--parallel", "1", "--no-progress"}, e.dbArgs()...)...)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+	}()
+	pg.Restart(t, 1500*time.Millisecond)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run did not ride out the restart: %v\n%s", err, log.String())
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("run still going after 2 minutes\n%s", log.String())
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	want := expectedScores(t, usersData, 0)
+	var n, distinct int
+	if err := conn.QueryRow(ctx, "SELECT count(*), count(DISTINCT user_id) FROM scores").Scan(&n, &distinct); err != nil || n != len(want) || distinct != n {
+		t.Errorf("postgres: %d rows, %d keys (%v), want %d", n, distinct, err, len(want))
+	}
+	if !strings.Contains(log.String(), "transient error") {
+		t.Errorf("the log shows no transient retry; did the restart happen mid-run?\n%s", log.String())
+	}
+}
+
+// failingCheck is a checks block no ranker output passes (scores lie in
+// [0, 1]), with on_failure as given ("" for the default, hold).
+func failingCheck(onFailure string) string {
+	s := "checks:\n  outputs:\n    score: { range: [2, 3] }\n"
+	if onFailure != "" {
+		s += "  on_failure: " + onFailure + "\n"
+	}
+	return s
+}
+
+// checksHold: a run whose output check fails is held (exit 1, the ledger
+// says held, nothing published, its staged data kept); publish --accept
+// then publishes exactly the run's output and the run succeeds.
+func checksHold(t *testing.T, e *modeEnv) {
+	spec := writeSpec(t, e.dir, "job.yaml", smallShards(failingCheck("")))
+	r := e.precog("run", spec, "--param", "date=2026-11-01", "--no-progress")
+	if r.code != 1 || !strings.Contains(r.stderr, "outputs.score.range") {
+		t.Fatalf("run: exit %d, want 1 naming the held run and its failed check\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	run := e.onlyRun("scores")
+	if run.State != jobs.RunHeld {
+		t.Fatalf("run %s is %s, want held", run.ID, run.State)
+	}
+	// Both say it alike (run --db said "run … held: run … held by its
+	// checks").
+	if want := "error: run " + run.ID + " held by its checks: outputs.score.range"; !strings.Contains(r.stderr, want) {
+		t.Errorf("stderr does not say %q:\n%s", want, r.stderr)
+	}
+	target := filepath.Join(e.dir, "out", "scores", "date=2026-11-01")
+	if _, err := os.Stat(target); !os.IsNotExist(err) {
+		t.Fatalf("a held run published %s (%v)", target, err)
+	}
+	p := e.precog("publish", run.ID, "--accept", "--reason", "test accepts it", "--by", "alice")
+	if p.code != 0 {
+		t.Fatalf("publish --accept: exit %d\nstdout: %s\nstderr: %s", p.code, p.stdout, p.stderr)
+	}
+	if run, _ = e.led.Run(context.Background(), run.ID); run.State != jobs.RunSucceeded {
+		t.Fatalf("run %s is %s after publish --accept, want succeeded", run.ID, run.State)
+	}
+	checkScores(t, target)
+}
+
+// checksFail: with on_failure: fail, a run whose output check fails fails
+// (exit 1, the ledger says failed) and leaves nothing in its sink, staged
+// or published.
+func checksFail(t *testing.T, e *modeEnv) {
+	spec := writeSpec(t, e.dir, "job.yaml", smallShards(failingCheck("fail")))
+	r := e.precog("run", spec, "--param", "date=2026-11-01", "--no-progress")
+	if r.code != 1 || !strings.Contains(r.stderr, "outputs.score.range") {
+		t.Fatalf("run: exit %d, want 1 naming the failed check\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	if run := e.onlyRun("scores"); run.State != jobs.RunFailed {
+		t.Fatalf("run %s is %s, want failed", run.ID, run.State)
+	}
+	if left := leftFiles(e.dir); len(left) > 0 {
+		t.Fatalf("a run failed by its checks left files: %v", left)
+	}
+}
+
+// cancelMidRun: a slow run (the heavy model in 40 shards of 100 rows, one
+// row per batch, two shards at a time) into Parquet and Redis is cancelled
+// once it committed a shard: precog cancel marks it cancelled and cleans
+// its sinks, the run stops its shards and exits 1 saying it was
+// cancelled, no shard is left running or pending, and no file or key of
+// the run is left in either sink. (A run frozen at a fault point would do
+// for the Postgres ledger, but a process frozen inside a transaction of
+// the embedded ledger holds its file lock, which no cancel can take.)
+func cancelMidRun(t *testing.T, e *modeEnv) {
+	rd := testservers.Redis(t)
+	ns := rd.Prefix + "scores"
+	line, env := redisSink(rd, ns)
+	e.env = append(e.env, env...)
+	body := strings.NewReplacer("models/ranker.onnx", "models/heavy.onnx", "rows_per_shard: 1000", "rows_per_shard: 100",
+		"batch_size: 256", "batch_size: 1").Replace(rankerSpec) + line
+	spec := writeSpec(t, e.dir, "job.yaml", body)
+	p := e.start(nil, "run", spec, "--param", "date=2026-11-01", "--parallel", "2", "--no-progress")
+	run := e.waitRunCreated("scores", p)
+	e.waitFor("a committed shard", 2*time.Minute, func() bool {
+		if p.exited() {
+			t.Fatalf("the run ended before its first commit:\n%s", p.log.String())
+		}
+		return committed(e.shards(run.ID)) >= 1
+	})
+	c := e.precog("cancel", run.ID)
+	if c.code != 0 || !strings.Contains(c.stdout, "cancelled") {
+		t.Fatalf("cancel after %d of %d shards: exit %d\nstdout: %s\nstderr: %s", committed(e.shards(run.ID)), run.Shards, c.code, c.stdout, c.stderr)
+	}
+	if code := exitCode(t, p, time.Minute); code != 1 {
+		t.Fatalf("the cancelled run exited %d, want 1:\n%s", code, p.log.String())
+	}
+	// Both say why the run ended (run said how the attempt that found out
+	// stopped: "shard 9: shard 9: lease check before commit: … the run is
+	// cancelled: run finished (shard lease lost)").
+	if want := "error: run " + run.ID + " cancelled: cancelled by precog cancel"; !strings.Contains(p.log.String(), want) {
+		t.Errorf("the cancelled run does not say %q:\n%s", want, p.log.String())
+	}
+	if r, err := e.led.Run(context.Background(), run.ID); err != nil || r.State != jobs.RunCancelled {
+		t.Fatalf("run %s is %s (%v), want cancelled", run.ID, r.State, err)
+	}
+	n := 0
+	for _, s := range e.shards(run.ID) {
+		if s.State == jobs.ShardRunning || s.State == jobs.ShardPending {
+			t.Errorf("shard %d is %s after the cancel", s.Index, s.State)
+		}
+		if s.State == jobs.ShardCommitted {
+			n++
+		}
+	}
+	t.Logf("cancelled with %d of %d shards committed", n, run.Shards)
+	if left := leftFiles(e.dir); len(left) > 0 {
+		t.Errorf("parquet: files left after the cancel: %v", left)
+	}
+	ctx := context.Background()
+	var keys []string
+	iter := rd.Client(t).Scan(ctx, 0, ns+":*", 1000).Iterator()
+	for iter.Next(ctx) {
+		if k := iter.Val(); k != ns+":lock" {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) > 0 {
+		t.Errorf("redis: %d keys of the cancelled run left, e.g. %v", len(keys), keys[:min(3, len(keys))])
+	}
+}
+
+// killAndResume: a run into Parquet and Redis stops itself (a fault point)
+// right after its 23rd of 24 shard commits and is killed (SIGKILL) there:
+// the same command then resumes the same run and commits exactly the one
+// shard left, leaving the 19 committed shards as they were, and publishes
+// the exact output.
+func killAndResume(t *testing.T, e *modeEnv) {
+	rd := testservers.Redis(t)
+	line, env := redisSink(rd, rd.Prefix+"scores")
+	e.env = append(e.env, env...)
+	spec := writeSpec(t, e.dir, "job.yaml", smallShards(line))
+	args := []string{"run", spec, "--param", "date=2026-11-01", "--parallel", "1", "--no-progress"}
+	const done = 23
+	p := e.start([]string{runner.EnvStopAfterCommits + "=" + strconv.Itoa(done)}, args...)
+	run := e.waitRunCreated("scores", p)
+	if run.Shards != done+1 {
+		t.Fatalf("the run has %d shards, want %d", run.Shards, done+1)
+	}
+	e.waitFor(fmt.Sprintf("the run to stop itself after commit %d", done), 2*time.Minute, func() bool {
+		if p.exited() {
+			t.Fatalf("the run ended before commit %d:\n%s", done, p.log.String())
+		}
+		return processStopped(p.cmd.Process.Pid)
+	})
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+	before := e.shards(run.ID)
+	if n := committed(before); n != done {
+		t.Fatalf("killed with %d shards committed, want %d", n, done)
+	}
+
+	resumed := e.start(nil, args...)
+	if code := exitCode(t, resumed, 2*time.Minute); code != 0 {
+		t.Fatalf("resume: exit %d:\n%s", code, resumed.log.String())
+	}
+	if n := strings.Count(resumed.log.String(), `msg="shard committed"`); n != run.Shards-done {
+		t.Errorf("the resume committed %d shards, want the %d left", n, run.Shards-done)
+	}
+	if got := e.onlyRun("scores"); got.ID != run.ID || got.State != jobs.RunSucceeded {
+		t.Fatalf("after the resume: run %s %s, want run %s succeeded", got.ID, got.State, run.ID)
+	}
+	after := map[int]jobs.Shard{}
+	for _, s := range e.shards(run.ID) {
+		after[s.Index] = s
+	}
+	for _, s := range before {
+		if s.State != jobs.ShardCommitted {
+			continue
+		}
+		if a := after[s.Index]; a.State != jobs.ShardCommitted || a.Attempts != s.Attempts || a.Worker != s.Worker || !a.UpdatedAt.Equal(s.UpdatedAt) {
+			t.Errorf("shard %d, committed before the kill, changed: %+v, was %+v", s.Index, a, s)
+		}
+	}
+	checkScores(t, filepath.Join(e.dir, "out", "scores", "date=2026-11-01"))
 }

@@ -173,9 +173,15 @@ func progressOf(s ledger.RunSnapshot, start time.Time) runner.Progress {
 // error and the first failed shards' errors.
 func runFailure(r jobs.Run, shards []jobs.Shard) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "run %s %s", r.ID, r.State)
-	if r.Error != "" {
-		fmt.Fprintf(&b, ": %s", r.Error)
+	switch {
+	case strings.HasPrefix(r.Error, "run "+r.ID+" "+string(r.State)):
+		// It says so itself ("run … held by its checks: …", as precog run
+		// says it).
+		b.WriteString(r.Error)
+	case r.Error != "":
+		fmt.Fprintf(&b, "run %s %s: %s", r.ID, r.State, r.Error)
+	default:
+		fmt.Fprintf(&b, "run %s %s", r.ID, r.State)
 	}
 	n := 0
 	for _, s := range shards {
