@@ -220,10 +220,18 @@ func NewPostgres(t testing.TB) *PGServer {
 	return p
 }
 
-// Restart stops the server (a fast shutdown, as an operator's restart:
-// every connection is cut, committed data kept), keeps it down for down, and
-// starts it again on the same port and data.
+// Restart stops the server (Stop), keeps it down for down, and starts it
+// again (Start).
 func (p *PGServer) Restart(t testing.TB, down time.Duration) {
+	t.Helper()
+	p.Stop(t)
+	time.Sleep(down)
+	p.Start(t)
+}
+
+// Stop stops the server as an operator's restart does (a fast shutdown:
+// every connection is cut, committed data kept); it is down on return.
+func (p *PGServer) Stop(t testing.TB) {
 	t.Helper()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -232,11 +240,19 @@ func (p *PGServer) Restart(t testing.TB, down time.Duration) {
 		s.admin.Close()
 		s.admin = nil
 	}
-	dir := s.proc.dir
 	s.proc.removeDir = false
 	s.proc.stopSig = syscall.SIGINT
 	s.proc.stop()
-	time.Sleep(down)
+}
+
+// Start starts the server Stop stopped, on the same port and data, and
+// waits until it accepts connections.
+func (p *PGServer) Start(t testing.TB) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.srv
+	dir := s.proc.dir
 	proc, err := startProc("postgres", s.command(), s.logPath, syscall.SIGQUIT)
 	if err != nil {
 		t.Fatalf("testservers: restart postgres: %v", err)
