@@ -188,8 +188,8 @@ func (e *modeEnv) shards(id string) []jobs.Shard {
 	return s
 }
 
-// committed counts the committed shards of run id.
-func committed(shards []jobs.Shard) int {
+// countCommitted counts the committed shards among shards.
+func countCommitted(shards []jobs.Shard) int {
 	n := 0
 	for _, s := range shards {
 		if s.State == jobs.ShardCommitted {
@@ -199,8 +199,8 @@ func committed(shards []jobs.Shard) int {
 	return n
 }
 
-// exitCode waits for p to end (within a bound) and returns its exit code.
-func exitCode(t *testing.T, p *workerProc, within time.Duration) int {
+// procExit waits for p to end (within a bound) and returns its exit code.
+func procExit(t *testing.T, p *workerProc, within time.Duration) int {
 	t.Helper()
 	select {
 	case <-p.done:
@@ -251,9 +251,9 @@ func smallShards(extra string) string {
 	return strings.Replace(rankerSpec, "rows_per_shard: 1000", "rows_per_shard: 200", 1) + extra
 }
 
-// redisSink is the spec line of a Redis sink on rd (namespace ns), with
+// redisSinkLine is the spec line of a Redis sink on rd (namespace ns), with
 // the environment it reads.
-func redisSink(rd *testservers.RedisServer, ns string) (line string, env []string) {
+func redisSinkLine(rd *testservers.RedisServer, ns string) (line string, env []string) {
 	return "  redis: { addr: \"${TEST_REDIS_ADDR}\", db: \"${TEST_REDIS_DB}\", namespace: \"${TEST_NS}\" }\n",
 		[]string{"TEST_REDIS_ADDR=" + rd.Addr, "TEST_REDIS_DB=" + strconv.Itoa(rd.DB), "TEST_NS=" + ns}
 }
@@ -357,7 +357,7 @@ func transientSinkErrors(t *testing.T, e *modeEnv) {
 		return strings.Contains(p.log.String(), "transient error")
 	})
 	pg.Start(t)
-	if code := exitCode(t, p, 2*time.Minute); code != 0 {
+	if code := procExit(t, p, 2*time.Minute); code != 0 {
 		t.Fatalf("the run did not ride out the restart: exit %d\n%s", code, p.log.String())
 	}
 	ctx := context.Background()
@@ -448,7 +448,7 @@ func checksFail(t *testing.T, e *modeEnv) {
 func cancelMidRun(t *testing.T, e *modeEnv) {
 	rd := testservers.Redis(t)
 	ns := rd.Prefix + "scores"
-	line, env := redisSink(rd, ns)
+	line, env := redisSinkLine(rd, ns)
 	e.env = append(e.env, env...)
 	body := strings.NewReplacer("models/ranker.onnx", "models/heavy.onnx", "rows_per_shard: 1000", "rows_per_shard: 100",
 		"batch_size: 256", "batch_size: 1").Replace(rankerSpec) + line
@@ -459,13 +459,13 @@ func cancelMidRun(t *testing.T, e *modeEnv) {
 		if p.exited() {
 			t.Fatalf("the run ended before its first commit:\n%s", p.log.String())
 		}
-		return committed(e.shards(run.ID)) >= 1
+		return countCommitted(e.shards(run.ID)) >= 1
 	})
 	c := e.precog("cancel", run.ID)
 	if c.code != 0 || !strings.Contains(c.stdout, "cancelled") {
-		t.Fatalf("cancel after %d of %d shards: exit %d\nstdout: %s\nstderr: %s", committed(e.shards(run.ID)), run.Shards, c.code, c.stdout, c.stderr)
+		t.Fatalf("cancel after %d of %d shards: exit %d\nstdout: %s\nstderr: %s", countCommitted(e.shards(run.ID)), run.Shards, c.code, c.stdout, c.stderr)
 	}
-	if code := exitCode(t, p, time.Minute); code != 1 {
+	if code := procExit(t, p, time.Minute); code != 1 {
 		t.Fatalf("the cancelled run exited %d, want 1:\n%s", code, p.log.String())
 	}
 	// Both say why the run ended (run said how the attempt that found out
@@ -510,7 +510,7 @@ func cancelMidRun(t *testing.T, e *modeEnv) {
 // the exact output.
 func killAndResume(t *testing.T, e *modeEnv) {
 	rd := testservers.Redis(t)
-	line, env := redisSink(rd, rd.Prefix+"scores")
+	line, env := redisSinkLine(rd, rd.Prefix+"scores")
 	e.env = append(e.env, env...)
 	spec := writeSpec(t, e.dir, "job.yaml", smallShards(line))
 	args := []string{"run", spec, "--param", "date=2026-11-01", "--parallel", "1", "--no-progress"}
@@ -531,12 +531,12 @@ func killAndResume(t *testing.T, e *modeEnv) {
 	}
 	<-p.done
 	before := e.shards(run.ID)
-	if n := committed(before); n != done {
+	if n := countCommitted(before); n != done {
 		t.Fatalf("killed with %d shards committed, want %d", n, done)
 	}
 
 	resumed := e.start(nil, args...)
-	if code := exitCode(t, resumed, 2*time.Minute); code != 0 {
+	if code := procExit(t, resumed, 2*time.Minute); code != 0 {
 		t.Fatalf("resume: exit %d:\n%s", code, resumed.log.String())
 	}
 	if n := strings.Count(resumed.log.String(), `msg="shard committed"`); n != run.Shards-done {
