@@ -156,7 +156,16 @@ func TestCancelDoesNotScanTheKeyspace(t *testing.T) {
 	k := runAndKill(t, rd)
 	c := rd.Client(t)
 	const others = 1_000_000
-	if err := c.Do(ctx, "DEBUG", "POPULATE", others, "other").Err(); err != nil {
+	// A million keys take the server seconds on a busy machine: no read
+	// timeout for this one command, a deadline no machine needs instead.
+	opts := *c.Options()
+	opts.ReadTimeout = -1
+	slow := goredis.NewClient(&opts)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	err := slow.Do(pctx, "DEBUG", "POPULATE", others, "other").Err()
+	cancel()
+	slow.Close()
+	if err != nil {
 		t.Fatal(err)
 	}
 	written := len(keysOf(t, c, k.ns+":"+k.version+":*"))
@@ -180,9 +189,10 @@ func TestCancelDoesNotScanTheKeyspace(t *testing.T) {
 		t.Errorf("local cancel printed no per-sink line:\n%s", out.stdout)
 	}
 	// The killed writer's lock stays until its lease ends (it is not the
-	// cancel's to break); nothing else of the namespace may.
+	// cancel's to break; on a busy machine the lease may have ended by now);
+	// nothing else of the namespace may.
 	left := keysOf(t, c, k.ns+":*")
-	if n := c.DBSize(ctx).Val(); n != others+int64(len(left)) || len(left) != 1 || left[0] != k.ns+":lock" {
+	if n := c.DBSize(ctx).Val(); n != others+int64(len(left)) || len(left) > 1 || (len(left) == 1 && left[0] != k.ns+":lock") {
 		t.Fatalf("DBSIZE %d after the cancel, want the %d other keys and the namespace's lock; the namespace holds %v", n, others, left)
 	}
 	t.Logf("cancel of a run that wrote %d records among %d keys: %v (the whole command)", written, others, took)
