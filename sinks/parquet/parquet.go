@@ -46,6 +46,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
+	"github.com/precog-ml/precog/internal/bufpool"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/sinks"
 )
@@ -261,6 +262,9 @@ func (s *Sink) Shard(ctx context.Context, run sinks.RunInfo, index int) (sinks.S
 		parquet.WithMaxRowGroupLength(s.RowGroupRows),
 		parquet.WithCreatedBy("precog"),
 		parquet.WithDictionaryDefault(false),
+		// Page and column buffers come back to the pool at Commit and
+		// serve the next shard (bufpool: no fresh heap per shard).
+		parquet.WithAllocator(bufpool.Default),
 	}
 	var dictCols []int
 	for i, f := range run.Schema.Fields() {
@@ -270,7 +274,7 @@ func (s *Sink) Shard(ctx context.Context, run sinks.RunInfo, index int) (sinks.S
 		}
 	}
 	props := parquet.NewWriterProperties(opts...)
-	fw, err := pqarrow.NewFileWriter(run.Schema, plainWriter{bw}, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
+	fw, err := pqarrow.NewFileWriter(run.Schema, plainWriter{bw}, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema(), pqarrow.WithAllocator(bufpool.Default)))
 	if err != nil {
 		f.Close()
 		os.Remove(tmp)

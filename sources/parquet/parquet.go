@@ -34,7 +34,6 @@ import (
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 	pq "github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/file"
@@ -43,6 +42,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/schema"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/precog-ml/precog/internal/bufpool"
 	"github.com/precog-ml/precog/internal/objstore"
 	"github.com/precog-ml/precog/sources"
 )
@@ -193,8 +193,14 @@ func statFingerprint(path string) (fingerprint, error) {
 	return fingerprint{Size: st.Size(), MTimeNS: st.ModTime().UnixNano()}, nil
 }
 
+// readerProps are the file readers' properties. Their allocator serves the
+// page readers' compressed, decompressed and dictionary page buffers, which
+// arrow-go reuses in place from page to page and never hands to a caller,
+// so they come from the pool and serve the next shard. The decoded arrays
+// (pqarrow's allocator, in newReader) stay on the Go heap: callers keep
+// strings that alias them after the record's release.
 func readerProps() *pq.ReaderProperties {
-	props := pq.NewReaderProperties(memory.DefaultAllocator)
+	props := pq.NewReaderProperties(bufpool.Default)
 	props.BufferedStreamEnabled = true
 	props.BufferSize = streamBufferSize
 	return props
