@@ -34,13 +34,27 @@ func New() *Sketch { return &Sketch{} }
 // AddString adds a text key.
 func (s *Sketch) AddString(k string) { s.addHash(xxh3.HashString(k)) }
 
-// AddInt adds an integer key.
-func (s *Sketch) AddInt(k int64) {
-	var b [8]byte
-	for i := range b {
-		b[i] = byte(k >> (8 * i))
-	}
-	s.addHash(xxh3.Hash(b[:]))
+// AddInt adds an integer key: the xxh3 hash of its 8 little-endian bytes.
+func (s *Sketch) AddInt(k int64) { s.addHash(hashInt(k)) }
+
+// hashInt is xxh3.Hash of k's 8 little-endian bytes, computed inline: the
+// generic byte-slice hash was 5% of a null-model job's CPU, every row's key
+// going through its length dispatch. It is xxh3's 4-8 byte path with both
+// 4-byte reads known (TestHashIntIsXXH3 pins it to the library).
+func hashInt(k int64) uint64 {
+	const (
+		key64_008 = 0x1cad21f72c81017c
+		key64_016 = 0xdb979083e96dd4de
+	)
+	// input2 + input1<<32: the high word then the low word.
+	h := bits.RotateLeft64(uint64(k), 32) ^ (key64_008 ^ key64_016)
+	// rrmxmx with length 8.
+	h ^= bits.RotateLeft64(h, 49) ^ bits.RotateLeft64(h, 24)
+	h *= 0x9fb21c651e98df25
+	h ^= (h >> 35) + 8
+	h *= 0x9fb21c651e98df25
+	h ^= h >> 28
+	return h
 }
 
 func (s *Sketch) addHash(h uint64) {

@@ -1,9 +1,13 @@
 package hll
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
+
+	"github.com/zeebo/xxh3"
 )
 
 func TestDistinctAccuracy(t *testing.T) {
@@ -93,4 +97,20 @@ func FuzzDecode(f *testing.F) {
 			_ = sk.Distinct()
 		}
 	})
+}
+
+// TestHashIntIsXXH3: the inline integer hash is xxh3 of the 8
+// little-endian bytes, so sketches stored by earlier versions still merge.
+func TestHashIntIsXXH3(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	ks := []int64{0, 1, -1, math.MaxInt64, math.MinInt64, 1 << 32, 0xdeadbeef}
+	for range 100000 {
+		ks = append(ks, int64(r.Uint64()))
+	}
+	for _, k := range ks {
+		b := binary.LittleEndian.AppendUint64(nil, uint64(k))
+		if got, want := hashInt(k), xxh3.Hash(b); got != want {
+			t.Fatalf("hashInt(%d) = %#x, xxh3 %#x", k, got, want)
+		}
+	}
 }
