@@ -105,10 +105,29 @@ func load(path string) error {
 		}
 	}
 	ort.SetSharedLibraryPath(path)
+	quietTelemetry()
 	if err := ort.InitializeEnvironment(ort.WithLogLevelError()); err != nil {
 		return fmt.Errorf("onnx runtime: load %s (%s): %w", path, hint, err)
 	}
 	return nil
+}
+
+// EnvTelemetry is ONNX Runtime's own switch for its telemetry.
+const EnvTelemetry = "ORT_DISABLE_TELEMETRY"
+
+// quietTelemetry turns ONNX Runtime's telemetry off unless the environment
+// already says either way. ORT 1.29's Linux build starts a telemetry system
+// in every process that creates an environment: a SQLite database under
+// ~/.cache/Microsoft/DeveloperTools (opened, written and fsynced at each
+// start) and HTTPS uploads wherever a CA bundle is found. A batch worker has
+// no business phoning home, and the start-up cost (5 ms of CPU per process,
+// 2 loaded cores) was 8% of a null-model job's start. ORT reads the variable
+// with getenv when the environment is created; os.Setenv reaches the C
+// environment in a cgo binary.
+func quietTelemetry() {
+	if _, set := os.LookupEnv(EnvTelemetry); !set {
+		os.Setenv(EnvTelemetry, "1")
+	}
 }
 
 // RuntimeVersion loads the ONNX Runtime library (Init) and reports its
