@@ -92,7 +92,10 @@ func (j *Job) ExecShard(ctx context.Context, t ShardTask) (jobs.Counts, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	unit := ReadRows(j.Spec.Model.BatchSize, t.Shard.EstRows)
-	rdr, err := j.Source.Open(ctx, t.Shard.Plan, sources.ReadOptions{Columns: j.Columns(), BatchSize: unit})
+	// Reuse: the pipeline copies features into tensors, keeps keys by
+	// value and hands the key column to sinks, which release it after
+	// writing; nothing holds a numeric slice past its record's release.
+	rdr, err := j.Source.Open(ctx, t.Shard.Plan, sources.ReadOptions{Columns: j.Columns(), BatchSize: unit, Reuse: true})
 	if err != nil {
 		return jobs.Counts{}, fmt.Errorf("open: %w", err)
 	}

@@ -38,6 +38,14 @@ type ReadOptions struct {
 	Columns []string
 	// BatchSize is the rows per record batch (the last one may be shorter).
 	BatchSize int
+	// Reuse lets a source hand out numeric and temporal columns in memory
+	// it takes back and reuses once their record's last reference is
+	// released, instead of fresh heap per batch. Set it only where nothing
+	// keeps a slice of such a column's values past the release (the shard
+	// pipeline copies them into tensors and hands the key column to sinks,
+	// which release it after writing). Strings and nested columns are never
+	// reused: their values are commonly kept as Go strings.
+	Reuse bool
 }
 
 // BatchReader streams a shard. Next returns io.EOF after the last batch.

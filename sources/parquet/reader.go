@@ -13,6 +13,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
+	"github.com/precog-ml/precog/internal/bufpool"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/sources"
 )
@@ -60,7 +61,7 @@ func (s *Source) Open(ctx context.Context, plan json.RawMessage, opts sources.Re
 			sp.File, sp.Size, fp.Size, sp.MTimeNS, fp.MTimeNS, etag)
 	}
 	// newReader owns of from here: it closes it on failure.
-	r, err := newReader(ctx, of, sp, opts.Columns, batch, readRows(batch))
+	r, err := newReader(ctx, of, sp, opts, batch, readRows(batch))
 	if err != nil {
 		return nil, fmt.Errorf("parquet file %s: %w", sp.File, err)
 	}
@@ -132,7 +133,8 @@ type reader struct {
 	err error
 }
 
-func newReader(ctx context.Context, of *openedFile, sp shardPlan, columns []string, batch, read int) (_ *reader, err error) {
+func newReader(ctx context.Context, of *openedFile, sp shardPlan, opts sources.ReadOptions, batch, read int) (_ *reader, err error) {
+	columns := opts.Columns
 	r := &reader{of: of, plan: sp, batch: int64(batch), read: int64(read)}
 	defer func() {
 		if p := recover(); p != nil {
@@ -160,9 +162,19 @@ func newReader(ctx context.Context, of *openedFile, sp shardPlan, columns []stri
 	r.last, r.end = r.next, r.next+sp.Rows
 	of.wholeChunks(first, lastRG)
 
-	fr, err := pqarrow.NewFileReader(of.rdr, pqarrow.ArrowReadProperties{BatchSize: int64(read)}, memory.DefaultAllocator)
+	props := pqarrow.ArrowReadProperties{BatchSize: int64(read)}
+	fr, err := pqarrow.NewFileReader(of.rdr, props, memory.DefaultAllocator)
 	if err != nil {
 		return nil, fmt.Errorf("schema: %w", err)
+	}
+	// pooled decodes the columns a caller lets us reuse (ReadOptions.Reuse)
+	// into bufpool memory, which each release gives back for the next
+	// batch: the decoded arrays were most of a null-model job's allocation.
+	pooled := fr
+	if opts.Reuse {
+		if pooled, err = pqarrow.NewFileReader(of.rdr, props, bufpool.Default); err != nil {
+			return nil, fmt.Errorf("schema: %w", err)
+		}
 	}
 
 	// Resolve the projection to top-level fields.
@@ -222,13 +234,17 @@ func newReader(ctx context.Context, of *openedFile, sp shardPlan, columns []stri
 		for _, l := range appendLeaves(nil, &fields[fi]) {
 			leaves[l] = true
 		}
-		cr, err := fr.GetFieldReader(ctx, fi, leaves, rowGroups)
+		src := fr
+		if reusable(fields[fi].Field.Type) {
+			src = pooled
+		}
+		cr, err := src.GetFieldReader(ctx, fi, leaves, rowGroups)
 		if err != nil {
 			return nil, fmt.Errorf("column %q: %w", fields[fi].Field.Name, err)
 		}
 		r.cols[i] = cr
 		if sp.Offset > 0 {
-			open := func() (*pqarrow.ColumnReader, error) { return fr.GetFieldReader(ctx, fi, leaves, rowGroups) }
+			open := func() (*pqarrow.ColumnReader, error) { return src.GetFieldReader(ctx, fi, leaves, rowGroups) }
 			if r.cols[i], err = seekColumn(cr, open, sp.Offset, r.read); err != nil {
 				return nil, fmt.Errorf("row group %d, column %q: seeking to row %d: %w", first, fields[fi].Field.Name, sp.Offset, err)
 			}
@@ -276,6 +292,20 @@ func seekColumn(cr *pqarrow.ColumnReader, open func() (*pqarrow.ColumnReader, er
 		left -= n
 	}
 	return fresh, nil
+}
+
+// reusable tells whether a column of type t may be decoded into reused
+// memory (ReadOptions.Reuse): numbers and times, whose values a caller
+// reads by value. Strings, binaries, decimals and nested types are not.
+func reusable(t arrow.DataType) bool {
+	switch t.ID() {
+	case arrow.INT8, arrow.INT16, arrow.INT32, arrow.INT64,
+		arrow.UINT8, arrow.UINT16, arrow.UINT32, arrow.UINT64,
+		arrow.FLOAT16, arrow.FLOAT32, arrow.FLOAT64,
+		arrow.DATE32, arrow.DATE64, arrow.TIMESTAMP, arrow.TIME32, arrow.TIME64, arrow.DURATION:
+		return true
+	}
+	return false
 }
 
 func appendLeaves(dst []int, f *pqarrow.SchemaField) []int {
