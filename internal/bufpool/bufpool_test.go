@@ -2,6 +2,7 @@ package bufpool
 
 import (
 	"bytes"
+	"sync"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -104,4 +105,34 @@ func TestArrowBuffers(t *testing.T) {
 	if p.Idle() != 16384+32768 {
 		t.Fatalf("idle %d after the buffer's release, want both classes back (%d)", p.Idle(), 16384+32768)
 	}
+}
+
+// TestConcurrentHolders: goroutines allocating, filling, checking and
+// freeing buffers of several classes at once never see another holder's
+// bytes (run with -race).
+func TestConcurrentHolders(t *testing.T) {
+	p := New(1 << 20)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 500 {
+				b := p.Allocate(4096 << (i % 3))
+				for k := range b {
+					if b[k] != 0 {
+						t.Errorf("goroutine %d: a new buffer holds %d at %d", g, b[k], k)
+						return
+					}
+					b[k] = byte(g + 1)
+				}
+				for k := range b {
+					if b[k] != byte(g+1) {
+						t.Errorf("goroutine %d: another holder wrote %d at %d", g, b[k], k)
+						return
+					}
+				}
+				p.Free(b)
+			}
+		})
+	}
+	wg.Wait()
 }
