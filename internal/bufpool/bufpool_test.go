@@ -136,3 +136,30 @@ func TestConcurrentHolders(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestUnzeroedReuses: the unzeroed view takes buffers from the same free
+// lists and hands a reused one out as it was left, and the zeroed view still
+// zeroes a buffer the unzeroed one gave back.
+func TestUnzeroedReuses(t *testing.T) {
+	p := New(1 << 20)
+	u := p.Unzeroed()
+	a := u.Allocate(5000)
+	if !bytes.Equal(a, make([]byte, 5000)) {
+		t.Fatal("a new buffer is not zero")
+	}
+	a[0], a[4999] = 1, 2
+	u.Free(a)
+	b := u.Allocate(5000)
+	if addr(b) != addr(a) || b[0] != 1 || b[4999] != 2 {
+		t.Fatal("the unzeroed view did not hand the freed buffer back as it was")
+	}
+	c := u.Reallocate(8000, b)
+	if addr(c) != addr(b) || len(c) != 8000 {
+		t.Fatal("an unzeroed grow within the capacity moved")
+	}
+	u.Free(c)
+	d := p.Allocate(8192)
+	if addr(d) != addr(a) || !bytes.Equal(d, make([]byte, 8192)) {
+		t.Fatal("the zeroed view handed out a buffer the unzeroed one left without zeroing it")
+	}
+}

@@ -144,10 +144,15 @@ func TestParquetTestingCorpus(t *testing.T) {
 			path := filepath.Join(corpusDir, filepath.FromSlash(rel))
 			// Whole files, then shards of about a fifth of the file (at
 			// least 3 rows), which start inside row groups and so
-			// exercise seeking.
+			// exercise seeking; each also with ReadOptions.Reuse (numeric
+			// columns decoded into pooled memory other files left).
 			var whole []string
-			for _, rowsPerShard := range []int64{1 << 40, max(3, want.rows/5)} {
-				values, err := readCorpusFile(path, rowsPerShard)
+			for _, read := range []struct {
+				rowsPerShard int64
+				reuse        bool
+			}{{1 << 40, false}, {1 << 40, true}, {max(3, want.rows/5), false}, {max(3, want.rows/5), true}} {
+				rowsPerShard := read.rowsPerShard
+				values, err := readCorpusFile(path, rowsPerShard, read.reuse)
 				rows := int64(len(values))
 				if want.err != "" {
 					if err == nil {
@@ -177,7 +182,7 @@ func TestParquetTestingCorpus(t *testing.T) {
 				}
 				for i := range values {
 					if values[i] != whole[i] {
-						t.Fatalf("rows per shard %d: row %d is %s, whole-file read gave %s", rowsPerShard, i, values[i], whole[i])
+						t.Fatalf("rows per shard %d (reuse %v): row %d is %s, whole-file read gave %s", rowsPerShard, read.reuse, i, values[i], whole[i])
 					}
 				}
 			}
@@ -202,7 +207,7 @@ func fileListed(files []string, rel string) bool {
 // readCorpusFile reads every row of every column of path through Schema,
 // Plan and Open, and returns each row's values as text. A panic is an error
 // (and fails the pin, which never expects one).
-func readCorpusFile(path string, rowsPerShard int64) (rows []string, err error) {
+func readCorpusFile(path string, rowsPerShard int64, reuse bool) (rows []string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("PANIC: %v", r)
@@ -224,7 +229,7 @@ func readCorpusFile(path string, rowsPerShard int64) (rows []string, err error) 
 	var planned int64
 	for _, p := range plans {
 		planned += p.Rows
-		r, err := s.Open(ctx, p.Plan, sources.ReadOptions{BatchSize: 2})
+		r, err := s.Open(ctx, p.Plan, sources.ReadOptions{BatchSize: 2, Reuse: reuse})
 		if err != nil {
 			return rows, err
 		}
@@ -293,7 +298,7 @@ func TestIssue25FileValues(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {
 			path := filepath.Join(corpusDir, filepath.FromSlash(c.file))
-			rows, err := readCorpusFile(path, 1<<40)
+			rows, err := readCorpusFile(path, 1<<40, true)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -200,7 +200,7 @@ func statFingerprint(path string) (fingerprint, error) {
 // (pqarrow's allocator, in newReader) stay on the Go heap: callers keep
 // strings that alias them after the record's release.
 func readerProps() *pq.ReaderProperties {
-	props := pq.NewReaderProperties(bufpool.Default)
+	props := pq.NewReaderProperties(bufpool.Default.Unzeroed())
 	props.BufferedStreamEnabled = true
 	props.BufferSize = streamBufferSize
 	return props

@@ -172,7 +172,7 @@ func newReader(ctx context.Context, of *openedFile, sp shardPlan, opts sources.R
 	// batch: the decoded arrays were most of a null-model job's allocation.
 	pooled := fr
 	if opts.Reuse {
-		if pooled, err = pqarrow.NewFileReader(of.rdr, props, bufpool.Default); err != nil {
+		if pooled, err = pqarrow.NewFileReader(of.rdr, props, bufpool.Default.Unzeroed()); err != nil {
 			return nil, fmt.Errorf("schema: %w", err)
 		}
 	}
