@@ -195,10 +195,11 @@ func statFingerprint(path string) (fingerprint, error) {
 
 // readerProps are the file readers' properties. Their allocator serves the
 // page readers' compressed, decompressed and dictionary page buffers, which
-// arrow-go reuses in place from page to page and never hands to a caller,
-// so they come from the pool and serve the next shard. The decoded arrays
-// (pqarrow's allocator, in newReader) stay on the Go heap: callers keep
-// strings that alias them after the record's release.
+// arrow-go fills before it reads them, reuses in place from page to page
+// and never hands to a caller, so they come from the pool (unzeroed) and
+// serve the next shard. Decoded arrays use pqarrow's allocator (newReader):
+// pooled only for numeric columns a caller lets us reuse
+// (ReadOptions.Reuse), since callers keep strings that alias theirs.
 func readerProps() *pq.ReaderProperties {
 	props := pq.NewReaderProperties(bufpool.Default.Unzeroed())
 	props.BufferedStreamEnabled = true
