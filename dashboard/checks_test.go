@@ -50,7 +50,7 @@ func shardProfile(t *testing.T, n int, from float64) *profile.Profile {
 
 // profiledRun creates a run of checkedSpec whose one shard commits n rows
 // with the profile of shardProfile(n, from), as a worker does.
-func profiledRun(t *testing.T, l ledger.Ledger, n int, from float64) (jobs.Run, *profile.Profile) {
+func profiledRun(t *testing.T, l ledger.Store, n int, from float64) (jobs.Run, *profile.Profile) {
 	t.Helper()
 	ctx := context.Background()
 	r, shards := newRun("scored", 1)

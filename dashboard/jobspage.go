@@ -85,7 +85,7 @@ func (s *Server) jobsPage(w http.ResponseWriter, r *http.Request, v viewer) {
 	if s.opts.JobsDir != "" {
 		specs, loadErrs = loadViewSpecs(s.opts.JobsDir, s.opts.Now())
 	}
-	s.withLedger(w, r, v, func(led ledger.Ledger) error {
+	s.withLedger(w, r, v, func(led ledger.Store) error {
 		ctx := r.Context()
 		now := s.opts.Now()
 		names, err := ledgerJobs(ctx, led)

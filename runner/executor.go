@@ -120,7 +120,7 @@ var errClaimSettled = errors.New("claimed shard settled by the mode")
 
 // executor runs shard attempts for its mode's claim loops.
 type executor struct {
-	led ledger.Ledger
+	led ledger.Store
 	// lease is a claimed shard's lease, renewed every lease/3; stall fails
 	// an attempt that read no row for this long.
 	lease, stall time.Duration
@@ -328,7 +328,7 @@ func (s *transientStreak) retry(ctx context.Context, window time.Duration) bool 
 func (s *transientStreak) reset() { s.first, s.n = time.Time{}, 0 }
 
 // endRunFailed fails a run for good: its ledger record and what it wrote.
-func endRunFailed(ctx context.Context, led ledger.Ledger, t shardTask, cause error, log *slog.Logger) {
+func endRunFailed(ctx context.Context, led ledger.Store, t shardTask, cause error, log *slog.Logger) {
 	runStores{led: led, snks: t.snks, info: t.info, log: log}.end(ctx, jobs.RunFailed, cause)
 }
 

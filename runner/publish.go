@@ -148,7 +148,7 @@ type publishLease struct {
 // recompute, hold, fail the run) is the caller's: the step and whether
 // it is final come back in a *publishError.
 type publisher struct {
-	led  ledger.Ledger
+	led  ledger.Store
 	snks []sinks.Sink
 	info sinks.RunInfo
 	spec *jobs.Spec
@@ -235,11 +235,7 @@ func (p *publisher) check(ctx context.Context, run jobs.Run) (*checkOutcome, err
 	if !p.accepted {
 		return checkBeforePublish(ctx, p.led, p.spec, run, p.log)
 	}
-	ck, ok := p.led.(ledger.Checks)
-	if !ok {
-		return nil, nil
-	}
-	cur, _, err := runProfile(ctx, p.led, ck, p.spec, run.ID)
+	cur, _, err := runProfile(ctx, p.led, p.spec, run.ID)
 	if err != nil {
 		p.log.Warn("checks: profile of the accepted run", "run", run.ID, "err", err)
 		return nil, nil

@@ -115,7 +115,7 @@ func (o WorkerOptions) withDefaults() WorkerOptions {
 // Worker executes shards of any run in its pool, through the cluster
 // ledger: the same shard pipeline and two-phase publish as `precog run`.
 type Worker struct {
-	led  ledger.Cluster
+	led  ledger.Store
 	opts WorkerOptions
 	log  *slog.Logger
 	runs *runCache
@@ -133,7 +133,7 @@ type Worker struct {
 }
 
 // NewWorker builds a worker over led.
-func NewWorker(led ledger.Cluster, opts WorkerOptions) *Worker {
+func NewWorker(led ledger.Store, opts WorkerOptions) *Worker {
 	opts = opts.withDefaults()
 	models := newModelCache(opts.Models * len(opts.Devices))
 	return &Worker{led: led, opts: opts, log: opts.Logger, runs: newRunCache(opts.OpenRuns*len(opts.Devices), models, opts.Logger), pres: newPresence(), unable: newUnableRuns(),

@@ -118,7 +118,7 @@ func runBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags) e
 		byValue[v] = specs[i]
 	}
 	dsn := databaseURL(f.db)
-	var led backfill.Ledger
+	var led ledger.Store
 	if dsn != "" {
 		pl, err := openCluster(ctx, dsn, cliLedgerOptions(g.log))
 		if err != nil {
@@ -159,7 +159,7 @@ func runBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags) e
 	// holds the embedded ledger (snapshot.go).
 	snaps := startSnapshots(ctx, led, g.stateDir, g.log)
 	defer snaps.Stop()
-	led = kickingLedger{Ledger: led, s: snaps}
+	led = kickingLedger{Store: led, s: snaps}
 	bar := newProgressBar(os.Stderr, !f.noProgress, g.log)
 	agg := newRangeProgress(f.paramName, values, time.Now())
 	start := time.Now()

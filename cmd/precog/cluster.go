@@ -91,7 +91,7 @@ func unreachable(err error) bool {
 
 // openedLedger is the ledger runs/status/cancel/retry work on.
 type openedLedger struct {
-	ledger.Ledger
+	ledger.Store
 	// cluster is the Postgres ledger (nil for the embedded one).
 	cluster *postgres.Ledger
 	// where names it in messages (never the URL).
@@ -106,13 +106,13 @@ func openLedger(ctx context.Context, g *globals, dbFlag string) (*openedLedger, 
 		if err != nil {
 			return nil, err
 		}
-		return &openedLedger{Ledger: l, cluster: l, where: "the Postgres ledger"}, nil
+		return &openedLedger{Store: l, cluster: l, where: "the Postgres ledger"}, nil
 	}
 	l, err := bolt.OpenIn(g.stateDir)
 	if err != nil {
 		return nil, err
 	}
-	return &openedLedger{Ledger: l, where: g.stateDir}, nil
+	return &openedLedger{Store: l, where: g.stateDir}, nil
 }
 
 // notFound is the error of a run id the ledger does not know (exit 2).
@@ -133,11 +133,7 @@ type cancelOptions struct {
 // cancelCluster is `precog cancel RUN` on the Postgres ledger
 // (runner.Cancel), printing what it did.
 func cancelCluster(ctx context.Context, led *openedLedger, id string, o cancelOptions) error {
-	var l ledger.Ledger = led
-	if led.cluster != nil {
-		l = led.cluster // with its optional interfaces (ledger.Cleanups)
-	}
-	res, err := runner.Cancel(ctx, l, id, runner.CancelOptions{Drain: o.drain, CleanAgain: true, ScanUnindexed: o.scanUnindexed, Log: o.log})
+	res, err := runner.Cancel(ctx, led, id, runner.CancelOptions{Drain: o.drain, CleanAgain: true, ScanUnindexed: o.scanUnindexed, Log: o.log})
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		return led.notFound(id)

@@ -74,7 +74,7 @@ token. Without tokens the dashboard refuses to start unless
 				defer led.Close()
 				// The ledger itself (not the wrapper), so that pages see
 				// its backfills too.
-				opts.Source = dashboard.Shared{L: led.Ledger, Name: led.where}
+				opts.Source = dashboard.Shared{L: led.Store, Name: led.where}
 				opts.Actions = clusterActions(led, drain, g.log)
 			} else {
 				opts.Source = dashboard.BoltDir{StateDir: g.stateDir}

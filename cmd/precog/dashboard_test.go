@@ -51,7 +51,7 @@ func TestDashboardActions(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		led := &openedLedger{Ledger: l, cluster: l, where: "the Postgres ledger"}
+		led := &openedLedger{Store: l, cluster: l, where: "the Postgres ledger"}
 		dashRun(t, l, "r-cancel", 2, false)
 		dashRun(t, l, "r-failed", 2, true)
 		if err := l.SetRunState(ctx, "r-failed", jobs.RunFailed, "1 shard failed"); err != nil {

@@ -92,8 +92,8 @@ func TestScheduleList(t *testing.T) {
 // "unpublished".
 func TestScheduleListLastRun(t *testing.T) {
 	ctx := context.Background()
-	open := map[string]func(t *testing.T) ledger.Ledger{
-		"bolt": func(t *testing.T) ledger.Ledger {
+	open := map[string]func(t *testing.T) ledger.Store{
+		"bolt": func(t *testing.T) ledger.Store {
 			l, err := bolt.Open(filepath.Join(t.TempDir(), "ledger.db"))
 			if err != nil {
 				t.Fatal(err)
@@ -101,7 +101,7 @@ func TestScheduleListLastRun(t *testing.T) {
 			t.Cleanup(func() { l.Close() })
 			return l
 		},
-		"postgres": func(t *testing.T) ledger.Ledger {
+		"postgres": func(t *testing.T) ledger.Store {
 			l, err := postgres.Open(ctx, testservers.Postgres(t).DSN, postgres.Options{PollOnly: true, MaxConns: 4})
 			if err != nil {
 				t.Fatal(err)
@@ -160,7 +160,7 @@ func TestScheduleListLastRun(t *testing.T) {
 				bound := map[string]string{"daily": "max_staleness: 24h\n", "never": "max_staleness: 1h\n"}[spec]
 				writeSpec(t, dir, spec+".yaml", strings.Replace(rankerSpec, "name: scores", "name: "+spec, 1)+"schedule: \"0 6 * * *\"\n"+bound)
 			}
-			srv, err := dashboard.New(dashboard.Options{Source: dashboard.Shared{L: &openedLedger{Ledger: l, where: name}, Name: name},
+			srv, err := dashboard.New(dashboard.Options{Source: dashboard.Shared{L: &openedLedger{Store: l, where: name}, Name: name},
 				InsecureNoAuth: true, JobsDir: dir, Now: func() time.Time { return now }})
 			if err != nil {
 				t.Fatal(err)

@@ -93,15 +93,9 @@ restart right before that tick does not lose it. --addr serves /healthz, /readyz
 	return cmd
 }
 
-// schedulerLedger is a ledger with the scheduler's ticks and leases.
-type schedulerLedger interface {
-	ledger.Ledger
-	ledger.Scheduler
-}
-
 // openSchedulerLedger opens the Postgres ledger, or the embedded one (which
 // a second process cannot open: one scheduler per state directory).
-func openSchedulerLedger(ctx context.Context, g *globals, dsn string) (schedulerLedger, bool, func(), error) {
+func openSchedulerLedger(ctx context.Context, g *globals, dsn string) (ledger.Store, bool, func(), error) {
 	if dsn != "" {
 		l, err := openCluster(ctx, dsn, pgledger.Options{PollOnly: true, Logger: g.log})
 		if err != nil {
@@ -137,7 +131,7 @@ func planRun(ctx context.Context, spec *jobs.Spec) (jobs.Run, []jobs.Shard, erro
 // its publish step is not cancelled (the ledger refuses it under the run's
 // lock): the error says so, the tick is not recorded, and the next pass
 // fires it once the publish has finished.
-func cancelForReplace(ctx context.Context, g *globals, led ledger.Ledger, run jobs.Run) error {
+func cancelForReplace(ctx context.Context, g *globals, led ledger.Store, run jobs.Run) error {
 	_, err := runner.Cancel(ctx, led, run.ID, runner.CancelOptions{Reason: "replaced by a newer scheduled run (concurrency: replace)", Log: g.log})
 	switch {
 	case errors.Is(err, ledger.ErrPublishing):
@@ -150,7 +144,7 @@ func cancelForReplace(ctx context.Context, g *globals, led ledger.Ledger, run jo
 
 // runFired executes a fired run in this process (embedded mode): RunLocal
 // finds it open in the ledger and runs it to the end.
-func runFired(ctx context.Context, g *globals, led ledger.Ledger, run jobs.Run) {
+func runFired(ctx context.Context, g *globals, led ledger.Store, run jobs.Run) {
 	spec, err := jobs.Parse(run.Spec, run.SpecFile, run.Params, os.LookupEnv)
 	if err != nil {
 		g.log.Error("fired run: its spec no longer loads", "run", run.ID, "err", err)

@@ -211,45 +211,39 @@ func (s *snapshotter) Stop() {
 // kickingLedger is a backfill ledger that kicks the snapshotter after
 // each change a reader sees: a claim, a commit, a failure, a state.
 type kickingLedger struct {
-	backfill.Ledger
+	ledger.Store
 	s *snapshotter
 }
 
-// ClaimPublish passes the ledger's publish lease through (runner's local
-// publish takes it, so that a cancel from another process is refused
-// while the sinks cut over).
+// ClaimPublish kicks too: runner's local publish takes the publish lease
+// (so that a cancel from another process is refused while the sinks cut
+// over), and the run shows as publishing.
 func (k kickingLedger) ClaimPublish(ctx context.Context, runID, worker string, lease time.Duration) (jobs.Run, error) {
-	c, ok := k.Ledger.(interface {
-		ClaimPublish(ctx context.Context, runID, worker string, lease time.Duration) (jobs.Run, error)
-	})
-	if !ok {
-		return jobs.Run{}, k.Ledger.SetRunState(ctx, runID, jobs.RunPublishing, "")
-	}
-	r, err := c.ClaimPublish(ctx, runID, worker, lease)
+	r, err := k.Store.ClaimPublish(ctx, runID, worker, lease)
 	k.s.Kick()
 	return r, err
 }
 
 func (k kickingLedger) Claim(ctx context.Context, runID, worker string, lease time.Duration) (jobs.Shard, error) {
-	sh, err := k.Ledger.Claim(ctx, runID, worker, lease)
+	sh, err := k.Store.Claim(ctx, runID, worker, lease)
 	k.s.Kick()
 	return sh, err
 }
 
 func (k kickingLedger) Complete(ctx context.Context, p ledger.CompleteParams) error {
-	err := k.Ledger.Complete(ctx, p)
+	err := k.Store.Complete(ctx, p)
 	k.s.Kick()
 	return err
 }
 
 func (k kickingLedger) Fail(ctx context.Context, p ledger.FailParams) error {
-	err := k.Ledger.Fail(ctx, p)
+	err := k.Store.Fail(ctx, p)
 	k.s.Kick()
 	return err
 }
 
 func (k kickingLedger) SetRunState(ctx context.Context, runID string, state jobs.RunState, msg string) error {
-	err := k.Ledger.SetRunState(ctx, runID, state, msg)
+	err := k.Store.SetRunState(ctx, runID, state, msg)
 	k.s.Kick()
 	return err
 }

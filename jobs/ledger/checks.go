@@ -28,7 +28,7 @@ type Acceptance struct {
 }
 
 // Checks is what the checks before a publish need from a ledger; both
-// ledgers implement it (ledgertest.ExerciseChecks). A run held by its
+// ledgers implement it (ledgertest.Exercise). A run held by its
 // checks is in state jobs.RunHeld: finished as far as claims, resume and
 // overlap policies go, until ResolveHold publishes or discards it.
 type Checks interface {

@@ -67,7 +67,10 @@ type Ledger struct {
 	RejectsPerRun int
 }
 
-var _ ledger.Cluster = (*Ledger)(nil)
+var _ ledger.Store = (*Ledger)(nil)
+
+// backend names this ledger in ledger.Unsupported errors.
+const backend = "embedded"
 
 // FileName is the embedded ledger's file in a state directory.
 const FileName = "ledger.db"
@@ -786,7 +789,7 @@ func (l *Ledger) RetryRun(ctx context.Context, runID string) (int, error) {
 	if r.State.Terminal() && r.State != jobs.RunFailed {
 		return 0, fmt.Errorf("run %s is %s: %w", runID, r.State, ledger.ErrRunFinished)
 	}
-	return 0, fmt.Errorf("reopen run %s: %w", runID, ledger.ErrUnsupported)
+	return 0, ledger.Unsupported(backend, "reopen run "+runID, "a failed local run is not reopened; `precog run` of the same spec makes a new one")
 }
 
 // RetryFailed moves the run's failed shards back to pending with zero

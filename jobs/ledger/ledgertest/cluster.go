@@ -12,27 +12,6 @@ import (
 	"github.com/precog-ml/precog/jobs/ledger"
 )
 
-// clusterCases are what workers sharing runs rely on.
-var clusterCases = []struct {
-	name string
-	fn   func(t *testing.T, l ledger.Cluster)
-}{
-	{"Fencing", testFencing},
-	{"ClaimNextSkipping", testClaimNextSkipping},
-	{"Speculative", testSpeculative},
-	{"SpeculativeFail", testSpeculativeFail},
-	{"PublishOnce", testPublishOnce},
-	{"PublishTakeover", testPublishTakeover},
-	{"PriorityAndFairShare", testPriorityFairShare},
-	{"CancelWakes", testCancelWakes},
-	{"CancelEndsShards", testCancelEndsShards},
-	{"CancelRefusesPublishing", testCancelRefusesPublishing},
-	{"WakeNotices", testWakeNotices},
-	{"ConcurrentClaimNext", testConcurrentClaimNext},
-	{"PoolLoad", testPoolLoad},
-	{"Backfill", testBackfill},
-}
-
 // createIn creates a run of n shards in pool with priority.
 func createIn(t *testing.T, l ledger.Ledger, job, pool string, priority, n int) jobs.Run {
 	t.Helper()
@@ -58,7 +37,7 @@ func claimNext(t *testing.T, l ledger.Cluster, pool, worker string, lease time.D
 
 // testFencing: a lease taken over after expiry leaves the old holder able
 // to change nothing.
-func testFencing(t *testing.T, l ledger.Cluster) {
+func testFencing(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := createIn(t, l, "recs", "p", 0, 1)
 	_, s := claimNext(t, l, "p", "old", shortLease)
@@ -91,7 +70,7 @@ func testFencing(t *testing.T, l ledger.Cluster) {
 // testClaimNextSkipping: a worker passes over the runs it cannot execute
 // and claims the pool's other runs' shards; with every run skipped there is
 // nothing to claim, the shards left for other workers.
-func testClaimNextSkipping(t *testing.T, l ledger.Cluster) {
+func testClaimNextSkipping(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	a := createIn(t, l, "recs", "p", 5, 2) // the higher priority: claimed first
 	b := createIn(t, l, "scores", "p", 0, 1)
@@ -144,7 +123,7 @@ func straggler(t *testing.T, l ledger.Cluster) jobs.Run {
 
 // testSpeculative: a straggler is leased to a second worker; the first
 // Complete wins, the other is refused and counts are not doubled.
-func testSpeculative(t *testing.T, l ledger.Cluster) {
+func testSpeculative(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := straggler(t, l)
 	gr, s := claimNext(t, l, "p", "spec", longLease)
@@ -175,7 +154,7 @@ func testSpeculative(t *testing.T, l ledger.Cluster) {
 
 // testSpeculativeFail: one attempt of a doubly leased shard failing leaves
 // the shard running under the other.
-func testSpeculativeFail(t *testing.T, l ledger.Cluster) {
+func testSpeculativeFail(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := straggler(t, l)
 	if _, s := claimNext(t, l, "p", "spec", longLease); !s.Speculative {
@@ -198,7 +177,7 @@ func testSpeculativeFail(t *testing.T, l ledger.Cluster) {
 
 // testPublishOnce: concurrent ClaimPublish callers, one wins; the losers
 // can neither heartbeat nor finish the publish.
-func testPublishOnce(t *testing.T, l ledger.Cluster) {
+func testPublishOnce(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := createIn(t, l, "recs", "p", 0, 2)
 	_, err := l.ClaimPublish(ctx, r.ID, "early", longLease)
@@ -267,7 +246,7 @@ func testPublishOnce(t *testing.T, l ledger.Cluster) {
 
 // testPublishTakeover: a publisher whose lease expired is replaced; its
 // late calls change nothing.
-func testPublishTakeover(t *testing.T, l ledger.Cluster) {
+func testPublishTakeover(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := createIn(t, l, "recs", "p", 0, 0) // no shards: publishable at once
 	if _, err := l.ClaimPublish(ctx, r.ID, "dead", shortLease); err != nil {
@@ -295,7 +274,7 @@ func testPublishTakeover(t *testing.T, l ledger.Cluster) {
 
 // testPriorityFairShare: higher priority first; equal priorities alternate
 // by running shards; other pools untouched.
-func testPriorityFairShare(t *testing.T, l ledger.Cluster) {
+func testPriorityFairShare(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	a := createIn(t, l, "backfill", "p", 0, 4)
 	time.Sleep(2 * time.Millisecond)
@@ -359,7 +338,7 @@ func wantNoWake(t *testing.T, what string, ch <-chan struct{}) {
 
 // testCancelWakes: cancelling a run wakes its pool, its holders' calls
 // fail with ErrRunFinished, and nothing more is claimed.
-func testCancelWakes(t *testing.T, l ledger.Cluster) {
+func testCancelWakes(t *testing.T, l ledger.Store) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r := createIn(t, l, "recs", "p", 0, 3)
@@ -389,7 +368,7 @@ func testCancelWakes(t *testing.T, l ledger.Cluster) {
 
 // testWakeNotices: creating a run, releasing and retrying a shard wake the
 // run's pool and only it; Wake's channel closes with its context.
-func testWakeNotices(t *testing.T, l ledger.Cluster) {
+func testWakeNotices(t *testing.T, l ledger.Store) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	chP, chQ := l.Wake(ctx, "p"), l.Wake(ctx, "q")
@@ -424,7 +403,7 @@ func testWakeNotices(t *testing.T, l ledger.Cluster) {
 // testConcurrentClaimNext: 16 workers drain two runs through ClaimNext; a
 // shard never has two live non-speculative holders, each shard commits
 // exactly once and run counts are exact.
-func testConcurrentClaimNext(t *testing.T, l ledger.Cluster) {
+func testConcurrentClaimNext(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	const workers, shards = 16, 60
 	runs := []jobs.Run{createIn(t, l, "a", "p", 0, shards), createIn(t, l, "b", "p", 0, shards)}
@@ -497,7 +476,7 @@ func testConcurrentClaimNext(t *testing.T, l ledger.Cluster) {
 // testPoolLoad: PoolLoad counts the pool's pending and leased shards of
 // open runs and its runs being published; other pools and finished runs
 // do not count.
-func testPoolLoad(t *testing.T, l ledger.Cluster) {
+func testPoolLoad(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	load := func(what string, want ledger.PoolLoad) {
 		t.Helper()
@@ -544,7 +523,7 @@ func testPoolLoad(t *testing.T, l ledger.Cluster) {
 // a running shard keeps its holder's lease mark until that holder stops,
 // and the holder's Release clears the mark while still reporting the run
 // finished.
-func testCancelEndsShards(t *testing.T, l ledger.Cluster) {
+func testCancelEndsShards(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := createIn(t, l, "recs", "p", 0, 3)
 	_, s0 := claimNext(t, l, "p", "w1", longLease)
@@ -589,7 +568,7 @@ func testCancelEndsShards(t *testing.T, l ledger.Cluster) {
 // worker takes the publish over and finishes it); the publisher then
 // finishes it. A run moved to publishing without a publish lease (the
 // embedded ledger's single process) stays cancellable.
-func testCancelRefusesPublishing(t *testing.T, l ledger.Cluster) {
+func testCancelRefusesPublishing(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := createIn(t, l, "recs", "p", 0, 1)
 	_, s := claimNext(t, l, "p", "w1", longLease)

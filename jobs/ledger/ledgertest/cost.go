@@ -8,15 +8,11 @@ import (
 	"github.com/precog-ml/precog/jobs/ledger"
 )
 
-func init() {
-	extraCases = append(extraCases, namedCase{"CompleteCost", testCompleteCost})
-}
-
 // testCompleteCost: a shard's cost is stored with its commit and read back
 // with the shard; the run's cost is its committed shards' summed; Reopen
 // takes a shard's cost off with its counts; a shard committed without a
 // cost (as by a version that recorded none) reads as zero.
-func testCompleteCost(t *testing.T, l ledger.Ledger) {
+func testCompleteCost(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := create(t, l, "costs", "", 3)
 	costs := []jobs.Cost{

@@ -23,25 +23,17 @@ const shortLease = 50 * time.Millisecond
 // longLease never expires within a test.
 const longLease = time.Minute
 
-// namedCase is one conformance case of Ledger extensions (workers,
-// rejects), registered by the file that defines it.
-type namedCase struct {
-	name string
-	fn   func(t *testing.T, l ledger.Ledger)
-}
-
-// extraCases are appended to Exercise's cases.
-var extraCases []namedCase
-
-// Exercise runs the suite, the cluster cases included (every ledger is a
-// ledger.Cluster). newLedger returns an empty ledger private to the calling
-// (sub)test; the suite closes it. Its Wake should poll rarely (a minute or
-// more), so that the suite can tell notices from polls.
-func Exercise(t *testing.T, newLedger func(t *testing.T) ledger.Ledger) {
+// Exercise runs the whole suite: every case of every interface that
+// ledger.Store embeds, one list, so that a case missing here is missing
+// for both ledgers alike. newLedger returns an empty ledger private to the
+// calling (sub)test; the suite closes it. Its Wake should poll rarely (a
+// minute or more), so that the suite can tell notices from polls.
+func Exercise(t *testing.T, newLedger func(t *testing.T) ledger.Store) {
 	cases := []struct {
 		name string
-		fn   func(t *testing.T, l ledger.Ledger)
+		fn   func(t *testing.T, l ledger.Store)
 	}{
+		// ledger.Ledger (this file, rejects.go, cost.go)
 		{"CreateGetList", testCreateGetList},
 		{"CreateDuplicate", testCreateDuplicate},
 		{"OpenRun", testOpenRun},
@@ -50,6 +42,7 @@ func Exercise(t *testing.T, newLedger func(t *testing.T) ledger.Ledger) {
 		{"ClaimFinishedRun", testClaimFinishedRun},
 		{"LeaseLost", testLeaseLost},
 		{"CompleteCounts", testCompleteCounts},
+		{"CompleteCost", testCompleteCost},
 		{"FailRetry", testFailRetry},
 		{"FailNoRetry", testFailNoRetry},
 		{"Release", testRelease},
@@ -57,31 +50,39 @@ func Exercise(t *testing.T, newLedger func(t *testing.T) ledger.Ledger) {
 		{"RetryRun", testRetryRun},
 		{"Reopen", testReopen},
 		{"RejectSample", testRejectSample},
-		{"SchedulerTicks", testSchedulerTicks},
-		{"SchedulerLead", testSchedulerLead},
-		{"SchedulerFirstSeen", testSchedulerFirstSeen},
 		{"SetRunState", testSetRunState},
 		{"NotFound", testNotFound},
 		{"ConcurrentClaims", testConcurrentClaims},
+		// ledger.Scheduler (scheduler.go)
+		{"SchedulerTicks", testSchedulerTicks},
+		{"SchedulerLead", testSchedulerLead},
+		{"SchedulerFirstSeen", testSchedulerFirstSeen},
+		// ledger.Cluster (cluster.go)
+		{"Fencing", testFencing},
+		{"ClaimNextSkipping", testClaimNextSkipping},
+		{"Speculative", testSpeculative},
+		{"SpeculativeFail", testSpeculativeFail},
+		{"PublishOnce", testPublishOnce},
+		{"PublishTakeover", testPublishTakeover},
+		{"PriorityAndFairShare", testPriorityFairShare},
+		{"CancelWakes", testCancelWakes},
+		{"CancelEndsShards", testCancelEndsShards},
+		{"CancelRefusesPublishing", testCancelRefusesPublishing},
+		{"WakeNotices", testWakeNotices},
+		{"ConcurrentClaimNext", testConcurrentClaimNext},
+		{"PoolLoad", testPoolLoad},
+		// ledger.Checks (checks.go)
 		{"ChecksHold", testChecksHold},
-	}
-	for _, c := range extraCases {
-		cases = append(cases, struct {
-			name string
-			fn   func(t *testing.T, l ledger.Ledger)
-		}{c.name, c.fn})
-	}
-	for _, c := range clusterCases {
-		cases = append(cases, struct {
-			name string
-			fn   func(t *testing.T, l ledger.Ledger)
-		}{c.name, func(t *testing.T, l ledger.Ledger) {
-			cl, ok := l.(ledger.Cluster)
-			if !ok {
-				t.Fatalf("%T does not implement ledger.Cluster", l)
-			}
-			c.fn(t, cl)
-		}})
+		// ledger.Cleanups (cleanups.go)
+		{"Cleanups", testCleanups},
+		// ledger.Workers (workers.go)
+		{"Workers", testWorkers},
+		{"WorkerUnable", testWorkerUnable},
+		// ledger.Rejects (rejects.go)
+		{"RejectsStore", testRejectsStore},
+		{"RejectsCap", testRejectsCap},
+		// ledger.Backfills (backfill.go)
+		{"Backfill", testBackfill},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -175,7 +176,7 @@ func wantErr(t *testing.T, what string, err, want error) {
 	}
 }
 
-func testCreateGetList(t *testing.T, l ledger.Ledger) {
+func testCreateGetList(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r, shards := newRun("recs", "date=2024-11-01", 3)
 	if err := l.CreateRun(ctx, r, shards); err != nil {
@@ -252,7 +253,7 @@ func runIDs(rs []jobs.Run) []string {
 	return ids
 }
 
-func testCreateDuplicate(t *testing.T, l ledger.Ledger) {
+func testCreateDuplicate(t *testing.T, l ledger.Store) {
 	r, shards := newRun("recs", "k", 2)
 	if err := l.CreateRun(context.Background(), r, shards); err != nil {
 		t.Fatalf("CreateRun: %v", err)
@@ -262,7 +263,7 @@ func testCreateDuplicate(t *testing.T, l ledger.Ledger) {
 	}
 }
 
-func testOpenRun(t *testing.T, l ledger.Ledger) {
+func testOpenRun(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	_, err := l.OpenRun(ctx, "recs", "date=1")
 	wantErr(t, "OpenRun on empty ledger", err, ledger.ErrNotFound)
@@ -334,7 +335,7 @@ func testOpenRun(t *testing.T, l ledger.Ledger) {
 	}
 }
 
-func testClaimOrder(t *testing.T, l ledger.Ledger) {
+func testClaimOrder(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := create(t, l, "recs", "", 3)
 	for i := range 3 {
@@ -365,7 +366,7 @@ func testClaimOrder(t *testing.T, l ledger.Ledger) {
 	wantErr(t, "Claim with every shard committed", err, ledger.ErrNoShard)
 }
 
-func testClaimExpiredLease(t *testing.T, l ledger.Ledger) {
+func testClaimExpiredLease(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := create(t, l, "recs", "", 2)
 	s0 := claim(t, l, r.ID, "dead", shortLease)
@@ -390,7 +391,7 @@ func testClaimExpiredLease(t *testing.T, l ledger.Ledger) {
 	}
 }
 
-func testClaimFinishedRun(t *testing.T, l ledger.Ledger) {
+func testClaimFinishedRun(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	for _, st := range []jobs.RunState{jobs.RunSucceeded, jobs.RunFailed, jobs.RunCancelled} {
 		r := create(t, l, "recs", string(st), 2)
@@ -404,7 +405,7 @@ func testClaimFinishedRun(t *testing.T, l ledger.Ledger) {
 	wantErr(t, "Claim on a missing run", err, ledger.ErrNotFound)
 }
 
-func testLeaseLost(t *testing.T, l ledger.Ledger) {
+func testLeaseLost(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := create(t, l, "recs", "", 2)
 	s := claim(t, l, r.ID, "w1", longLease)
@@ -473,7 +474,7 @@ func waitPast(until time.Time) {
 	time.Sleep(time.Until(until) + 3*shortLease)
 }
 
-func testCompleteCounts(t *testing.T, l ledger.Ledger) {
+func testCompleteCounts(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := create(t, l, "recs", "", 3)
 	want := jobs.Counts{}
@@ -500,7 +501,7 @@ func testCompleteCounts(t *testing.T, l ledger.Ledger) {
 	}
 }
 
-func testFailRetry(t *testing.T, l ledger.Ledger) {
+func testFailRetry(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := create(t, l, "recs", "", 1)
 	const maxAttempts = 3
@@ -526,7 +527,7 @@ func testFailRetry(t *testing.T, l ledger.Ledger) {
 	wantErr(t, "Claim with the only shard failed", err, ledger.ErrNoShard)
 }
 
-func testFailNoRetry(t *testing.T, l ledger.Ledger) {
+func testFailNoRetry(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := create(t, l, "recs", "", 1)
 	s := claim(t, l, r.ID, "w1", longLease)
@@ -538,7 +539,7 @@ func testFailNoRetry(t *testing.T, l ledger.Ledger) {
 	}
 }
 
-func testRelease(t *testing.T, l ledger.Ledger) {
+func testRelease(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := create(t, l, "recs", "", 2)
 	s := claim(t, l, r.ID, "w1", longLease)
@@ -559,7 +560,7 @@ func testRelease(t *testing.T, l ledger.Ledger) {
 // testRetryRun: a failed run goes back to running with its failed shards
 // pending and committed ones kept, or the ledger says ErrUnsupported and
 // changes nothing; a succeeded run is ErrRunFinished either way.
-func testRetryRun(t *testing.T, l ledger.Ledger) {
+func testRetryRun(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := create(t, l, "recs", "", 2)
 	for range 2 {
@@ -609,7 +610,7 @@ func testRetryRun(t *testing.T, l ledger.Ledger) {
 	}
 }
 
-func testRetryFailed(t *testing.T, l ledger.Ledger) {
+func testRetryFailed(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := create(t, l, "recs", "", 3)
 	for range 3 {
@@ -648,7 +649,7 @@ func testRetryFailed(t *testing.T, l ledger.Ledger) {
 	wantErr(t, "RetryFailed(missing run)", err, ledger.ErrNotFound)
 }
 
-func testSetRunState(t *testing.T, l ledger.Ledger) {
+func testSetRunState(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := create(t, l, "recs", "", 1)
 	for _, st := range []jobs.RunState{jobs.RunRunning, jobs.RunPublishing} {
@@ -675,7 +676,7 @@ func testSetRunState(t *testing.T, l ledger.Ledger) {
 	wantErr(t, "SetRunState on a missing run", l.SetRunState(ctx, "no-such-run", jobs.RunRunning, ""), ledger.ErrNotFound)
 }
 
-func testNotFound(t *testing.T, l ledger.Ledger) {
+func testNotFound(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	_, err := l.Run(ctx, "no-such-run")
 	wantErr(t, "Run(missing)", err, ledger.ErrNotFound)
@@ -690,7 +691,7 @@ func testNotFound(t *testing.T, l ledger.Ledger) {
 
 // testConcurrentClaims: 8 workers drain 100 shards; every shard is claimed
 // and committed exactly once and no shard is held by two workers.
-func testConcurrentClaims(t *testing.T, l ledger.Ledger) {
+func testConcurrentClaims(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	const workers, shards = 8, 100
 	r := create(t, l, "recs", "", shards)
@@ -748,7 +749,7 @@ func testConcurrentClaims(t *testing.T, l ledger.Ledger) {
 
 // testReopen: shards a sink lost at stage time go back to pending with their
 // counts taken off the run's, and a publishing run goes back to running.
-func testReopen(t *testing.T, l ledger.Ledger) {
+func testReopen(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := create(t, l, "recs", "", 3)
 	for range 3 {
@@ -791,19 +792,15 @@ func testReopen(t *testing.T, l ledger.Ledger) {
 
 // testSchedulerTicks: a tick is recorded once per (job, scheduled time),
 // with its run in the same step; a second leader's attempt changes nothing.
-func testSchedulerTicks(t *testing.T, l ledger.Ledger) {
-	sch, ok := l.(ledger.Scheduler)
-	if !ok {
-		t.Skip("the ledger does not implement ledger.Scheduler")
-	}
+func testSchedulerTicks(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
-	if _, err := sch.LastTick(ctx, "recs"); !errors.Is(err, ledger.ErrNotFound) {
+	if _, err := l.LastTick(ctx, "recs"); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("LastTick with no ticks = %v, want ErrNotFound", err)
 	}
 	at := time.Date(2026, 11, 1, 4, 0, 0, 0, time.UTC)
 	run, shards := newRun("recs", "date=2026-11-01", 2)
 	tick := ledger.Tick{Job: "recs", ScheduledFor: at, Outcome: ledger.TickFired}
-	if err := sch.RecordTick(ctx, tick, &run, shards); err != nil {
+	if err := l.RecordTick(ctx, tick, &run, shards); err != nil {
 		t.Fatalf("RecordTick: %v", err)
 	}
 	if got := mustRun(t, l, run.ID); got.State != jobs.RunPending || got.Shards != 2 {
@@ -811,31 +808,31 @@ func testSchedulerTicks(t *testing.T, l ledger.Ledger) {
 	}
 	// Another scheduler fires the same tick: refused, no second run.
 	run2, shards2 := newRun("recs", "date=2026-11-01x", 1)
-	if err := sch.RecordTick(ctx, tick, &run2, shards2); !errors.Is(err, ledger.ErrTickExists) {
+	if err := l.RecordTick(ctx, tick, &run2, shards2); !errors.Is(err, ledger.ErrTickExists) {
 		t.Fatalf("second RecordTick = %v, want ErrTickExists", err)
 	}
 	if _, err := l.Run(ctx, run2.ID); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("the refused tick created its run: %v", err)
 	}
 	// A skipped tick has no run; LastTick is the latest scheduled time.
-	if err := sch.RecordTick(ctx, ledger.Tick{Job: "recs", ScheduledFor: at.Add(4 * time.Hour), Outcome: ledger.TickSkipped, Reason: "previous run open"}, nil, nil); err != nil {
+	if err := l.RecordTick(ctx, ledger.Tick{Job: "recs", ScheduledFor: at.Add(4 * time.Hour), Outcome: ledger.TickSkipped, Reason: "previous run open"}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := sch.RecordTick(ctx, ledger.Tick{Job: "recs-other", ScheduledFor: at.Add(8 * time.Hour), Outcome: ledger.TickMissed}, nil, nil); err != nil {
+	if err := l.RecordTick(ctx, ledger.Tick{Job: "recs-other", ScheduledFor: at.Add(8 * time.Hour), Outcome: ledger.TickMissed}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	last, err := sch.LastTick(ctx, "recs")
+	last, err := l.LastTick(ctx, "recs")
 	if err != nil || !last.ScheduledFor.Equal(at.Add(4*time.Hour)) || last.Outcome != ledger.TickSkipped || last.Reason != "previous run open" {
 		t.Fatalf("LastTick = %+v, %v", last, err)
 	}
 	// A tick whose run cannot be created (its params have an open run)
 	// records nothing.
 	run3, shards3 := newRun("recs", "date=2026-11-01", 1)
-	err = sch.RecordTick(ctx, ledger.Tick{Job: "recs", ScheduledFor: at.Add(12 * time.Hour), Outcome: ledger.TickFired}, &run3, shards3)
+	err = l.RecordTick(ctx, ledger.Tick{Job: "recs", ScheduledFor: at.Add(12 * time.Hour), Outcome: ledger.TickFired}, &run3, shards3)
 	if !errors.Is(err, ledger.ErrRunOpen) {
 		t.Fatalf("tick with an open run of its params = %v, want ErrRunOpen", err)
 	}
-	if last, _ := sch.LastTick(ctx, "recs"); !last.ScheduledFor.Equal(at.Add(4 * time.Hour)) {
+	if last, _ := l.LastTick(ctx, "recs"); !last.ScheduledFor.Equal(at.Add(4 * time.Hour)) {
 		t.Fatalf("a failed tick was recorded: %+v", last)
 	}
 }
@@ -843,14 +840,10 @@ func testSchedulerTicks(t *testing.T, l ledger.Ledger) {
 // testSchedulerFirstSeen: the first time recorded for a job is kept: later
 // and concurrent callers (other replicas, a restarted scheduler) all get it
 // back, so they all compute the same first tick; jobs are independent.
-func testSchedulerFirstSeen(t *testing.T, l ledger.Ledger) {
-	sch, ok := l.(ledger.Scheduler)
-	if !ok {
-		t.Skip("the ledger does not implement ledger.Scheduler")
-	}
+func testSchedulerFirstSeen(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	first := time.Date(2026, 11, 1, 2, 55, 30, 123456000, time.UTC)
-	got, err := sch.FirstSeen(ctx, "recs", first)
+	got, err := l.FirstSeen(ctx, "recs", first)
 	if err != nil || !got.Equal(first) {
 		t.Fatalf("FirstSeen of a new job = %v, %v; want %v", got, err, first)
 	}
@@ -862,7 +855,7 @@ func testSchedulerFirstSeen(t *testing.T, l ledger.Ledger) {
 		go func() {
 			defer wg.Done()
 			at := first.Add(time.Duration(i+1) * time.Minute)
-			if got, err := sch.FirstSeen(ctx, "recs", at); err != nil || !got.Equal(first) {
+			if got, err := l.FirstSeen(ctx, "recs", at); err != nil || !got.Equal(first) {
 				errs <- fmt.Errorf("FirstSeen(recs, %v) = %v, %v; want the recorded %v", at, got, err, first)
 			}
 		}()
@@ -873,26 +866,22 @@ func testSchedulerFirstSeen(t *testing.T, l ledger.Ledger) {
 		t.Error(err)
 	}
 	// An earlier time does not move it either: the first recorded wins.
-	if got, err := sch.FirstSeen(ctx, "recs", first.Add(-time.Hour)); err != nil || !got.Equal(first) {
+	if got, err := l.FirstSeen(ctx, "recs", first.Add(-time.Hour)); err != nil || !got.Equal(first) {
 		t.Fatalf("FirstSeen with an earlier time = %v, %v; want %v", got, err, first)
 	}
 	other := first.Add(time.Hour)
-	if got, err := sch.FirstSeen(ctx, "recs-other", other); err != nil || !got.Equal(other) {
+	if got, err := l.FirstSeen(ctx, "recs-other", other); err != nil || !got.Equal(other) {
 		t.Fatalf("FirstSeen of another job = %v, %v; want %v", got, err, other)
 	}
 }
 
 // testSchedulerLead: one holder at a time; renewals keep it; it passes on
 // when the lease lapses or is resigned.
-func testSchedulerLead(t *testing.T, l ledger.Ledger) {
-	sch, ok := l.(ledger.Scheduler)
-	if !ok {
-		t.Skip("the ledger does not implement ledger.Scheduler")
-	}
+func testSchedulerLead(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	lead := func(holder string, ttl time.Duration) bool {
 		t.Helper()
-		ok, err := sch.Lead(ctx, "scheduler", holder, ttl)
+		ok, err := l.Lead(ctx, "scheduler", holder, ttl)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -907,13 +896,13 @@ func testSchedulerLead(t *testing.T, l ledger.Ledger) {
 	if lead("b", time.Minute) {
 		t.Fatal("b took a live lease")
 	}
-	if err := sch.Resign(ctx, "scheduler", "b"); err != nil { // not b's: no effect
+	if err := l.Resign(ctx, "scheduler", "b"); err != nil { // not b's: no effect
 		t.Fatal(err)
 	}
 	if lead("b", time.Minute) {
 		t.Fatal("b's Resign released a's lease")
 	}
-	if err := sch.Resign(ctx, "scheduler", "a"); err != nil {
+	if err := l.Resign(ctx, "scheduler", "a"); err != nil {
 		t.Fatal(err)
 	}
 	if !lead("b", 300*time.Millisecond) {

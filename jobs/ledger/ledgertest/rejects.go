@@ -47,7 +47,7 @@ func wantSample(t *testing.T, l ledger.Ledger, runID string, limit int, want ...
 // attempt's rejects with the commit, fenced by the lease; a later attempt's
 // Complete replaces it; RejectSample reads committed shards' samples by
 // shard then position, with a limit.
-func testRejectSample(t *testing.T, l ledger.Ledger) {
+func testRejectSample(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := create(t, l, "recs", "", 3)
 

@@ -28,7 +28,7 @@ func open(t testing.TB, dsn string) *Ledger {
 }
 
 func TestConformance(t *testing.T) {
-	ledgertest.Exercise(t, func(t *testing.T) ledger.Ledger {
+	ledgertest.Exercise(t, func(t *testing.T) ledger.Store {
 		return open(t, testservers.Postgres(t).DSN)
 	})
 }
