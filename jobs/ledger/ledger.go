@@ -122,6 +122,9 @@ type Ledger interface {
 	Run(ctx context.Context, id string) (jobs.Run, error)
 	// Runs lists runs, newest first; job "" means all jobs; limit <= 0 means all.
 	Runs(ctx context.Context, job string, limit int) ([]jobs.Run, error)
+	// JobNames lists every job that has a run in the ledger, by name (the
+	// dashboard's jobs page).
+	JobNames(ctx context.Context) ([]string, error)
 	// Shards returns a run's shards ordered by index.
 	Shards(ctx context.Context, runID string) ([]jobs.Shard, error)
 	// RejectSample returns the rejected-row samples of a run's committed
@@ -229,6 +232,11 @@ type Cluster interface {
 	// PoolLoad counts pool's work in open runs, for metrics and autoscaling
 	// (the same count as the KEDA query in deploy/k8s).
 	PoolLoad(ctx context.Context, pool string) (PoolLoad, error)
+	// CheckClaim reports whether this process may claim shards, without
+	// claiming or locking anything (the Postgres ledger: its role's
+	// privileges, a read-only session); a worker's readiness. The error
+	// says why not.
+	CheckClaim(ctx context.Context) error
 	// Wake returns a channel that receives (non-blocking sends, buffer 1)
 	// when shards of pool may have become claimable, when a run of pool was
 	// cancelled (heartbeat the held shards at once to learn which), and on

@@ -20,8 +20,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -339,6 +341,34 @@ func (l *Ledger) Runs(ctx context.Context, job string, limit int) ([]jobs.Run, e
 	}
 	return out, nil
 }
+
+// JobNames implements ledger.Ledger: it reads the job of every run (the
+// embedded ledger has no index by job; it holds one machine's runs).
+func (l *Ledger) JobNames(ctx context.Context) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	err := l.db.View(func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketRuns).ForEach(func(_, v []byte) error {
+			var r struct{ Job string }
+			if err := json.Unmarshal(v, &r); err != nil {
+				return err
+			}
+			seen[r.Job] = true
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: job names: %w", err)
+	}
+	return slices.Sorted(maps.Keys(seen)), nil
+}
+
+// CheckClaim implements ledger.Cluster: nil. The embedded ledger's file
+// is opened for each transaction, so a claim that cannot write fails
+// itself with the reason; there is no session whose rights could differ.
+func (l *Ledger) CheckClaim(ctx context.Context) error { return ctx.Err() }
 
 // Shards returns a run's shards ordered by index.
 func (l *Ledger) Shards(ctx context.Context, runID string) ([]jobs.Shard, error) {

@@ -602,3 +602,16 @@ func testCancelRefusesPublishing(t *testing.T, l ledger.Store) {
 		t.Fatalf("cancel of a run publishing without a publish lease: %v", err)
 	}
 }
+
+// testCheckClaim: a fresh ledger lets this process claim; a check that
+// cannot ask (its context ended) says so instead of passing.
+func testCheckClaim(t *testing.T, l ledger.Store) {
+	if err := l.CheckClaim(context.Background()); err != nil {
+		t.Fatalf("CheckClaim of a fresh ledger: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := l.CheckClaim(ctx); err == nil {
+		t.Fatal("CheckClaim with an ended context passed")
+	}
+}

@@ -36,6 +36,7 @@ func Exercise(t *testing.T, newLedger func(t *testing.T) ledger.Store) {
 		// ledger.Ledger (this file, rejects.go, cost.go)
 		{"CreateGetList", testCreateGetList},
 		{"CreateDuplicate", testCreateDuplicate},
+		{"JobNames", testJobNames},
 		{"OpenRun", testOpenRun},
 		{"ClaimOrder", testClaimOrder},
 		{"ClaimExpiredLease", testClaimExpiredLease},
@@ -71,6 +72,7 @@ func Exercise(t *testing.T, newLedger func(t *testing.T) ledger.Store) {
 		{"WakeNotices", testWakeNotices},
 		{"ConcurrentClaimNext", testConcurrentClaimNext},
 		{"PoolLoad", testPoolLoad},
+		{"CheckClaim", testCheckClaim},
 		// ledger.Checks (checks.go)
 		{"ChecksHold", testChecksHold},
 		// ledger.Cleanups (cleanups.go)
@@ -914,5 +916,24 @@ func testSchedulerLead(t *testing.T, l ledger.Store) {
 	}
 	if lead("b", time.Minute) {
 		t.Fatal("b renewed a lease it lost")
+	}
+}
+
+// testJobNames: JobNames lists each job with a run once, by name, whatever
+// the runs' states.
+func testJobNames(t *testing.T, l ledger.Store) {
+	ctx := context.Background()
+	if got, err := l.JobNames(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("JobNames of an empty ledger = %v, %v; want none", got, err)
+	}
+	r := create(t, l, "users", "a", 1)
+	create(t, l, "recs", "a", 1)
+	if err := l.SetRunState(ctx, r.ID, jobs.RunCancelled, "x"); err != nil {
+		t.Fatal(err)
+	}
+	create(t, l, "users", "a", 1)
+	got, err := l.JobNames(ctx)
+	if err != nil || strings.Join(got, ",") != "recs,users" {
+		t.Fatalf("JobNames = %v, %v; want [recs users]", got, err)
 	}
 }
