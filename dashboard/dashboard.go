@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/jobs/ledger/bolt"
+	"github.com/precog-ml/precog/jobs/ledger/open"
 	"github.com/precog-ml/precog/jobs/runview"
 )
 
@@ -63,8 +63,8 @@ type BoltDir struct{ StateDir string }
 const busyWait = time.Second
 
 // Ledger implements Source.
-func (b BoltDir) Ledger(context.Context) (ledger.Store, func(), error) {
-	l, err := bolt.OpenWait(bolt.PathIn(b.StateDir), busyWait)
+func (b BoltDir) Ledger(ctx context.Context) (ledger.Store, func(), error) {
+	l, err := open.Open(ctx, open.Location{StateDir: b.StateDir}, open.Options{Wait: busyWait})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/jobs/ledger/bolt"
+	"github.com/precog-ml/precog/jobs/ledger/open"
 	"github.com/precog-ml/precog/sinks"
 )
 
@@ -260,7 +260,7 @@ const localCancelDrain = time.Minute
 // When none runs the job, the cancel holds the job's lock itself, so that
 // no `precog run` resumes the run while its sinks are cleaned.
 func CancelLocal(ctx context.Context, stateDir, runID string, o CancelOptions) (CancelResult, error) {
-	led, err := bolt.OpenIn(stateDir)
+	led, err := open.Open(ctx, open.Location{StateDir: stateDir}, open.Options{})
 	if err != nil {
 		return CancelResult{}, err
 	}

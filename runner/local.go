@@ -16,7 +16,7 @@ import (
 	"github.com/precog-ml/precog/internal/retry"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/jobs/ledger/bolt"
+	"github.com/precog-ml/precog/jobs/ledger/open"
 	"github.com/precog-ml/precog/sinks"
 	"github.com/precog-ml/precog/sources"
 )
@@ -168,7 +168,7 @@ func RunLocal(ctx context.Context, spec *jobs.Spec, opts LocalOptions) (Result, 
 			return Result{}, err
 		}
 		defer release()
-		bl, err := bolt.OpenIn(opts.StateDir)
+		bl, err := open.Open(ctx, open.Location{StateDir: opts.StateDir}, open.Options{})
 		if err != nil {
 			return Result{}, err
 		}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/jobs/ledger/bolt"
+	"github.com/precog-ml/precog/jobs/ledger/open"
 	"github.com/precog-ml/precog/jobs/runview"
 	"github.com/precog-ml/precog/runner"
 	"github.com/precog-ml/precog/runner/backfill"
@@ -131,7 +131,7 @@ func runBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags) e
 			return err
 		}
 		defer release()
-		bl, err := bolt.OpenIn(g.stateDir)
+		bl, err := open.Open(ctx, open.Location{StateDir: g.stateDir}, open.Options{})
 		if err != nil {
 			return err
 		}

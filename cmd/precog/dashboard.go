@@ -14,7 +14,7 @@ import (
 
 	"github.com/precog-ml/precog/dashboard"
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/jobs/ledger/bolt"
+	"github.com/precog-ml/precog/jobs/ledger/open"
 	"github.com/precog-ml/precog/lookup"
 	"github.com/precog-ml/precog/runner"
 )
@@ -182,7 +182,7 @@ func localActions(g *globals) dashboard.Actions {
 // run's process opens the ledger once and both use it. Tokens come from PRECOG_API_TOKENS; without any the pages are
 // served without authentication only on a loopback address.
 func serveRunUI(ctx context.Context, g *globals, addr string, lopts *runner.LocalOptions) (stop func(), err error) {
-	led, err := bolt.OpenIn(g.stateDir)
+	led, err := open.Open(ctx, open.Location{StateDir: g.stateDir}, open.Options{})
 	if err != nil {
 		return nil, err
 	}

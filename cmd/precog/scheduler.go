@@ -14,7 +14,7 @@ import (
 
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/jobs/ledger/bolt"
+	"github.com/precog-ml/precog/jobs/ledger/open"
 	pgledger "github.com/precog-ml/precog/jobs/ledger/postgres"
 	"github.com/precog-ml/precog/jobs/scheduler"
 	"github.com/precog-ml/precog/runner"
@@ -103,7 +103,7 @@ func openSchedulerLedger(ctx context.Context, g *globals, dsn string) (ledger.St
 		}
 		return l, false, func() { l.Close() }, nil
 	}
-	l, err := bolt.OpenIn(g.stateDir)
+	l, err := open.Open(ctx, open.Location{StateDir: g.stateDir}, open.Options{})
 	if err != nil {
 		return nil, false, nil, fmt.Errorf("scheduler: %w (one scheduler per state directory)", err)
 	}
