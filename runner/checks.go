@@ -256,7 +256,7 @@ func PublishHeld(ctx context.Context, o HeldOptions) (jobs.Run, error) {
 		}
 		return run, err
 	}
-	if err := o.Ledger.ResolveHold(ctx, run.ID, jobs.RunSucceeded, o.By, o.Reason); err != nil {
+	if err := o.Ledger.ResolveHold(ctx, ledger.ResolveHoldParams{RunID: run.ID, State: jobs.RunSucceeded, By: o.By, Reason: o.Reason}); err != nil {
 		return run, err
 	}
 	runFinished(run.Job, jobs.RunSucceeded)
@@ -272,7 +272,7 @@ func DiscardHeld(ctx context.Context, o HeldOptions) (jobs.Run, error) {
 		return run, err
 	}
 	defer closeSinks()
-	if err := o.Ledger.ResolveHold(ctx, run.ID, jobs.RunCancelled, o.By, o.Reason); err != nil {
+	if err := o.Ledger.ResolveHold(ctx, ledger.ResolveHoldParams{RunID: run.ID, State: jobs.RunCancelled, By: o.By, Reason: o.Reason}); err != nil {
 		return run, err
 	}
 	runFinished(run.Job, jobs.RunCancelled)

@@ -231,14 +231,14 @@ func (e *executor) settle(ctx context.Context, worker string, t shardTask, a att
 		return r
 	case ctx.Err() != nil:
 		// Interrupted: give the shard back without spending an attempt.
-		_ = e.led.Release(bg, run.ID, sh.Index, worker)
+		_ = e.led.Release(bg, ledger.ReleaseParams{RunID: run.ID, Shard: sh.Index, Worker: worker})
 		r.outcome = outReleased
 		return r
 	case class == retry.Transient && streak.retry(ctx, t.job.Spec.Retry.TransientWindow.Duration):
 		// A stale attempt (its lease taken over, its run ended: a worker
 		// thawed after a freeze sees its connections ended) stops as one;
 		// it does not retry a shard that is no longer its own.
-		if rerr := e.led.Release(bg, run.ID, sh.Index, worker); errors.Is(rerr, ledger.ErrLeaseLost) || errors.Is(rerr, ledger.ErrRunFinished) {
+		if rerr := e.led.Release(bg, ledger.ReleaseParams{RunID: run.ID, Shard: sh.Index, Worker: worker}); errors.Is(rerr, ledger.ErrLeaseLost) || errors.Is(rerr, ledger.ErrRunFinished) {
 			e.log.Info("shard attempt stopped: lease lost or run finished", "run", run.ID, "shard", sh.Index, "worker", worker, "err", a.err, "ledger", rerr)
 			r.outcome = outLost
 			return r
@@ -271,7 +271,7 @@ func (e *executor) letGo(ctx context.Context, runID string, shard int, worker st
 	if !errors.Is(cause, ledger.ErrRunFinished) {
 		return
 	}
-	if err := e.led.Release(ctx, runID, shard, worker); err != nil && !errors.Is(err, ledger.ErrRunFinished) && !errors.Is(err, ledger.ErrLeaseLost) {
+	if err := e.led.Release(ctx, ledger.ReleaseParams{RunID: runID, Shard: shard, Worker: worker}); err != nil && !errors.Is(err, ledger.ErrRunFinished) && !errors.Is(err, ledger.ErrLeaseLost) {
 		e.log.Warn("tell the ledger the attempt stopped", "run", runID, "shard", shard, "worker", worker, "err", err)
 	}
 }

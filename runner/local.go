@@ -392,7 +392,7 @@ const localPublishLease = 10 * time.Minute
 // cutting over.
 func (lr *localRun) claimPublish(ctx context.Context, runID string) error {
 	host, _ := os.Hostname()
-	if _, err := lr.led.ClaimPublish(ctx, runID, fmt.Sprintf("%s-%d", host, os.Getpid()), localPublishLease); err != nil {
+	if _, err := lr.led.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: runID, Worker: fmt.Sprintf("%s-%d", host, os.Getpid()), Lease: localPublishLease}); err != nil {
 		return fmt.Errorf("run %s: take the publish step: %w", runID, err)
 	}
 	return nil
@@ -488,7 +488,7 @@ func openOrCreateRun(ctx context.Context, led ledger.Store, job *Job, snks []sin
 		}
 		for _, s := range shards {
 			if s.State == jobs.ShardRunning {
-				if err := led.Release(ctx, run.ID, s.Index, s.Worker); err != nil && !errors.Is(err, ledger.ErrLeaseLost) {
+				if err := led.Release(ctx, ledger.ReleaseParams{RunID: run.ID, Shard: s.Index, Worker: s.Worker}); err != nil && !errors.Is(err, ledger.ErrLeaseLost) {
 					return run, false, err
 				}
 			}

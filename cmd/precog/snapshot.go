@@ -218,8 +218,8 @@ type kickingLedger struct {
 // ClaimPublish kicks too: runner's local publish takes the publish lease
 // (so that a cancel from another process is refused while the sinks cut
 // over), and the run shows as publishing.
-func (k kickingLedger) ClaimPublish(ctx context.Context, runID, worker string, lease time.Duration) (jobs.Run, error) {
-	r, err := k.Store.ClaimPublish(ctx, runID, worker, lease)
+func (k kickingLedger) ClaimPublish(ctx context.Context, p ledger.PublishLeaseParams) (jobs.Run, error) {
+	r, err := k.Store.ClaimPublish(ctx, p)
 	k.s.Kick()
 	return r, err
 }

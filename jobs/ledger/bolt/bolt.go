@@ -735,7 +735,8 @@ func (l *Ledger) Fail(ctx context.Context, p ledger.FailParams) error {
 
 // Release returns the shard to pending and takes back the attempt Claim
 // counted.
-func (l *Ledger) Release(ctx context.Context, runID string, shard int, worker string) error {
+func (l *Ledger) Release(ctx context.Context, p ledger.ReleaseParams) error {
+	runID, shard, worker := p.RunID, p.Shard, p.Worker
 	if err := ctx.Err(); err != nil {
 		return err
 	}

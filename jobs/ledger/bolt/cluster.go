@@ -74,12 +74,8 @@ func poolRuns(tx *bbolt.Tx, pool string, states ...jobs.RunState) ([]candidate, 
 // ClaimNext implements ledger.Cluster: an expired lease of any candidate
 // run first (by priority and age), else a pending shard in claim order,
 // else a speculative lease of a straggler.
-func (l *Ledger) ClaimNext(ctx context.Context, pool, worker string, lease time.Duration) (jobs.Run, jobs.Shard, error) {
-	return l.ClaimNextSkipping(ctx, pool, worker, lease, nil)
-}
-
-// ClaimNextSkipping implements ledger.Cluster.
-func (l *Ledger) ClaimNextSkipping(ctx context.Context, pool, worker string, lease time.Duration, skip []string) (jobs.Run, jobs.Shard, error) {
+func (l *Ledger) ClaimNext(ctx context.Context, p ledger.ClaimNextParams) (jobs.Run, jobs.Shard, error) {
+	pool, worker, lease, skip := p.Pool, p.Worker, p.Lease, p.Skip
 	if err := ctx.Err(); err != nil {
 		return jobs.Run{}, jobs.Shard{}, err
 	}
@@ -237,7 +233,8 @@ func allCommitted(tx *bbolt.Tx, runID string) (bool, error) {
 }
 
 // ClaimPublish implements ledger.Cluster.
-func (l *Ledger) ClaimPublish(ctx context.Context, runID, worker string, lease time.Duration) (jobs.Run, error) {
+func (l *Ledger) ClaimPublish(ctx context.Context, p ledger.PublishLeaseParams) (jobs.Run, error) {
+	runID, worker, lease := p.RunID, p.Worker, p.Lease
 	if err := ctx.Err(); err != nil {
 		return jobs.Run{}, err
 	}
@@ -300,7 +297,8 @@ func (l *Ledger) publishHeld(tx *bbolt.Tx, runID, worker string) (jobs.Run, erro
 }
 
 // HeartbeatPublish implements ledger.Cluster.
-func (l *Ledger) HeartbeatPublish(ctx context.Context, runID, worker string, lease time.Duration) error {
+func (l *Ledger) HeartbeatPublish(ctx context.Context, p ledger.PublishLeaseParams) error {
+	runID, worker, lease := p.RunID, p.Worker, p.Lease
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -321,7 +319,8 @@ func (l *Ledger) HeartbeatPublish(ctx context.Context, runID, worker string, lea
 }
 
 // FinishPublish implements ledger.Cluster.
-func (l *Ledger) FinishPublish(ctx context.Context, runID, worker string, state jobs.RunState, msg string) error {
+func (l *Ledger) FinishPublish(ctx context.Context, p ledger.FinishPublishParams) error {
+	runID, worker, state, msg := p.RunID, p.Worker, p.State, p.Msg
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -26,10 +26,10 @@ func finish(t *testing.T, l ledger.Cluster, r jobs.Run, s jobs.Shard, state jobs
 	if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: s.Worker, Counts: jobs.Counts{RowsIn: 1, RowsOut: 1}}); err != nil {
 		t.Fatalf("Complete(%s): %v", r.ID, err)
 	}
-	if _, err := l.ClaimPublish(ctx, r.ID, "pub", longLease); err != nil {
+	if _, err := l.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: r.ID, Worker: "pub", Lease: longLease}); err != nil {
 		t.Fatalf("ClaimPublish(%s): %v", r.ID, err)
 	}
-	if err := l.FinishPublish(ctx, r.ID, "pub", state, ""); err != nil {
+	if err := l.FinishPublish(ctx, ledger.FinishPublishParams{RunID: r.ID, Worker: "pub", State: state, Msg: ""}); err != nil {
 		t.Fatalf("FinishPublish(%s): %v", r.ID, err)
 	}
 }
@@ -83,7 +83,7 @@ func testBackfill(t *testing.T, l ledger.Store) {
 	if ids := []string{r1.ID, r2.ID}; !slices.Contains(ids, children[0].Run.ID) || !slices.Contains(ids, children[1].Run.ID) {
 		t.Fatalf("first claims went to runs %v, want the first two values' %s, %s", ids, children[0].Run.ID, children[1].Run.ID)
 	}
-	_, _, err = l.ClaimNext(ctx, "bf", "w3", longLease)
+	_, _, err = l.ClaimNext(ctx, ledger.ClaimNextParams{Pool: "bf", Worker: "w3", Lease: longLease})
 	wantErr(t, "ClaimNext with 2 of 2 values in flight", err, ledger.ErrNoShard)
 	if st := mustRun(t, l, children[2].Run.ID).State; st != jobs.RunPending {
 		t.Fatalf("third value's run is %s, want pending (waiting)", st)
@@ -120,7 +120,7 @@ func testBackfill(t *testing.T, l ledger.Store) {
 	if r, _ := claimNext(t, l, "bf", "w4", longLease); r.ID != again.Run.ID {
 		t.Fatalf("ClaimNext gave run %s, want the retried value's %s", r.ID, again.Run.ID)
 	}
-	_, _, err = l.ClaimNext(ctx, "bf", "w5", longLease)
+	_, _, err = l.ClaimNext(ctx, ledger.ClaimNextParams{Pool: "bf", Worker: "w5", Lease: longLease})
 	wantErr(t, "ClaimNext with every shard leased", err, ledger.ErrNoShard)
 
 	// Cancelling the backfill admits nothing more.
@@ -134,7 +134,7 @@ func testBackfill(t *testing.T, l ledger.Store) {
 	if err := l.AddBackfillRuns(ctx, "bf-1", []ledger.BackfillRun{late}); err != nil {
 		t.Fatalf("AddBackfillRuns: %v", err)
 	}
-	_, _, err = l.ClaimNext(ctx, "bf", "w6", longLease)
+	_, _, err = l.ClaimNext(ctx, ledger.ClaimNextParams{Pool: "bf", Worker: "w6", Lease: longLease})
 	wantErr(t, "ClaimNext of a cancelled backfill's new run", err, ledger.ErrNoShard)
 
 	// A second backfill attaches value 1's succeeded run and is the newest.

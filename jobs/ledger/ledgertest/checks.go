@@ -34,14 +34,14 @@ func testChecksHold(t *testing.T, l ledger.Store) {
 	if got, err := l.ShardProfiles(ctx, r.ID); err != nil || !reflect.DeepEqual(got, map[int]string{0: "p0", 1: "p1"}) {
 		t.Fatalf("ShardProfiles = %v, %v", got, err)
 	}
-	if _, err := l.ClaimPublish(ctx, r.ID, "w1", longLease); err != nil {
+	if _, err := l.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: r.ID, Worker: "w1", Lease: longLease}); err != nil {
 		t.Fatal(err)
 	}
 	report := []byte(`{"passed":false,"checks":[{"name":"rows.min_ratio","value":0.7,"threshold":0.9,"passed":false}]}`)
 	if err := l.PutCheckReport(ctx, r.ID, report); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.FinishPublish(ctx, r.ID, "w1", jobs.RunHeld, "checks failed: rows.min_ratio"); err != nil {
+	if err := l.FinishPublish(ctx, ledger.FinishPublishParams{RunID: r.ID, Worker: "w1", State: jobs.RunHeld, Msg: "checks failed: rows.min_ratio"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := mustRun(t, l, r.ID); got.State != jobs.RunHeld || got.Error == "" {
@@ -63,13 +63,13 @@ func testChecksHold(t *testing.T, l ledger.Store) {
 		t.Fatalf("Claim on a held run: %v, want ErrRunFinished", err)
 	}
 	next := create(t, l, "recs", "date=1", 1) // a held run blocks nobody
-	if err := l.ResolveHold(ctx, next.ID, jobs.RunSucceeded, "bob", "x"); !errors.Is(err, ledger.ErrRunOpen) {
+	if err := l.ResolveHold(ctx, ledger.ResolveHoldParams{RunID: next.ID, State: jobs.RunSucceeded, By: "bob", Reason: "x"}); !errors.Is(err, ledger.ErrRunOpen) {
 		t.Fatalf("ResolveHold of an open run: %v, want ErrRunOpen", err)
 	}
 	if _, err := l.Acceptance(ctx, r.ID); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("Acceptance before any: %v", err)
 	}
-	if err := l.ResolveHold(ctx, r.ID, jobs.RunSucceeded, "alice", "holiday traffic"); err != nil {
+	if err := l.ResolveHold(ctx, ledger.ResolveHoldParams{RunID: r.ID, State: jobs.RunSucceeded, By: "alice", Reason: "holiday traffic"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := mustRun(t, l, r.ID); got.State != jobs.RunSucceeded || got.Error != "" {
@@ -78,7 +78,7 @@ func testChecksHold(t *testing.T, l ledger.Store) {
 	if acc, err := l.Acceptance(ctx, r.ID); err != nil || acc.By != "alice" || acc.Reason != "holiday traffic" || acc.At.IsZero() {
 		t.Fatalf("Acceptance = %+v, %v", acc, err)
 	}
-	if err := l.ResolveHold(ctx, r.ID, jobs.RunCancelled, "bob", "x"); !errors.Is(err, ledger.ErrRunFinished) {
+	if err := l.ResolveHold(ctx, ledger.ResolveHoldParams{RunID: r.ID, State: jobs.RunCancelled, By: "bob", Reason: "x"}); !errors.Is(err, ledger.ErrRunFinished) {
 		t.Fatalf("ResolveHold twice: %v, want ErrRunFinished", err)
 	}
 
@@ -90,7 +90,7 @@ func testChecksHold(t *testing.T, l ledger.Store) {
 	if err := l.Hold(ctx, next.ID, "again"); !errors.Is(err, ledger.ErrRunFinished) {
 		t.Fatalf("Hold of a held run: %v, want ErrRunFinished", err)
 	}
-	if err := l.ResolveHold(ctx, next.ID, jobs.RunCancelled, "carol", "bad upstream"); err != nil {
+	if err := l.ResolveHold(ctx, ledger.ResolveHoldParams{RunID: next.ID, State: jobs.RunCancelled, By: "carol", Reason: "bad upstream"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := mustRun(t, l, next.ID); got.State != jobs.RunCancelled {

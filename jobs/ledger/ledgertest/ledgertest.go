@@ -414,7 +414,7 @@ func testLeaseLost(t *testing.T, l ledger.Store) {
 	wantErr(t, "Heartbeat by the wrong worker", l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: r.ID, Shard: s.Index, Worker: "w2", Lease: longLease}), ledger.ErrLeaseLost)
 	wantErr(t, "Complete by the wrong worker", l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: "w2", Counts: jobs.Counts{}}), ledger.ErrLeaseLost)
 	wantErr(t, "Fail by the wrong worker", l.Fail(ctx, ledger.FailParams{RunID: r.ID, Shard: s.Index, Worker: "w2", Msg: "x", Retry: true, MaxAttempts: 3}), ledger.ErrLeaseLost)
-	wantErr(t, "Release by the wrong worker", l.Release(ctx, r.ID, s.Index, "w2"), ledger.ErrLeaseLost)
+	wantErr(t, "Release by the wrong worker", l.Release(ctx, ledger.ReleaseParams{RunID: r.ID, Shard: s.Index, Worker: "w2"}), ledger.ErrLeaseLost)
 	wantErr(t, "Heartbeat on a pending shard", l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: r.ID, Shard: 1, Worker: "w1", Lease: longLease}), ledger.ErrLeaseLost)
 	wantErr(t, "Complete on a pending shard", l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: 1, Worker: "w1", Counts: jobs.Counts{}}), ledger.ErrLeaseLost)
 
@@ -545,7 +545,7 @@ func testRelease(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := create(t, l, "recs", "", 2)
 	s := claim(t, l, r.ID, "w1", longLease)
-	if err := l.Release(ctx, r.ID, s.Index, "w1"); err != nil {
+	if err := l.Release(ctx, ledger.ReleaseParams{RunID: r.ID, Shard: s.Index, Worker: "w1"}); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 	got := mustShard(t, l, r.ID, s.Index)
@@ -556,7 +556,7 @@ func testRelease(t *testing.T, l ledger.Store) {
 	if s2.Index != s.Index || s2.Attempts != 1 {
 		t.Fatalf("claim after release = %+v, want shard %d with attempts 1", s2, s.Index)
 	}
-	wantErr(t, "Release by the old worker", l.Release(ctx, r.ID, s.Index, "w1"), ledger.ErrLeaseLost)
+	wantErr(t, "Release by the old worker", l.Release(ctx, ledger.ReleaseParams{RunID: r.ID, Shard: s.Index, Worker: "w1"}), ledger.ErrLeaseLost)
 }
 
 // testRetryRun: a failed run goes back to running with its failed shards
