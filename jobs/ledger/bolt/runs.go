@@ -1,191 +1,236 @@
 package bolt
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
 
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/jobs/ledger/internal/wake"
 )
 
-func newHub(l *Ledger) *wake.Hub {
-	return wake.New(func() time.Duration { return l.PollInterval }, nil)
-}
-
-// Wake implements ledger.Cluster with an in-process broadcast of this
-// process's changes; another process's (a cancel, a run of another job)
-// are seen at the next poll (PollInterval).
-func (l *Ledger) Wake(ctx context.Context, pool string) <-chan struct{} {
-	return l.hub.Subscribe(ctx, pool)
-}
-
-// candidate is an open run of a pool with its bucket of shards.
-type candidate struct {
-	run  jobs.Run
-	rb   *bbolt.Bucket
-	busy int
-}
-
-// poolRuns returns pool's open runs in claim order: priority, then fewest
-// running shards, then age.
-func poolRuns(tx *bbolt.Tx, pool string, states ...jobs.RunState) ([]candidate, error) {
-	var out []candidate
-	c := tx.Bucket(bucketOpen).Cursor()
-	for k, _ := c.First(); k != nil; k, _ = c.Next() {
-		id := string(k[bytes.LastIndexByte(k, 0)+1:])
-		r, err := getRun(tx, id)
-		if err != nil {
-			return nil, err
-		}
-		if r.Pool != pool || !slices.Contains(states, r.State) {
-			continue
-		}
-		rb, err := runShards(tx, id)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, candidate{run: r, rb: rb, busy: rb.Bucket(subRunning).Stats().KeyN})
-	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		switch {
-		case a.run.Priority != b.run.Priority:
-			return a.run.Priority > b.run.Priority
-		case a.busy != b.busy:
-			return a.busy < b.busy
-		case !a.run.CreatedAt.Equal(b.run.CreatedAt):
-			return a.run.CreatedAt.Before(b.run.CreatedAt)
-		}
-		return a.run.ID < b.run.ID
-	})
-	return out, nil
-}
-
-// ClaimNext implements ledger.Cluster: an expired lease of any candidate
-// run first (by priority and age), else a pending shard in claim order,
-// else a speculative lease of a straggler.
-func (l *Ledger) ClaimNext(ctx context.Context, p ledger.ClaimNextParams) (jobs.Run, jobs.Shard, error) {
-	pool, worker, lease, skip := p.Pool, p.Worker, p.Lease, p.Skip
+// SetRunState moves a non-terminal run to state, recording msg as its error
+// message (empty clears it).
+func (l *Ledger) SetRunState(ctx context.Context, runID string, state jobs.RunState, msg string) error {
 	if err := ctx.Err(); err != nil {
-		return jobs.Run{}, jobs.Shard{}, err
+		return err
 	}
-	if worker == "" {
-		return jobs.Run{}, jobs.Shard{}, errors.New("ledger: claim: empty worker name")
+	switch state {
+	case jobs.RunPending, jobs.RunRunning, jobs.RunPublishing, jobs.RunSucceeded, jobs.RunFailed, jobs.RunCancelled:
+	default:
+		return fmt.Errorf("ledger: set run %s state: unknown state %q", runID, state)
 	}
-	var run jobs.Run
-	var out jobs.Shard
+	pool := ""
 	err := l.db.Update(func(tx *bbolt.Tx) error {
-		cands, err := poolRuns(tx, pool, jobs.RunPending, jobs.RunRunning)
+		r, err := getRun(tx, runID)
 		if err != nil {
 			return err
 		}
-		if cands, err = admitted(tx, cands); err != nil {
-			return err
+		if r.State.Terminal() {
+			return fmt.Errorf("run %s is %s: %w", runID, r.State, ledger.ErrRunFinished)
 		}
-		cands = slices.DeleteFunc(cands, func(c candidate) bool { return slices.Contains(skip, c.run.ID) })
-		byAge := slices.Clone(cands)
-		sort.SliceStable(byAge, func(i, j int) bool {
-			if byAge[i].run.Priority != byAge[j].run.Priority {
-				return byAge[i].run.Priority > byAge[j].run.Priority
-			}
-			return byAge[i].run.CreatedAt.Before(byAge[j].run.CreatedAt)
-		})
-		now := l.now()
-		for _, pass := range []struct {
-			list    []candidate
-			pending bool
-		}{{byAge, false}, {cands, true}} {
-			for _, c := range pass.list {
-				i, err := claimable(c.rb, c.run.ID, now, pass.pending)
-				if err != nil {
-					return err
-				}
-				if i >= 0 {
-					run = c.run
-					out, err = l.lease(tx, c.rb, &run, i, worker, lease)
-					return err
-				}
+		if state == jobs.RunCancelled && r.State == jobs.RunPublishing {
+			if p, ok, err := getPublish(tx, runID); err != nil {
+				return err
+			} else if ok {
+				return fmt.Errorf("run %s: worker %s is publishing it: %w", runID, p.Worker, ledger.ErrPublishing)
 			}
 		}
-		run, out, err = l.speculate(cands, worker, lease)
-		return err
+		if state == jobs.RunCancelled {
+			if err := endOpenShards(tx, runID, msg, l.now()); err != nil {
+				return err
+			}
+		}
+		r.State = state
+		r.Error = msg
+		r.UpdatedAt = l.now()
+		pool = r.Pool
+		if state != jobs.RunPublishing {
+			if err := tx.Bucket(bucketPublish).Delete([]byte(runID)); err != nil {
+				return err
+			}
+		}
+		if state.Terminal() {
+			if err := tx.Bucket(bucketOpen).Delete(openKey(r.Job, r.ParamsKey, r.ID)); err != nil {
+				return err
+			}
+		}
+		return putRun(tx, r)
 	})
 	if err != nil {
-		return jobs.Run{}, jobs.Shard{}, fmt.Errorf("ledger: claim in pool %s by %s: %w", pool, worker, err)
+		return fmt.Errorf("ledger: set run state %s: %w", strings.ToLower(string(state)), err)
 	}
-	return run, out, nil
+	if state == jobs.RunCancelled || state == jobs.RunFailed {
+		l.hub.Signal(pool)
+	}
+	return nil
 }
 
-// speculate leases a straggler of a running run with nothing pending to
-// worker as a second holder: the shard has run longer than
-// ledger.StragglerFactor times the run's median committed shard time.
-func (l *Ledger) speculate(cands []candidate, worker string, lease time.Duration) (jobs.Run, jobs.Shard, error) {
-	now := l.now()
-	for _, c := range cands {
-		if c.run.State != jobs.RunRunning {
-			continue
+// endOpenShards moves a cancelled run's pending and running shards to
+// failed with msg; a holder's lease mark stays until it lets go.
+func endOpenShards(tx *bbolt.Tx, runID, msg string, now time.Time) error {
+	rb, err := runShards(tx, runID)
+	if err != nil {
+		return err
+	}
+	var open []rec
+	for _, name := range [][]byte{subPending, subRunning} {
+		c := rb.Bucket(name).Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			s, err := getShard(rb, runID, int(binary.BigEndian.Uint32(k)))
+			if err != nil {
+				return err
+			}
+			open = append(open, s)
 		}
-		if k, _ := c.rb.Bucket(subPending).Cursor().First(); k != nil {
-			continue
+	}
+	for _, s := range open {
+		s.State, s.Error, s.UpdatedAt = jobs.ShardFailed, msg, now
+		if err := putShard(rb, s); err != nil {
+			return err
 		}
-		var times []float64
-		var running []rec
-		if err := c.rb.Bucket(subAll).ForEach(func(_, v []byte) error {
+	}
+	return nil
+}
+
+// RetryFailed moves the run's failed shards back to pending with zero
+// attempts and no error, so a re-run retries only what failed. The run's
+// own state is left to the caller.
+func (l *Ledger) RetryFailed(ctx context.Context, runID string) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	n := 0
+	pool := ""
+	err := l.db.Update(func(tx *bbolt.Tx) error {
+		n = 0
+		r, err := getRun(tx, runID)
+		if err != nil {
+			return err
+		}
+		pool = r.Pool
+		rb, err := runShards(tx, runID)
+		if err != nil {
+			return err
+		}
+		var failed []rec
+		if err := rb.Bucket(subAll).ForEach(func(k, v []byte) error {
 			var s rec
 			if err := json.Unmarshal(v, &s); err != nil {
-				return fmt.Errorf("run %s: decode shard: %w", c.run.ID, err)
+				return fmt.Errorf("run %s shard %d: decode: %w", runID, binary.BigEndian.Uint32(k), err)
 			}
-			switch {
-			case s.State == jobs.ShardCommitted && s.RunMS > 0:
-				times = append(times, s.RunMS)
-			case s.State == jobs.ShardRunning:
-				running = append(running, s)
+			if s.State == jobs.ShardFailed {
+				failed = append(failed, s)
 			}
 			return nil
 		}); err != nil {
-			return jobs.Run{}, jobs.Shard{}, err
+			return err
 		}
-		if len(times) == 0 {
-			continue
-		}
-		med := median(times)
-		sort.Slice(running, func(i, j int) bool { return running[i].ClaimedAt.Before(running[j].ClaimedAt) })
-		for _, s := range running {
-			age := float64(now.Sub(s.ClaimedAt).Microseconds()) / 1000
-			if s.Worker2 != "" || s.Worker == worker || !s.LeaseUntil.After(now) || age <= med*ledger.StragglerFactor {
-				continue
-			}
-			s.Attempts++
-			s.Worker2, s.Lease2, s.Claimed2At = worker, now.Add(lease), now
+		now := l.now()
+		for _, s := range failed {
+			s.State = jobs.ShardPending
+			s.Attempts = 0
+			s.Error = ""
+			s.Worker = ""
+			s.LeaseUntil = time.Time{}
 			s.UpdatedAt = now
-			if err := putShard(c.rb, s); err != nil {
-				return jobs.Run{}, jobs.Shard{}, err
+			if err := putShard(rb, s); err != nil {
+				return err
 			}
-			out := s.Shard
-			out.Worker, out.LeaseUntil, out.Speculative = worker, s.Lease2, true
-			return c.run, out, nil
+			n++
 		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("ledger: retry failed shards: %w", err)
 	}
-	return jobs.Run{}, jobs.Shard{}, ledger.ErrNoShard
+	if n > 0 {
+		l.hub.Signal(pool)
+	}
+	return n, nil
 }
 
-func median(xs []float64) float64 {
-	slices.Sort(xs)
-	n := len(xs)
-	if n%2 == 1 {
-		return xs[n/2]
+// RetryRun is ledger.ErrUnsupported: a failed local run is not reopened;
+// `precog run` of the same spec makes a new one (its committed shards are
+// aborted with the failed run).
+func (l *Ledger) RetryRun(ctx context.Context, runID string) (int, error) {
+	r, err := l.Run(ctx, runID)
+	if err != nil {
+		return 0, err
 	}
-	return (xs[n/2-1] + xs[n/2]) / 2
+	if r.State.Terminal() && r.State != jobs.RunFailed {
+		return 0, fmt.Errorf("run %s is %s: %w", runID, r.State, ledger.ErrRunFinished)
+	}
+	return 0, ledger.Unsupported(backend, "reopen run "+runID, "a failed local run is not reopened; `precog run` of the same spec makes a new one")
+}
+
+// Reopen implements ledger.Ledger.
+func (l *Ledger) Reopen(ctx context.Context, runID string, shards []int, reason string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	pool := ""
+	err := l.db.Update(func(tx *bbolt.Tx) error {
+		r, err := getRun(tx, runID)
+		if err != nil {
+			return err
+		}
+		if r.State.Terminal() {
+			return fmt.Errorf("run %s is %s: %w", runID, r.State, ledger.ErrRunFinished)
+		}
+		rb, err := runShards(tx, runID)
+		if err != nil {
+			return err
+		}
+		now := l.now()
+		for _, i := range shards {
+			s, err := getShard(rb, runID, i)
+			if err != nil {
+				return err
+			}
+			if s.State != jobs.ShardCommitted {
+				continue
+			}
+			r.Counts.RowsIn -= s.Counts.RowsIn
+			r.Counts.RowsOut -= s.Counts.RowsOut
+			r.Counts.Rejected -= s.Counts.Rejected
+			s.State = jobs.ShardPending
+			s.Attempts = 0
+			s.Counts = jobs.Counts{}
+			s.Cost = jobs.Cost{}
+			s.RunMS = 0
+			s.Error = reason
+			s.Worker = ""
+			s.LeaseUntil = time.Time{}
+			s.UpdatedAt = now
+			if err := putShard(rb, s); err != nil {
+				return err
+			}
+		}
+		if r.State == jobs.RunPublishing {
+			r.State = jobs.RunRunning
+		}
+		r.UpdatedAt = now
+		pool = r.Pool
+		if err := tx.Bucket(bucketPublish).Delete([]byte(runID)); err != nil {
+			return err
+		}
+		return putRun(tx, r)
+	})
+	if err != nil {
+		return fmt.Errorf("ledger: reopen shards: %w", err)
+	}
+	l.hub.Signal(pool)
+	return nil
 }
 
 // publishLease is who holds a run's publish step, and until when.
@@ -385,29 +430,25 @@ func (l *Ledger) PublishDue(ctx context.Context, pool string) ([]string, error) 
 	return ids, nil
 }
 
-// PoolLoad implements ledger.Cluster.
-func (l *Ledger) PoolLoad(ctx context.Context, pool string) (ledger.PoolLoad, error) {
-	var pl ledger.PoolLoad
+// JobNames implements ledger.Ledger: it reads the job of every run (the
+// embedded ledger has no index by job; it holds one machine's runs).
+func (l *Ledger) JobNames(ctx context.Context) ([]string, error) {
 	if err := ctx.Err(); err != nil {
-		return pl, err
+		return nil, err
 	}
+	seen := map[string]bool{}
 	err := l.db.View(func(tx *bbolt.Tx) error {
-		cands, err := poolRuns(tx, pool, jobs.RunPending, jobs.RunRunning, jobs.RunPublishing)
-		if err != nil {
-			return err
-		}
-		for _, c := range cands {
-			if c.run.State == jobs.RunPublishing {
-				pl.Publishing++
-				continue
+		return tx.Bucket(bucketRuns).ForEach(func(_, v []byte) error {
+			var r struct{ Job string }
+			if err := json.Unmarshal(v, &r); err != nil {
+				return err
 			}
-			pl.Pending += c.rb.Bucket(subPending).Stats().KeyN
-			pl.Running += c.busy
-		}
-		return nil
+			seen[r.Job] = true
+			return nil
+		})
 	})
 	if err != nil {
-		return pl, fmt.Errorf("ledger: load of pool %s: %w", pool, err)
+		return nil, fmt.Errorf("ledger: job names: %w", err)
 	}
-	return pl, nil
+	return slices.Sorted(maps.Keys(seen)), nil
 }
