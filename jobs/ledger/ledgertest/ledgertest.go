@@ -1,6 +1,7 @@
-// Package ledgertest is the conformance suite every ledger.Ledger passes,
-// so that `precog run` (embedded) and the cluster (Postgres) agree on run
-// and shard semantics: leases, retries, resume and concurrent claims.
+// Package ledgertest is the conformance suite every ledger.Store passes, so
+// that `precog run` (embedded) and the cluster (Postgres) agree on run and
+// shard semantics: leases, retries, resume and concurrent claims. One file
+// per interface the Store embeds; Exercise lists every case.
 package ledgertest
 
 import (
@@ -33,7 +34,7 @@ func Exercise(t *testing.T, newLedger func(t *testing.T) ledger.Store) {
 		name string
 		fn   func(t *testing.T, l ledger.Store)
 	}{
-		// ledger.Ledger (this file, rejects.go, cost.go)
+		// ledger.Ledger (this file; RejectSample in rejects.go)
 		{"CreateGetList", testCreateGetList},
 		{"CreateDuplicate", testCreateDuplicate},
 		{"JobNames", testJobNames},
@@ -792,133 +793,6 @@ func testReopen(t *testing.T, l ledger.Store) {
 	wantErr(t, "Reopen of a finished run", l.Reopen(ctx, r.ID, []int{0}, "x"), ledger.ErrRunFinished)
 }
 
-// testSchedulerTicks: a tick is recorded once per (job, scheduled time),
-// with its run in the same step; a second leader's attempt changes nothing.
-func testSchedulerTicks(t *testing.T, l ledger.Store) {
-	ctx := context.Background()
-	if _, err := l.LastTick(ctx, "recs"); !errors.Is(err, ledger.ErrNotFound) {
-		t.Fatalf("LastTick with no ticks = %v, want ErrNotFound", err)
-	}
-	at := time.Date(2026, 11, 1, 4, 0, 0, 0, time.UTC)
-	run, shards := newRun("recs", "date=2026-11-01", 2)
-	tick := ledger.Tick{Job: "recs", ScheduledFor: at, Outcome: ledger.TickFired}
-	if err := l.RecordTick(ctx, tick, &run, shards); err != nil {
-		t.Fatalf("RecordTick: %v", err)
-	}
-	if got := mustRun(t, l, run.ID); got.State != jobs.RunPending || got.Shards != 2 {
-		t.Fatalf("the fired run = %+v, want pending with 2 shards", got)
-	}
-	// Another scheduler fires the same tick: refused, no second run.
-	run2, shards2 := newRun("recs", "date=2026-11-01x", 1)
-	if err := l.RecordTick(ctx, tick, &run2, shards2); !errors.Is(err, ledger.ErrTickExists) {
-		t.Fatalf("second RecordTick = %v, want ErrTickExists", err)
-	}
-	if _, err := l.Run(ctx, run2.ID); !errors.Is(err, ledger.ErrNotFound) {
-		t.Fatalf("the refused tick created its run: %v", err)
-	}
-	// A skipped tick has no run; LastTick is the latest scheduled time.
-	if err := l.RecordTick(ctx, ledger.Tick{Job: "recs", ScheduledFor: at.Add(4 * time.Hour), Outcome: ledger.TickSkipped, Reason: "previous run open"}, nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.RecordTick(ctx, ledger.Tick{Job: "recs-other", ScheduledFor: at.Add(8 * time.Hour), Outcome: ledger.TickMissed}, nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	last, err := l.LastTick(ctx, "recs")
-	if err != nil || !last.ScheduledFor.Equal(at.Add(4*time.Hour)) || last.Outcome != ledger.TickSkipped || last.Reason != "previous run open" {
-		t.Fatalf("LastTick = %+v, %v", last, err)
-	}
-	// A tick whose run cannot be created (its params have an open run)
-	// records nothing.
-	run3, shards3 := newRun("recs", "date=2026-11-01", 1)
-	err = l.RecordTick(ctx, ledger.Tick{Job: "recs", ScheduledFor: at.Add(12 * time.Hour), Outcome: ledger.TickFired}, &run3, shards3)
-	if !errors.Is(err, ledger.ErrRunOpen) {
-		t.Fatalf("tick with an open run of its params = %v, want ErrRunOpen", err)
-	}
-	if last, _ := l.LastTick(ctx, "recs"); !last.ScheduledFor.Equal(at.Add(4 * time.Hour)) {
-		t.Fatalf("a failed tick was recorded: %+v", last)
-	}
-}
-
-// testSchedulerFirstSeen: the first time recorded for a job is kept: later
-// and concurrent callers (other replicas, a restarted scheduler) all get it
-// back, so they all compute the same first tick; jobs are independent.
-func testSchedulerFirstSeen(t *testing.T, l ledger.Store) {
-	ctx := context.Background()
-	first := time.Date(2026, 11, 1, 2, 55, 30, 123456000, time.UTC)
-	got, err := l.FirstSeen(ctx, "recs", first)
-	if err != nil || !got.Equal(first) {
-		t.Fatalf("FirstSeen of a new job = %v, %v; want %v", got, err, first)
-	}
-	// Concurrent replicas, each with its own (later) time, all get the first.
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for i := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			at := first.Add(time.Duration(i+1) * time.Minute)
-			if got, err := l.FirstSeen(ctx, "recs", at); err != nil || !got.Equal(first) {
-				errs <- fmt.Errorf("FirstSeen(recs, %v) = %v, %v; want the recorded %v", at, got, err, first)
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	// An earlier time does not move it either: the first recorded wins.
-	if got, err := l.FirstSeen(ctx, "recs", first.Add(-time.Hour)); err != nil || !got.Equal(first) {
-		t.Fatalf("FirstSeen with an earlier time = %v, %v; want %v", got, err, first)
-	}
-	other := first.Add(time.Hour)
-	if got, err := l.FirstSeen(ctx, "recs-other", other); err != nil || !got.Equal(other) {
-		t.Fatalf("FirstSeen of another job = %v, %v; want %v", got, err, other)
-	}
-}
-
-// testSchedulerLead: one holder at a time; renewals keep it; it passes on
-// when the lease lapses or is resigned.
-func testSchedulerLead(t *testing.T, l ledger.Store) {
-	ctx := context.Background()
-	lead := func(holder string, ttl time.Duration) bool {
-		t.Helper()
-		ok, err := l.Lead(ctx, "scheduler", holder, ttl)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ok
-	}
-	if !lead("a", time.Minute) {
-		t.Fatal("a could not take a free lease")
-	}
-	if !lead("a", time.Minute) {
-		t.Fatal("a could not renew its lease")
-	}
-	if lead("b", time.Minute) {
-		t.Fatal("b took a live lease")
-	}
-	if err := l.Resign(ctx, "scheduler", "b"); err != nil { // not b's: no effect
-		t.Fatal(err)
-	}
-	if lead("b", time.Minute) {
-		t.Fatal("b's Resign released a's lease")
-	}
-	if err := l.Resign(ctx, "scheduler", "a"); err != nil {
-		t.Fatal(err)
-	}
-	if !lead("b", 300*time.Millisecond) {
-		t.Fatal("b could not take a resigned lease")
-	}
-	time.Sleep(500 * time.Millisecond)
-	if !lead("a", time.Minute) {
-		t.Fatal("a could not take a lapsed lease")
-	}
-	if lead("b", time.Minute) {
-		t.Fatal("b renewed a lease it lost")
-	}
-}
-
 // testJobNames: JobNames lists each job with a run once, by name, whatever
 // the runs' states.
 func testJobNames(t *testing.T, l ledger.Store) {
@@ -935,5 +809,52 @@ func testJobNames(t *testing.T, l ledger.Store) {
 	got, err := l.JobNames(ctx)
 	if err != nil || strings.Join(got, ",") != "recs,users" {
 		t.Fatalf("JobNames = %v, %v; want [recs users]", got, err)
+	}
+}
+
+// testCompleteCost: a shard's cost is stored with its commit and read back
+// with the shard; the run's cost is its committed shards' summed; Reopen
+// takes a shard's cost off with its counts; a shard committed without a
+// cost (as by a version that recorded none) reads as zero.
+func testCompleteCost(t *testing.T, l ledger.Store) {
+	ctx := context.Background()
+	r := create(t, l, "costs", "", 3)
+	costs := []jobs.Cost{
+		{CPUSeconds: 1.5, DeviceSeconds: 2.25, GPUSampledSeconds: 2, GPUBusySeconds: 1.5, GPURows: 1000},
+		{CPUSeconds: 0.75},
+		{},
+	}
+	for range costs {
+		s := claim(t, l, r.ID, "w1", longLease)
+		if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: "w1",
+			Counts: jobs.Counts{RowsIn: 10, RowsOut: 10}, Cost: costs[s.Index]}); err != nil {
+			t.Fatalf("Complete(%d): %v", s.Index, err)
+		}
+	}
+	shards, err := l.Shards(ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range shards {
+		if s.Cost != costs[i] {
+			t.Errorf("shard %d cost %+v, want %+v", i, s.Cost, costs[i])
+		}
+	}
+	want := costs[0].Add(costs[1])
+	if got := jobs.SumCost(shards); got != want {
+		t.Errorf("run cost %+v, want %+v", got, want)
+	}
+	if err := l.Reopen(ctx, r.ID, []int{0}, "lost in a sink"); err != nil {
+		t.Fatal(err)
+	}
+	if s := mustShard(t, l, r.ID, 0); !s.Cost.IsZero() {
+		t.Errorf("reopened shard keeps cost %+v", s.Cost)
+	}
+	shards, err = l.Shards(ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := jobs.SumCost(shards); got != costs[1] {
+		t.Errorf("run cost after reopen %+v, want %+v", got, costs[1])
 	}
 }
