@@ -3,7 +3,6 @@ package dashboard
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -122,7 +121,7 @@ func ledgers(t *testing.T) map[string]func(t *testing.T) (ledger.Store, Source) 
 	return map[string]func(t *testing.T) (ledger.Store, Source){
 		"bolt": func(t *testing.T) (ledger.Store, Source) {
 			dir := t.TempDir()
-			l, err := bolt.Open(filepath.Join(dir, "ledger.db"))
+			l, err := bolt.OpenIn(dir)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -64,7 +63,7 @@ func (s *recordingSink) wasPublished() bool {
 // unfinished for the new holder to complete.
 func TestPublishChecksLeaseBeforeEachSink(t *testing.T) {
 	ctx := context.Background()
-	led, err := bolt.Open(filepath.Join(t.TempDir(), "ledger.db"))
+	led, err := bolt.OpenIn(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -391,7 +391,7 @@ func TestRetryEmbedded(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, ".precog"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	led, err := bolt.Open(filepath.Join(dir, ".precog", "ledger.db"))
+	led, err := bolt.OpenIn(filepath.Join(dir, ".precog"))
 	if err != nil {
 		t.Fatal(err)
 	}

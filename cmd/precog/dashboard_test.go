@@ -79,7 +79,7 @@ func TestDashboardActions(t *testing.T) {
 	})
 	t.Run("bolt", func(t *testing.T) {
 		g := &globals{stateDir: t.TempDir(), log: log}
-		l, err := bolt.Open(filepath.Join(g.stateDir, "ledger.db"))
+		l, err := bolt.OpenIn(g.stateDir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +97,7 @@ func TestDashboardActions(t *testing.T) {
 		if _, err := acts.Retry(ctx, "r-cancel"); err == nil || !strings.Contains(err.Error(), "cancelled") {
 			t.Errorf("retry of a cancelled run = %v, want a refusal", err)
 		}
-		l, err = bolt.Open(filepath.Join(g.stateDir, "ledger.db"))
+		l, err = bolt.OpenIn(g.stateDir)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptest"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -94,7 +93,7 @@ func TestScheduleListLastRun(t *testing.T) {
 	ctx := context.Background()
 	open := map[string]func(t *testing.T) ledger.Store{
 		"bolt": func(t *testing.T) ledger.Store {
-			l, err := bolt.Open(filepath.Join(t.TempDir(), "ledger.db"))
+			l, err := bolt.OpenIn(t.TempDir())
 			if err != nil {
 				t.Fatal(err)
 			}
