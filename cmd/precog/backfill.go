@@ -157,7 +157,7 @@ func runBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags) e
 	g.runningJob()
 	// Other processes see the backfill through a snapshot while this one
 	// holds the embedded ledger (snapshot.go).
-	snaps := startSnapshots(ctx, led, g.stateDir, g.log)
+	snaps := startSnapshots(ctx, led, g.log)
 	defer snaps.Stop()
 	led = kickingLedger{Store: led, s: snaps}
 	bar := newProgressBar(os.Stderr, !f.noProgress, g.log)

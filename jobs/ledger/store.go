@@ -17,6 +17,7 @@ type Store interface {
 	Rejects
 	Backfills
 	Scheduler
+	Snapshots
 }
 
 // Unsupported is the error of a backend that cannot do op: ErrUnsupported

@@ -86,6 +86,8 @@ func Exercise(t *testing.T, newLedger func(t *testing.T) ledger.Store) {
 		{"RejectsCap", testRejectsCap},
 		// ledger.Backfills (backfill.go)
 		{"Backfill", testBackfill},
+		// ledger.Snapshots (snapshots.go)
+		{"Snapshots", testSnapshots},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

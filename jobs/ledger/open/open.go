@@ -99,3 +99,13 @@ func Open(ctx context.Context, loc Location, opts Options) (ledger.Store, error)
 	}
 	return l, nil
 }
+
+// ReadSnapshot returns the snapshot that the live process holding the
+// ledger at loc keeps (ledger.Snapshots), for a reader that found it busy;
+// ok false when there is none. The Postgres ledger keeps none.
+func ReadSnapshot(loc Location) (ledger.Snapshot, bool) {
+	if loc.Postgres() {
+		return ledger.Snapshot{}, false
+	}
+	return bolt.ReadSnapshot(loc.StateDir)
+}
