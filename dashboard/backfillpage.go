@@ -24,12 +24,6 @@ type BackfillActions struct {
 // maxGroups bounds the backfills the runs page groups runs under.
 const maxGroups = 20
 
-// backfillLedger is a ledger with backfills (both of precog's are).
-type backfillLedger interface {
-	ledger.Ledger
-	ledger.Backfills
-}
-
 // backfillGroup is a backfill on the runs page with its runs under it.
 type backfillGroup struct {
 	View backfill.View
@@ -39,19 +33,15 @@ type backfillGroup struct {
 // groupBackfills moves the rows of runs that belong to one of the newest
 // backfills out of rows into one group per backfill (newest first), so
 // that the runs page shows a backfill's runs under it.
-func groupBackfills(ctx context.Context, led ledger.Ledger, rows []runRow, now time.Time) ([]runRow, []backfillGroup, error) {
-	bl, ok := led.(backfillLedger)
-	if !ok {
-		return rows, nil, nil
-	}
-	bfs, err := bl.Backfills(ctx, "", maxGroups)
+func groupBackfills(ctx context.Context, led ledger.Store, rows []runRow, now time.Time) ([]runRow, []backfillGroup, error) {
+	bfs, err := led.Backfills(ctx, "", maxGroups)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list backfills: %w", err)
 	}
 	of := map[string]int{}
 	var groups []backfillGroup
 	for _, b := range bfs {
-		v, _, err := backfill.Status(ctx, bl, b.ID, now)
+		v, _, err := backfill.Status(ctx, led, b.ID, now)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -91,12 +81,8 @@ func (s *Server) backfillRoutes() {
 // the per-value table of `precog status ID`, and Cancel and Retry.
 func (s *Server) backfillPage(w http.ResponseWriter, r *http.Request, v viewer) {
 	id := r.PathValue("id")
-	s.withLedger(w, r, v, func(led ledger.Ledger) error {
-		bl, ok := led.(backfillLedger)
-		if !ok {
-			return fmt.Errorf("backfill %s: %w", id, ledger.ErrNotFound)
-		}
-		view, _, err := backfill.Status(r.Context(), bl, id, s.opts.Now())
+	s.withLedger(w, r, v, func(led ledger.Store) error {
+		view, _, err := backfill.Status(r.Context(), led, id, s.opts.Now())
 		if err != nil {
 			return fmt.Errorf("backfill %s: %w", id, err)
 		}

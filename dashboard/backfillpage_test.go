@@ -19,13 +19,9 @@ type seededBackfill struct {
 
 // seedBackfill records a backfill of job "recs" with one run per date in
 // the states of seededBackfill.
-func seedBackfill(t *testing.T, led ledger.Ledger) seededBackfill {
+func seedBackfill(t *testing.T, led ledger.Store) seededBackfill {
 	t.Helper()
 	ctx := context.Background()
-	bl, ok := led.(backfillLedger)
-	if !ok {
-		t.Fatalf("%T has no backfills", led)
-	}
 	var add []ledger.BackfillRun
 	var ids []string
 	for _, d := range []string{"2026-11-01", "2026-11-02", "2026-11-03"} {
@@ -36,7 +32,7 @@ func seedBackfill(t *testing.T, led ledger.Ledger) seededBackfill {
 		ids = append(ids, r.ID)
 	}
 	b := ledger.Backfill{ID: "recs-bf-" + ids[0], Job: "recs", Param: "date", From: "2026-11-01", To: "2026-11-03", Step: "1d", Parallel: 3, Pool: jobs.DefaultPool}
-	if err := bl.CreateBackfill(ctx, b, add); err != nil {
+	if err := led.CreateBackfill(ctx, b, add); err != nil {
 		t.Fatal(err)
 	}
 	s := seededBackfill{ID: b.ID, Succeeded: ids[0], Failed: ids[1], Pending: ids[2]}
@@ -48,8 +44,8 @@ func seedBackfill(t *testing.T, led ledger.Ledger) seededBackfill {
 
 // backfillLedgerActions cancel and retry a backfill on the ledger alone
 // (cmd/precog wires precog cancel ID and retry ID).
-func backfillLedgerActions(led ledger.Ledger) BackfillActions {
-	bl := led.(backfillLedger)
+func backfillLedgerActions(led ledger.Store) BackfillActions {
+	bl := led
 	return BackfillActions{
 		Cancel: func(ctx context.Context, id string) (string, error) {
 			b, err := bl.Backfill(ctx, id)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +23,7 @@ func TestHugeRunPageStaysSmall(t *testing.T) {
 		t.Skip("creates a 100,000-shard run")
 	}
 	const total = 100_000
-	l, err := bolt.Open(filepath.Join(t.TempDir(), "ledger.db"))
+	l, err := bolt.OpenIn(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

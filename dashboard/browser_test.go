@@ -151,7 +151,7 @@ func TestBrowser(t *testing.T) {
 // advancer commits the shards of a run one at a time, at most left.
 type advancer struct {
 	t    *testing.T
-	led  ledger.Ledger
+	led  ledger.Store
 	run  string
 	mu   sync.Mutex
 	left int

@@ -41,13 +41,9 @@ type histView struct {
 // loadChecks reads a run's checks from a ledger that stores them (nil,
 // nil when the ledger does not, or the run has no report and is not
 // held).
-func loadChecks(ctx context.Context, led ledger.Ledger, run jobs.Run) (*checksView, error) {
-	ck, ok := led.(ledger.Checks)
-	if !ok {
-		return nil, nil
-	}
+func loadChecks(ctx context.Context, led ledger.Store, run jobs.Run) (*checksView, error) {
 	v := &checksView{Held: run.State == jobs.RunHeld}
-	b, err := ck.CheckReport(ctx, run.ID)
+	b, err := led.CheckReport(ctx, run.ID)
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		if !v.Held {
@@ -61,12 +57,12 @@ func loadChecks(ctx context.Context, led ledger.Ledger, run jobs.Run) (*checksVi
 			return nil, fmt.Errorf("run %s: checks' report: %w", run.ID, err)
 		}
 	}
-	if a, err := ck.Acceptance(ctx, run.ID); err == nil {
+	if a, err := led.Acceptance(ctx, run.ID); err == nil {
 		v.Accepted = &a
 	} else if !errors.Is(err, ledger.ErrNotFound) {
 		return nil, fmt.Errorf("run %s: acceptance: %w", run.ID, err)
 	}
-	cur, err := mergedProfile(ctx, led, ck, run.ID)
+	cur, err := mergedProfile(ctx, led, run.ID)
 	if err != nil {
 		v.HistNote = "no histograms: " + err.Error()
 		return v, nil
@@ -76,7 +72,7 @@ func loadChecks(ctx context.Context, led ledger.Ledger, run jobs.Run) (*checksVi
 	case v.Report.AgainstRun == "":
 		v.HistNote = "A first run: there is no published version to compare with; the histograms show this run alone."
 	default:
-		if old, err = baselineProfile(ctx, led, ck, run, v.Report.AgainstRun); err != nil {
+		if old, err = baselineProfile(ctx, led, run, v.Report.AgainstRun); err != nil {
 			v.HistNote = "The published version's profile is not available (" + err.Error() + "); the histograms show this run alone."
 		}
 	}
@@ -98,12 +94,12 @@ func loadChecks(ctx context.Context, led ledger.Ledger, run jobs.Run) (*checksVi
 }
 
 // mergedProfile merges the stored profiles of a run's committed shards.
-func mergedProfile(ctx context.Context, led ledger.Ledger, ck ledger.Checks, runID string) (*profile.Profile, error) {
+func mergedProfile(ctx context.Context, led ledger.Store, runID string) (*profile.Profile, error) {
 	shards, err := led.Shards(ctx, runID)
 	if err != nil {
 		return nil, fmt.Errorf("run %s: shards: %w", runID, err)
 	}
-	stored, err := ck.ShardProfiles(ctx, runID)
+	stored, err := led.ShardProfiles(ctx, runID)
 	if err != nil {
 		return nil, fmt.Errorf("run %s: shard profiles: %w", runID, err)
 	}
@@ -133,15 +129,15 @@ func mergedProfile(ctx context.Context, led ledger.Ledger, ck ledger.Checks, run
 // checked against: the one stored with that version (its (job, target)'s
 // baseline, while it is still the published one), else the merge of that
 // run's shard profiles.
-func baselineProfile(ctx context.Context, led ledger.Ledger, ck ledger.Checks, run jobs.Run, against string) (*profile.Profile, error) {
+func baselineProfile(ctx context.Context, led ledger.Store, run jobs.Run, against string) (*profile.Profile, error) {
 	if spec, err := jobs.ParseForView(run.Spec, run.SpecFile, run.Params); err == nil {
-		if b, err := ck.Baseline(ctx, run.Job, runner.CheckTarget(spec)); err == nil && b.RunID == against && b.Profile != "" {
+		if b, err := led.Baseline(ctx, run.Job, runner.CheckTarget(spec)); err == nil && b.RunID == against && b.Profile != "" {
 			if p, err := profile.Decode(b.Profile); err == nil {
 				return p, nil
 			}
 		}
 	}
-	return mergedProfile(ctx, led, ck, against)
+	return mergedProfile(ctx, led, against)
 }
 
 // Histogram geometry.

@@ -3,7 +3,6 @@ package dashboard
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -50,7 +49,7 @@ func shardProfile(t *testing.T, n int, from float64) *profile.Profile {
 
 // profiledRun creates a run of checkedSpec whose one shard commits n rows
 // with the profile of shardProfile(n, from), as a worker does.
-func profiledRun(t *testing.T, l ledger.Ledger, n int, from float64) (jobs.Run, *profile.Profile) {
+func profiledRun(t *testing.T, l ledger.Store, n int, from float64) (jobs.Run, *profile.Profile) {
 	t.Helper()
 	ctx := context.Background()
 	r, shards := newRun("scored", 1)
@@ -78,7 +77,7 @@ func profiledRun(t *testing.T, l ledger.Ledger, n int, from float64) (jobs.Run, 
 // version's histogram in the lower bins and the run's in the upper ones.
 func TestHeldRunPage(t *testing.T) {
 	ctx := context.Background()
-	l, err := bolt.Open(filepath.Join(t.TempDir(), "ledger.db"))
+	l, err := bolt.OpenIn(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

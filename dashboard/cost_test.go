@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -15,7 +14,7 @@ import (
 // committed shards' CPU and GPU time, busy share, rows per GPU-second),
 // and "-" for a run without a recorded cost.
 func TestRunPageCost(t *testing.T) {
-	l, err := bolt.Open(filepath.Join(t.TempDir(), "ledger.db"))
+	l, err := bolt.OpenIn(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/jobs/ledger/bolt"
+	"github.com/precog-ml/precog/jobs/ledger/open"
 	"github.com/precog-ml/precog/jobs/runview"
 )
 
@@ -33,7 +33,7 @@ var staticFS embed.FS
 type Source interface {
 	// Ledger returns the ledger and a function to call when the request is
 	// done with it. ledger.ErrBusy means another process holds it.
-	Ledger(ctx context.Context) (ledger.Ledger, func(), error)
+	Ledger(ctx context.Context) (ledger.Store, func(), error)
 	// Where names the ledger in pages (never a URL with a password).
 	Where() string
 }
@@ -41,12 +41,12 @@ type Source interface {
 // Shared is a Source over one open ledger (the Postgres ledger, or the
 // embedded ledger of the run this process executes).
 type Shared struct {
-	L    ledger.Ledger
+	L    ledger.Store
 	Name string
 }
 
 // Ledger implements Source.
-func (s Shared) Ledger(context.Context) (ledger.Ledger, func(), error) { return s.L, func() {}, nil }
+func (s Shared) Ledger(context.Context) (ledger.Store, func(), error) { return s.L, func() {}, nil }
 
 // Where implements Source.
 func (s Shared) Where() string { return s.Name }
@@ -63,8 +63,8 @@ type BoltDir struct{ StateDir string }
 const busyWait = time.Second
 
 // Ledger implements Source.
-func (b BoltDir) Ledger(context.Context) (ledger.Ledger, func(), error) {
-	l, err := bolt.OpenWait(bolt.PathIn(b.StateDir), busyWait)
+func (b BoltDir) Ledger(ctx context.Context) (ledger.Store, func(), error) {
+	l, err := open.Open(ctx, open.Location{StateDir: b.StateDir}, open.Options{Wait: busyWait})
 	if err != nil {
 		return nil, nil, err
 	}

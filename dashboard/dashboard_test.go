@@ -164,7 +164,7 @@ func TestPages(t *testing.T) {
 
 func TestJobsPage(t *testing.T) {
 	dir := t.TempDir()
-	l, err := bolt.Open(filepath.Join(dir, "ledger.db"))
+	l, err := bolt.OpenIn(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestDescribeCron(t *testing.T) {
 
 func TestAuth(t *testing.T) {
 	dir := t.TempDir()
-	l, err := bolt.Open(filepath.Join(dir, "ledger.db"))
+	l, err := bolt.OpenIn(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,7 +398,7 @@ func holdLedgerFile(t *testing.T, dir string) *bbolt.DB {
 func TestBoltBusy(t *testing.T) {
 	dir := t.TempDir()
 	ts := newServer(t, Options{Source: BoltDir{StateDir: dir}})
-	l, err := bolt.Open(filepath.Join(dir, "ledger.db"))
+	l, err := bolt.OpenIn(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package dashboard
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -51,7 +50,7 @@ func newRun(job string, n int) (jobs.Run, []jobs.Shard) {
 	return r, shards
 }
 
-func mustCreate(t testing.TB, led ledger.Ledger, job string, n int) jobs.Run {
+func mustCreate(t testing.TB, led ledger.Store, job string, n int) jobs.Run {
 	t.Helper()
 	r, shards := newRun(job, n)
 	if err := led.CreateRun(context.Background(), r, shards); err != nil {
@@ -62,7 +61,7 @@ func mustCreate(t testing.TB, led ledger.Ledger, job string, n int) jobs.Run {
 
 // commit claims one shard of run as worker and commits it with rows, of
 // which the sample's were rejected.
-func commit(t testing.TB, led ledger.Ledger, run, worker string, rows int64, sample ...jobs.Reject) {
+func commit(t testing.TB, led ledger.Store, run, worker string, rows int64, sample ...jobs.Reject) {
 	t.Helper()
 	ctx := context.Background()
 	sh, err := led.Claim(ctx, run, worker, lease)
@@ -74,7 +73,7 @@ func commit(t testing.TB, led ledger.Ledger, run, worker string, rows int64, sam
 	}
 }
 
-func setState(t testing.TB, led ledger.Ledger, run string, st jobs.RunState, msg string) {
+func setState(t testing.TB, led ledger.Store, run string, st jobs.RunState, msg string) {
 	t.Helper()
 	if err := led.SetRunState(context.Background(), run, st, msg); err != nil {
 		t.Fatalf("run %s → %s: %v", run, st, err)
@@ -84,7 +83,7 @@ func setState(t testing.TB, led ledger.Ledger, run string, st jobs.RunState, msg
 // seed creates one run in every state: pending (nothing claimed), running
 // (1 of 3 shards committed, 1 held by w-b), succeeded, failed (a shard
 // failed with an error by w-a) and cancelled.
-func seed(t testing.TB, led ledger.Ledger) seeded {
+func seed(t testing.TB, led ledger.Store) seeded {
 	t.Helper()
 	ctx := context.Background()
 	s := seeded{Spec: fixtureSpec}
@@ -118,18 +117,18 @@ func seed(t testing.TB, led ledger.Ledger) seeded {
 }
 
 // ledgers are the real ledgers the handler tests run against.
-func ledgers(t *testing.T) map[string]func(t *testing.T) (ledger.Ledger, Source) {
-	return map[string]func(t *testing.T) (ledger.Ledger, Source){
-		"bolt": func(t *testing.T) (ledger.Ledger, Source) {
+func ledgers(t *testing.T) map[string]func(t *testing.T) (ledger.Store, Source) {
+	return map[string]func(t *testing.T) (ledger.Store, Source){
+		"bolt": func(t *testing.T) (ledger.Store, Source) {
 			dir := t.TempDir()
-			l, err := bolt.Open(filepath.Join(dir, "ledger.db"))
+			l, err := bolt.OpenIn(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { l.Close() })
 			return l, Shared{L: l, Name: "test bolt"}
 		},
-		"postgres": func(t *testing.T) (ledger.Ledger, Source) {
+		"postgres": func(t *testing.T) (ledger.Store, Source) {
 			pg := testservers.Postgres(t)
 			l, err := postgres.Open(context.Background(), pg.DSN, postgres.Options{PollOnly: true, MaxConns: 8})
 			if err != nil {
@@ -143,7 +142,7 @@ func ledgers(t *testing.T) map[string]func(t *testing.T) (ledger.Ledger, Source)
 
 // ledgerActions are the buttons over a ledger alone (no sinks): what the
 // tests of this package need; cmd/precog wires the real commands.
-func ledgerActions(led ledger.Ledger) Actions {
+func ledgerActions(led ledger.Store) Actions {
 	return Actions{
 		Cancel: func(ctx context.Context, id string) (string, error) {
 			if err := led.SetRunState(ctx, id, jobs.RunCancelled, "cancelled from the dashboard"); err != nil {

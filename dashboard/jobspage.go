@@ -47,33 +47,6 @@ type jobRow struct {
 	ScheduleErrors string
 }
 
-// jobNamer is the Postgres ledger's way to list its jobs without reading
-// every run; other ledgers are read run by run.
-type jobNamer interface {
-	JobNames(ctx context.Context) ([]string, error)
-}
-
-// ledgerJobs lists every job that has a run in the ledger, by name.
-func ledgerJobs(ctx context.Context, led ledger.Ledger) ([]string, error) {
-	if n, ok := led.(jobNamer); ok {
-		return n.JobNames(ctx)
-	}
-	runs, err := led.Runs(ctx, "", 0)
-	if err != nil {
-		return nil, fmt.Errorf("list runs: %w", err)
-	}
-	var names []string
-	seen := map[string]bool{}
-	for _, r := range runs {
-		if !seen[r.Job] {
-			seen[r.Job] = true
-			names = append(names, r.Job)
-		}
-	}
-	slices.Sort(names)
-	return names, nil
-}
-
 // jobsPage lists the specs of --jobs first, then every other job the
 // ledger has runs of, each with the schedule of the spec its newest run
 // recorded.
@@ -85,10 +58,10 @@ func (s *Server) jobsPage(w http.ResponseWriter, r *http.Request, v viewer) {
 	if s.opts.JobsDir != "" {
 		specs, loadErrs = loadViewSpecs(s.opts.JobsDir, s.opts.Now())
 	}
-	s.withLedger(w, r, v, func(led ledger.Ledger) error {
+	s.withLedger(w, r, v, func(led ledger.Store) error {
 		ctx := r.Context()
 		now := s.opts.Now()
-		names, err := ledgerJobs(ctx, led)
+		names, err := led.JobNames(ctx)
 		if err != nil {
 			return fmt.Errorf("jobs of the ledger: %w", err)
 		}

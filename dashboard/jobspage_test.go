@@ -16,7 +16,7 @@ const scheduledSpec = "name: daily\nschedule: \"15 4 * * *\"\ntimezone: UTC\nmax
 
 // wrapped is a ledger behind a struct that embeds it, as cmd/precog's
 // openedLedger does: the jobs page must not depend on the dynamic type.
-type wrapped struct{ ledger.Ledger }
+type wrapped struct{ ledger.Store }
 
 // jobRowOf is the <tr> of job on the jobs page.
 func jobRowOf(t *testing.T, body, job string) string {

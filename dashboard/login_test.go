@@ -3,7 +3,6 @@ package dashboard
 import (
 	"net/http"
 	"net/url"
-	"path/filepath"
 	"testing"
 
 	"github.com/precog-ml/precog/jobs/ledger/bolt"
@@ -14,7 +13,7 @@ import (
 // a browser could read as another host (a tab it drops, a second slash or a
 // backslash, a scheme, the same percent-encoded) to "/".
 func TestLoginNextStaysOnSite(t *testing.T) {
-	l, err := bolt.Open(filepath.Join(t.TempDir(), "ledger.db"))
+	l, err := bolt.OpenIn(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -22,14 +23,13 @@ type workerRow struct {
 // workersPage lists the ledger's workers: pool, devices, version, last
 // heartbeat, held shards; lost ones marked and their shards expiring.
 func (s *Server) workersPage(w http.ResponseWriter, r *http.Request, v viewer) {
-	s.withLedger(w, r, v, func(led ledger.Ledger) error {
-		wl, ok := led.(ledger.Workers)
-		if !ok {
+	s.withLedger(w, r, v, func(led ledger.Store) error {
+		pool := r.URL.Query().Get("pool")
+		ws, err := led.ListWorkers(r.Context(), pool)
+		if errors.Is(err, ledger.ErrUnsupported) {
 			s.render(w, http.StatusOK, "workers", s.page(v, "Workers", map[string]any{"Unsupported": true}))
 			return nil
 		}
-		pool := r.URL.Query().Get("pool")
-		ws, err := wl.ListWorkers(r.Context(), pool)
 		if err != nil {
 			return err
 		}
@@ -54,16 +54,12 @@ func (s *Server) rejectsPage(w http.ResponseWriter, r *http.Request, v viewer) {
 	id := r.PathValue("id")
 	page, _ := strconv.Atoi(r.URL.Query().Get("page"))
 	page = max(page, 1)
-	s.withLedger(w, r, v, func(led ledger.Ledger) error {
+	s.withLedger(w, r, v, func(led ledger.Store) error {
 		run, err := led.Run(r.Context(), id)
 		if err != nil {
 			return err
 		}
-		rj, ok := led.(ledger.Rejects)
-		if !ok {
-			return fmt.Errorf("run %s: %s does not store rejects", id, s.opts.Source.Where())
-		}
-		p, err := rj.Rejects(r.Context(), id, (page-1)*rejectsPerPage, rejectsPerPage)
+		p, err := led.Rejects(r.Context(), id, (page-1)*rejectsPerPage, rejectsPerPage)
 		if err != nil {
 			return err
 		}

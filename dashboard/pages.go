@@ -61,7 +61,7 @@ func rowOf(v runview.Run, r jobs.Run) runRow {
 
 // withLedger runs fn on the source's ledger, answering 503 with a page
 // when it is busy or unreachable.
-func (s *Server) withLedger(w http.ResponseWriter, r *http.Request, v viewer, fn func(led ledger.Ledger) error) {
+func (s *Server) withLedger(w http.ResponseWriter, r *http.Request, v viewer, fn func(led ledger.Store) error) {
 	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
 	defer cancel()
 	led, release, err := s.opts.Source.Ledger(ctx)
@@ -105,7 +105,7 @@ func loadRows(ctx context.Context, led ledger.Ledger, job, state string, now tim
 func (s *Server) runsPage(w http.ResponseWriter, r *http.Request, v viewer) {
 	q := r.URL.Query()
 	job, state := q.Get("job"), q.Get("state")
-	s.withLedger(w, r, v, func(led ledger.Ledger) error {
+	s.withLedger(w, r, v, func(led ledger.Store) error {
 		rows, err := loadRows(r.Context(), led, job, state, s.opts.Now())
 		if err != nil {
 			return err
@@ -238,7 +238,7 @@ func loadDetail(ctx context.Context, led ledger.Ledger, id string, page int, now
 
 func (s *Server) runPage(w http.ResponseWriter, r *http.Request, v viewer) {
 	id := r.PathValue("id")
-	s.withLedger(w, r, v, func(led ledger.Ledger) error {
+	s.withLedger(w, r, v, func(led ledger.Store) error {
 		page := pageParam(r)
 		d, err := loadDetail(r.Context(), led, id, page, s.opts.Now())
 		if err != nil {
@@ -267,7 +267,7 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request, v viewer) {
 
 func (s *Server) apiRuns(w http.ResponseWriter, r *http.Request, v viewer) {
 	q := r.URL.Query()
-	s.withLedger(w, r, v, func(led ledger.Ledger) error {
+	s.withLedger(w, r, v, func(led ledger.Store) error {
 		rows, err := loadRows(r.Context(), led, q.Get("job"), q.Get("state"), s.opts.Now())
 		if err != nil {
 			return err
@@ -282,7 +282,7 @@ func (s *Server) apiRuns(w http.ResponseWriter, r *http.Request, v viewer) {
 }
 
 func (s *Server) apiRun(w http.ResponseWriter, r *http.Request, v viewer) {
-	s.withLedger(w, r, v, func(led ledger.Ledger) error {
+	s.withLedger(w, r, v, func(led ledger.Store) error {
 		d, err := loadDetail(r.Context(), led, r.PathValue("id"), pageParam(r), s.opts.Now())
 		if err != nil {
 			return err

@@ -1,7 +1,6 @@
 package dashboard
 
 import (
-	"path/filepath"
 	"testing"
 
 	"github.com/precog-ml/precog/jobs/ledger/bolt"
@@ -10,7 +9,7 @@ import (
 // TestProbes: /healthz and /readyz need no token; /readyz is 503 when the
 // ledger cannot be read and 200 when it can (Kubernetes' probes).
 func TestProbes(t *testing.T) {
-	l, err := bolt.Open(filepath.Join(t.TempDir(), "ledger.db"))
+	l, err := bolt.OpenIn(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 // part show none of them, and the ${…} reference stays readable.
 func TestSpecViewRedactsCredentials(t *testing.T) {
 	const pw = "L1teral-Secret"
-	l, err := bolt.Open(filepath.Join(t.TempDir(), "ledger.db"))
+	l, err := bolt.OpenIn(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestSpecViewRedactsCredentials(t *testing.T) {
 // read ${…} variables that are not set where the dashboard runs.
 func TestJobsPageNeedsNoSinkSecrets(t *testing.T) {
 	dir := t.TempDir()
-	l, err := bolt.Open(filepath.Join(dir, "ledger.db"))
+	l, err := bolt.OpenIn(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

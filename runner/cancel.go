@@ -10,7 +10,7 @@ import (
 
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/jobs/ledger/bolt"
+	"github.com/precog-ml/precog/jobs/ledger/open"
 	"github.com/precog-ml/precog/sinks"
 )
 
@@ -69,7 +69,7 @@ const drainPoll = 200 * time.Millisecond
 // are given o.Drain to stop, and everything it wrote is removed from every
 // sink of the spec it recorded (expanded with this process's environment,
 // so secrets never sit in the ledger). Published data is never touched.
-func Cancel(ctx context.Context, led ledger.Ledger, id string, o CancelOptions) (CancelResult, error) {
+func Cancel(ctx context.Context, led ledger.Store, id string, o CancelOptions) (CancelResult, error) {
 	o = o.withDefaults()
 	run, err := led.Run(ctx, id)
 	if err != nil {
@@ -103,10 +103,8 @@ func Cancel(ctx context.Context, led ledger.Ledger, id string, o CancelOptions) 
 	} else if res.Cleaned, err = AbortSinks(ctx, run, AbortOptions{ScanUnindexed: o.ScanUnindexed}); err != nil {
 		res.Run, _ = led.Run(ctx, id)
 		return res, cleanupPending(ctx, led, run, err, o.Log)
-	} else if cl, ok := led.(ledger.Cleanups); ok {
-		if err := cl.CleanupDone(ctx, id); err != nil {
-			o.Log.Warn("the run's sinks are clean, but its pending-cleanup record stays (a worker cleans them again)", "run", id, "err", err)
-		}
+	} else if err := led.CleanupDone(ctx, id); err != nil && !errors.Is(err, ledger.ErrUnsupported) {
+		o.Log.Warn("the run's sinks are clean, but its pending-cleanup record stays (a worker cleans them again)", "run", id, "err", err)
 	}
 	res.Run, err = led.Run(ctx, id)
 	return res, err
@@ -143,14 +141,14 @@ func poolOf(r jobs.Run) string {
 
 // cleanupPending records, where the ledger can, that the cancelled run's
 // sinks still hold its data, and returns the *CleanupPendingError.
-func cleanupPending(ctx context.Context, led ledger.Ledger, run jobs.Run, cause error, log *slog.Logger) error {
+func cleanupPending(ctx context.Context, led ledger.Store, run jobs.Run, cause error, log *slog.Logger) error {
 	pe := &CleanupPendingError{Run: run, Err: cause}
-	if cl, ok := led.(ledger.Cleanups); ok {
-		if err := cl.AddCleanup(ctx, run.ID, jobs.RedactSecrets(cause.Error())); err != nil {
-			log.Warn("could not record the pending sink cleanup for the workers", "run", run.ID, "err", err)
-		} else {
-			pe.Recorded = true
-		}
+	switch err := led.AddCleanup(ctx, run.ID, jobs.RedactSecrets(cause.Error())); {
+	case errors.Is(err, ledger.ErrUnsupported):
+	case err != nil:
+		log.Warn("could not record the pending sink cleanup for the workers", "run", run.ID, "err", err)
+	default:
+		pe.Recorded = true
 	}
 	log.Warn("run cancelled; its sinks still hold its data", "run", run.ID, "err", jobs.RedactSecrets(cause.Error()), "for_workers", pe.Recorded)
 	return pe
@@ -262,7 +260,7 @@ const localCancelDrain = time.Minute
 // When none runs the job, the cancel holds the job's lock itself, so that
 // no `precog run` resumes the run while its sinks are cleaned.
 func CancelLocal(ctx context.Context, stateDir, runID string, o CancelOptions) (CancelResult, error) {
-	led, err := bolt.OpenIn(stateDir)
+	led, err := open.Open(ctx, open.Location{StateDir: stateDir}, open.Options{})
 	if err != nil {
 		return CancelResult{}, err
 	}

@@ -77,12 +77,12 @@ type checkOutcome struct {
 }
 
 // runProfile merges the profiles of a run's committed shards.
-func runProfile(ctx context.Context, led ledger.Ledger, ck ledger.Checks, spec *jobs.Spec, runID string) (*profile.Profile, int64, error) {
+func runProfile(ctx context.Context, led ledger.Store, spec *jobs.Spec, runID string) (*profile.Profile, int64, error) {
 	shards, err := led.Shards(ctx, runID)
 	if err != nil {
 		return nil, 0, err
 	}
-	stored, err := ck.ShardProfiles(ctx, runID)
+	stored, err := led.ShardProfiles(ctx, runID)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -111,20 +111,16 @@ func runProfile(ctx context.Context, led ledger.Ledger, ck ledger.Checks, spec *
 // evaluateChecks runs the spec's checks of a staged run against the
 // published version of its (job, target) and stores the report. It
 // returns nil when the spec has no checks.
-func evaluateChecks(ctx context.Context, led ledger.Ledger, spec *jobs.Spec, run jobs.Run) (*checkOutcome, error) {
+func evaluateChecks(ctx context.Context, led ledger.Store, spec *jobs.Spec, run jobs.Run) (*checkOutcome, error) {
 	if spec.Checks == nil {
 		return nil, nil
 	}
-	ck, ok := led.(ledger.Checks)
-	if !ok {
-		return nil, fmt.Errorf("checks: the ledger %T cannot store them", led)
-	}
-	cur, rows, err := runProfile(ctx, led, ck, spec, run.ID)
+	cur, rows, err := runProfile(ctx, led, spec, run.ID)
 	if err != nil {
 		return nil, fmt.Errorf("checks of run %s: %w", run.ID, err)
 	}
 	var base *profile.Baseline
-	switch b, err := ck.Baseline(ctx, run.Job, CheckTarget(spec)); {
+	switch b, err := led.Baseline(ctx, run.Job, CheckTarget(spec)); {
 	case errors.Is(err, ledger.ErrNotFound):
 	case err != nil:
 		return nil, fmt.Errorf("checks of run %s: %w", run.ID, err)
@@ -140,7 +136,7 @@ func evaluateChecks(ctx context.Context, led ledger.Ledger, spec *jobs.Spec, run
 	if err != nil {
 		return nil, err
 	}
-	if err := ck.PutCheckReport(ctx, run.ID, rep); err != nil {
+	if err := led.PutCheckReport(ctx, run.ID, rep); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -150,7 +146,7 @@ func evaluateChecks(ctx context.Context, led ledger.Ledger, spec *jobs.Spec, run
 // the checks and, when one fails, returns an error wrapping ErrHeld
 // (on_failure: hold) or ErrChecksFailed (fail). A nil outcome means the
 // spec has no checks.
-func checkBeforePublish(ctx context.Context, led ledger.Ledger, spec *jobs.Spec, run jobs.Run, log *slog.Logger) (*checkOutcome, error) {
+func checkBeforePublish(ctx context.Context, led ledger.Store, spec *jobs.Spec, run jobs.Run, log *slog.Logger) (*checkOutcome, error) {
 	start := time.Now()
 	out, err := evaluateChecks(ctx, led, spec, run)
 	if err != nil || out == nil {
@@ -170,16 +166,15 @@ func checkBeforePublish(ctx context.Context, led ledger.Ledger, spec *jobs.Spec,
 
 // recordPublished stores a published run's profile as its target's
 // baseline, so that the next run is checked against it.
-func recordPublished(ctx context.Context, led ledger.Ledger, spec *jobs.Spec, run jobs.Run, out *checkOutcome) error {
-	ck, ok := led.(ledger.Checks)
-	if out == nil || !ok {
+func recordPublished(ctx context.Context, led ledger.Store, spec *jobs.Spec, run jobs.Run, out *checkOutcome) error {
+	if out == nil {
 		return nil
 	}
 	var rows int64
 	if p, err := profile.Decode(out.profile); err == nil {
 		rows = p.Rows
 	}
-	return ck.PutBaseline(ctx, ledger.Baseline{Job: run.Job, Target: CheckTarget(spec), RunID: run.ID, Version: run.Version, RowsOut: rows, Profile: out.profile})
+	return led.PutBaseline(ctx, ledger.Baseline{Job: run.Job, Target: CheckTarget(spec), RunID: run.ID, Version: run.Version, RowsOut: rows, Profile: out.profile})
 }
 
 // CurrentUser is who `publish --accept` records when --by is not given.
@@ -192,7 +187,7 @@ func CurrentUser() string {
 
 // HeldOptions says which held run to resolve and who resolves it.
 type HeldOptions struct {
-	Ledger ledger.Ledger
+	Ledger ledger.Store
 	RunID  string
 	// By and Reason are recorded in the ledger.
 	By, Reason string
@@ -206,15 +201,6 @@ func (o HeldOptions) withDefaults() HeldOptions {
 		o.Log = slog.Default()
 	}
 	return o
-}
-
-// checks is the ledger's part that holds runs.
-func (o HeldOptions) checks() (ledger.Checks, error) {
-	ck, ok := o.Ledger.(ledger.Checks)
-	if !ok {
-		return nil, fmt.Errorf("the ledger %T has no held runs", o.Ledger)
-	}
-	return ck, nil
 }
 
 // heldRun opens a held run's spec and sinks.
@@ -252,10 +238,6 @@ func heldRun(ctx context.Context, o HeldOptions) (jobs.Run, *jobs.Spec, []sinks.
 // against.
 func PublishHeld(ctx context.Context, o HeldOptions) (jobs.Run, error) {
 	o = o.withDefaults()
-	ck, err := o.checks()
-	if err != nil {
-		return jobs.Run{}, err
-	}
 	run, spec, snks, closeSinks, err := heldRun(ctx, o)
 	if err != nil {
 		return run, err
@@ -274,7 +256,7 @@ func PublishHeld(ctx context.Context, o HeldOptions) (jobs.Run, error) {
 		}
 		return run, err
 	}
-	if err := ck.ResolveHold(ctx, run.ID, jobs.RunSucceeded, o.By, o.Reason); err != nil {
+	if err := o.Ledger.ResolveHold(ctx, ledger.ResolveHoldParams{RunID: run.ID, State: jobs.RunSucceeded, By: o.By, Reason: o.Reason}); err != nil {
 		return run, err
 	}
 	runFinished(run.Job, jobs.RunSucceeded)
@@ -285,16 +267,12 @@ func PublishHeld(ctx context.Context, o HeldOptions) (jobs.Run, error) {
 // cancelled with who and why, and its staged data is removed from every sink.
 func DiscardHeld(ctx context.Context, o HeldOptions) (jobs.Run, error) {
 	o = o.withDefaults()
-	ck, err := o.checks()
-	if err != nil {
-		return jobs.Run{}, err
-	}
 	run, spec, snks, closeSinks, err := heldRun(ctx, o)
 	if err != nil {
 		return run, err
 	}
 	defer closeSinks()
-	if err := ck.ResolveHold(ctx, run.ID, jobs.RunCancelled, o.By, o.Reason); err != nil {
+	if err := o.Ledger.ResolveHold(ctx, ledger.ResolveHoldParams{RunID: run.ID, State: jobs.RunCancelled, By: o.By, Reason: o.Reason}); err != nil {
 		return run, err
 	}
 	runFinished(run.Job, jobs.RunCancelled)
@@ -312,12 +290,8 @@ func DiscardHeld(ctx context.Context, o HeldOptions) (jobs.Run, error) {
 // stored at its publish step, else one computed now against its target's
 // published version. The run's spec must have a checks: block (profiles
 // are only computed then).
-func Diff(ctx context.Context, led ledger.Ledger, runID, against string) (profile.Report, error) {
+func Diff(ctx context.Context, led ledger.Store, runID, against string) (profile.Report, error) {
 	var rep profile.Report
-	ck, ok := led.(ledger.Checks)
-	if !ok {
-		return rep, fmt.Errorf("the ledger %T has no checks", led)
-	}
 	run, err := led.Run(ctx, runID)
 	if err != nil {
 		return rep, err
@@ -330,7 +304,7 @@ func Diff(ctx context.Context, led ledger.Ledger, runID, against string) (profil
 		return rep, fmt.Errorf("run %s: its spec has no checks: block, so no output profile was computed", run.ID)
 	}
 	if against == "" {
-		if b, err := ck.CheckReport(ctx, run.ID); err == nil {
+		if b, err := led.CheckReport(ctx, run.ID); err == nil {
 			return rep, json.Unmarshal(b, &rep)
 		}
 		out, err := evaluateChecks(ctx, led, spec, run)
@@ -353,11 +327,11 @@ func Diff(ctx context.Context, led ledger.Ledger, runID, against string) (profil
 	if other == nil {
 		return rep, fmt.Errorf("job %s has no run of version %s: %w", run.Job, against, ledger.ErrNotFound)
 	}
-	cur, rows, err := runProfile(ctx, led, ck, spec, run.ID)
+	cur, rows, err := runProfile(ctx, led, spec, run.ID)
 	if err != nil {
 		return rep, fmt.Errorf("run %s: %w", run.ID, err)
 	}
-	old, oldRows, err := runProfile(ctx, led, ck, spec, other.ID)
+	old, oldRows, err := runProfile(ctx, led, spec, other.ID)
 	if err != nil {
 		return rep, fmt.Errorf("run %s: %w", other.ID, err)
 	}

@@ -94,7 +94,7 @@ func TestClusterChecksHoldShiftedModel(t *testing.T) {
 		t.Fatalf("rows: %+v", c)
 	}
 	// Nothing else may take the held run over.
-	if _, err := led.ClaimPublish(ctx, held.ID, "w9", time.Minute); !errors.Is(err, ledger.ErrRunFinished) {
+	if _, err := led.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: held.ID, Worker: "w9", Lease: time.Minute}); !errors.Is(err, ledger.ErrRunFinished) {
 		t.Fatalf("ClaimPublish of a held run: %v", err)
 	}
 	stop()

@@ -115,7 +115,7 @@ func (f *checksFixture) report(t *testing.T, led ledger.Checks, runID string) pr
 
 func (f *checksFixture) ledger(t *testing.T) *bolt.Ledger {
 	t.Helper()
-	led, err := bolt.Open(filepath.Join(f.state, "ledger.db"))
+	led, err := bolt.OpenIn(f.state)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -30,11 +31,10 @@ type cleaner struct {
 // failure is logged and retried after cleanupRetry. Called when the
 // worker finds nothing to claim.
 func (w *Worker) finishCleanups(ctx context.Context) {
-	cl, ok := w.led.(ledger.Cleanups)
-	if !ok {
+	ids, err := w.led.CleanupsDue(ctx, w.opts.Pool, cleanupBatch)
+	if errors.Is(err, ledger.ErrUnsupported) {
 		return
 	}
-	ids, err := cl.CleanupsDue(ctx, w.opts.Pool, cleanupBatch)
 	if err != nil {
 		w.log.Warn("list the pending sink cleanups", "err", err)
 		return
@@ -56,7 +56,7 @@ func (w *Worker) finishCleanups(ctx context.Context) {
 			w.log.Warn("sink cleanup of a cancelled run failed; retrying later", "run", id, "in", cleanupRetry, "err", jobs.RedactSecrets(err.Error()))
 			continue
 		}
-		if err := cl.CleanupDone(ctx, id); err != nil {
+		if err := w.led.CleanupDone(ctx, id); err != nil {
 			w.log.Warn("clear a finished sink cleanup", "run", id, "err", err)
 		}
 	}

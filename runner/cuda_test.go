@@ -3,7 +3,6 @@ package runner
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -23,7 +22,7 @@ func TestCUDAWorker(t *testing.T) {
 		}
 		t.Skipf("no usable cuda:0: %v", err)
 	}
-	led, err := bolt.Open(filepath.Join(t.TempDir(), "ledger.db"))
+	led, err := bolt.OpenIn(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

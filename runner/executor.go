@@ -120,7 +120,7 @@ var errClaimSettled = errors.New("claimed shard settled by the mode")
 
 // executor runs shard attempts for its mode's claim loops.
 type executor struct {
-	led ledger.Ledger
+	led ledger.Store
 	// lease is a claimed shard's lease, renewed every lease/3; stall fails
 	// an attempt that read no row for this long.
 	lease, stall time.Duration
@@ -231,14 +231,14 @@ func (e *executor) settle(ctx context.Context, worker string, t shardTask, a att
 		return r
 	case ctx.Err() != nil:
 		// Interrupted: give the shard back without spending an attempt.
-		_ = e.led.Release(bg, run.ID, sh.Index, worker)
+		_ = e.led.Release(bg, ledger.ReleaseParams{RunID: run.ID, Shard: sh.Index, Worker: worker})
 		r.outcome = outReleased
 		return r
 	case class == retry.Transient && streak.retry(ctx, t.job.Spec.Retry.TransientWindow.Duration):
 		// A stale attempt (its lease taken over, its run ended: a worker
 		// thawed after a freeze sees its connections ended) stops as one;
 		// it does not retry a shard that is no longer its own.
-		if rerr := e.led.Release(bg, run.ID, sh.Index, worker); errors.Is(rerr, ledger.ErrLeaseLost) || errors.Is(rerr, ledger.ErrRunFinished) {
+		if rerr := e.led.Release(bg, ledger.ReleaseParams{RunID: run.ID, Shard: sh.Index, Worker: worker}); errors.Is(rerr, ledger.ErrLeaseLost) || errors.Is(rerr, ledger.ErrRunFinished) {
 			e.log.Info("shard attempt stopped: lease lost or run finished", "run", run.ID, "shard", sh.Index, "worker", worker, "err", a.err, "ledger", rerr)
 			r.outcome = outLost
 			return r
@@ -271,7 +271,7 @@ func (e *executor) letGo(ctx context.Context, runID string, shard int, worker st
 	if !errors.Is(cause, ledger.ErrRunFinished) {
 		return
 	}
-	if err := e.led.Release(ctx, runID, shard, worker); err != nil && !errors.Is(err, ledger.ErrRunFinished) && !errors.Is(err, ledger.ErrLeaseLost) {
+	if err := e.led.Release(ctx, ledger.ReleaseParams{RunID: runID, Shard: shard, Worker: worker}); err != nil && !errors.Is(err, ledger.ErrRunFinished) && !errors.Is(err, ledger.ErrLeaseLost) {
 		e.log.Warn("tell the ledger the attempt stopped", "run", runID, "shard", shard, "worker", worker, "err", err)
 	}
 }
@@ -328,7 +328,7 @@ func (s *transientStreak) retry(ctx context.Context, window time.Duration) bool 
 func (s *transientStreak) reset() { s.first, s.n = time.Time{}, 0 }
 
 // endRunFailed fails a run for good: its ledger record and what it wrote.
-func endRunFailed(ctx context.Context, led ledger.Ledger, t shardTask, cause error, log *slog.Logger) {
+func endRunFailed(ctx context.Context, led ledger.Store, t shardTask, cause error, log *slog.Logger) {
 	runStores{led: led, snks: t.snks, info: t.info, log: log}.end(ctx, jobs.RunFailed, cause)
 }
 

@@ -43,7 +43,7 @@ func newGCFixture(t *testing.T) *gcFixture {
 		Postgres: &jobs.PostgresSinkSpec{DSN: pg.DSN, Table: "recs"},
 		Redis:    &jobs.RedisSinkSpec{Addr: rd.Addr, DB: rd.DB, Password: rd.Password, Namespace: rd.Prefix + "recs", TTL: jobs.Duration{Duration: time.Hour}},
 	}}
-	led, err := bolt.Open(filepath.Join(dir, "state", "ledger.db"))
+	led, err := bolt.OpenIn(filepath.Join(dir, "state"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/precog-ml/precog/internal/retry"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/jobs/ledger/bolt"
+	"github.com/precog-ml/precog/jobs/ledger/open"
 	"github.com/precog-ml/precog/sinks"
 	"github.com/precog-ml/precog/sources"
 )
@@ -53,7 +53,7 @@ type LocalOptions struct {
 	// Ledger, when set, is used instead of opening the embedded ledger under
 	// StateDir (a scheduler that holds it open; backfill); RunLocal does
 	// not close it.
-	Ledger ledger.Ledger
+	Ledger ledger.Store
 	// Sinks, when set, replace the spec's sinks (embedding precog, tests).
 	// RunLocal does not close them.
 	Sinks []sinks.Sink
@@ -135,7 +135,7 @@ func (o LocalOptions) withDefaults(device string) LocalOptions {
 // localRun is one RunLocal call's open job, ledger, sinks and run.
 type localRun struct {
 	job   *Job
-	led   ledger.Ledger
+	led   ledger.Store
 	snks  []sinks.Sink
 	info  sinks.RunInfo
 	opts  LocalOptions
@@ -168,7 +168,7 @@ func RunLocal(ctx context.Context, spec *jobs.Spec, opts LocalOptions) (Result, 
 			return Result{}, err
 		}
 		defer release()
-		bl, err := bolt.OpenIn(opts.StateDir)
+		bl, err := open.Open(ctx, open.Location{StateDir: opts.StateDir}, open.Options{})
 		if err != nil {
 			return Result{}, err
 		}
@@ -286,7 +286,7 @@ func (lr *localRun) publishStopped(ctx context.Context, run jobs.Run, round int,
 		err = fmt.Errorf("run %s: the sinks lost committed shards %d times in a row; nothing was published: %w", run.ID, round+1, err)
 	case errors.Is(err, ErrHeld):
 		runFinished(lr.info.Job, jobs.RunHeld)
-		if herr := lr.led.(ledger.Checks).Hold(ctx, run.ID, err.Error()); herr != nil {
+		if herr := lr.led.Hold(ctx, run.ID, err.Error()); herr != nil {
 			return fmt.Errorf("%w (and recording it: %w)", err, herr)
 		}
 		lr.res.Run, _ = lr.led.Run(ctx, run.ID)
@@ -386,22 +386,13 @@ func (lr *localRun) execute(ctx context.Context, run jobs.Run, recompute bool) e
 // without claiming again.
 const localPublishLease = 10 * time.Minute
 
-// publishClaimer is a ledger that leases the publish step (both do).
-type publishClaimer interface {
-	ClaimPublish(ctx context.Context, runID, worker string, lease time.Duration) (jobs.Run, error)
-}
-
 // claimPublish moves the run to publishing under a publish lease, so that
 // a `precog cancel` from another process of the state dir is refused
 // (ledger.ErrPublishing) instead of cancelling a run whose sinks are
-// cutting over; a ledger without leases only records the state.
+// cutting over.
 func (lr *localRun) claimPublish(ctx context.Context, runID string) error {
-	c, ok := lr.led.(publishClaimer)
-	if !ok {
-		return lr.led.SetRunState(ctx, runID, jobs.RunPublishing, "")
-	}
 	host, _ := os.Hostname()
-	if _, err := c.ClaimPublish(ctx, runID, fmt.Sprintf("%s-%d", host, os.Getpid()), localPublishLease); err != nil {
+	if _, err := lr.led.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: runID, Worker: fmt.Sprintf("%s-%d", host, os.Getpid()), Lease: localPublishLease}); err != nil {
 		return fmt.Errorf("run %s: take the publish step: %w", runID, err)
 	}
 	return nil
@@ -476,7 +467,7 @@ func succeededRun(ctx context.Context, led ledger.Ledger, job *Job) (jobs.Run, b
 
 // openOrCreateRun finds the unfinished run of (job, params) to resume, or
 // plans and creates a new one.
-func openOrCreateRun(ctx context.Context, led ledger.Ledger, job *Job, snks []sinks.Sink, opts LocalOptions, log *slog.Logger) (jobs.Run, bool, error) {
+func openOrCreateRun(ctx context.Context, led ledger.Store, job *Job, snks []sinks.Sink, opts LocalOptions, log *slog.Logger) (jobs.Run, bool, error) {
 	spec := job.Spec
 	paramsKey := jobs.ParamsKey(spec.Params)
 	run, err := led.OpenRun(ctx, spec.Name, paramsKey)
@@ -497,7 +488,7 @@ func openOrCreateRun(ctx context.Context, led ledger.Ledger, job *Job, snks []si
 		}
 		for _, s := range shards {
 			if s.State == jobs.ShardRunning {
-				if err := led.Release(ctx, run.ID, s.Index, s.Worker); err != nil && !errors.Is(err, ledger.ErrLeaseLost) {
+				if err := led.Release(ctx, ledger.ReleaseParams{RunID: run.ID, Shard: s.Index, Worker: s.Worker}); err != nil && !errors.Is(err, ledger.ErrLeaseLost) {
 					return run, false, err
 				}
 			}
@@ -658,14 +649,14 @@ func (m *localMode) settled(_ context.Context, _ string, t shardTask, r attemptR
 }
 
 // abortRun marks the run failed and removes what it wrote from every sink.
-func abortRun(ctx context.Context, led ledger.Ledger, snks []sinks.Sink, info sinks.RunInfo, cause error, log *slog.Logger) {
+func abortRun(ctx context.Context, led ledger.Store, snks []sinks.Sink, info sinks.RunInfo, cause error, log *slog.Logger) {
 	runStores{led: led, snks: snks, info: info, log: log}.end(ctx, jobs.RunFailed, cause)
 }
 
 // runStores is what ending a run touches: its ledger record and every
 // sink it wrote to.
 type runStores struct {
-	led  ledger.Ledger
+	led  ledger.Store
 	snks []sinks.Sink
 	info sinks.RunInfo
 	log  *slog.Logger

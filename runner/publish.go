@@ -129,7 +129,7 @@ func publishAll(ctx context.Context, snks []sinks.Sink, info sinks.RunInfo, poli
 
 // publishLeaser is the ledger's publish lease, checked before each sink.
 type publishLeaser interface {
-	HeartbeatPublish(ctx context.Context, runID, worker string, lease time.Duration) error
+	HeartbeatPublish(ctx context.Context, p ledger.PublishLeaseParams) error
 }
 
 // publishLease is a cluster publisher's lease on a run's publish step.
@@ -148,7 +148,7 @@ type publishLease struct {
 // recompute, hold, fail the run) is the caller's: the step and whether
 // it is final come back in a *publishError.
 type publisher struct {
-	led  ledger.Ledger
+	led  ledger.Store
 	snks []sinks.Sink
 	info sinks.RunInfo
 	spec *jobs.Spec
@@ -212,7 +212,9 @@ func (p *publisher) Publish(ctx context.Context, run jobs.Run) error {
 	}
 	var before func(context.Context) error
 	if l := p.lease; l != nil {
-		before = func(ctx context.Context) error { return l.led.HeartbeatPublish(ctx, p.info.RunID, l.worker, l.d) }
+		before = func(ctx context.Context) error {
+			return l.led.HeartbeatPublish(ctx, ledger.PublishLeaseParams{RunID: p.info.RunID, Worker: l.worker, Lease: l.d})
+		}
 	}
 	if err := publishAll(ctx, p.snks, p.info, p.policy(), p.log, before); err != nil {
 		// A later run of the target published meanwhile (this run is an
@@ -235,11 +237,7 @@ func (p *publisher) check(ctx context.Context, run jobs.Run) (*checkOutcome, err
 	if !p.accepted {
 		return checkBeforePublish(ctx, p.led, p.spec, run, p.log)
 	}
-	ck, ok := p.led.(ledger.Checks)
-	if !ok {
-		return nil, nil
-	}
-	cur, _, err := runProfile(ctx, p.led, ck, p.spec, run.ID)
+	cur, _, err := runProfile(ctx, p.led, p.spec, run.ID)
 	if err != nil {
 		p.log.Warn("checks: profile of the accepted run", "run", run.ID, "err", err)
 		return nil, nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -64,7 +63,7 @@ func (s *recordingSink) wasPublished() bool {
 // unfinished for the new holder to complete.
 func TestPublishChecksLeaseBeforeEachSink(t *testing.T) {
 	ctx := context.Background()
-	led, err := bolt.Open(filepath.Join(t.TempDir(), "ledger.db"))
+	led, err := bolt.OpenIn(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +81,7 @@ func TestPublishChecksLeaseBeforeEachSink(t *testing.T) {
 	// The publisher renews its lease for 50ms at each check (its claim
 	// holds long enough to reach the first one).
 	const lease = 50 * time.Millisecond
-	if _, err := led.ClaimPublish(ctx, "r1", "frozen", time.Minute); err != nil {
+	if _, err := led.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: "r1", Worker: "frozen", Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	// The first sink's cutover outlasts the lease, and another worker
@@ -90,7 +89,7 @@ func TestPublishChecksLeaseBeforeEachSink(t *testing.T) {
 	first := &recordingSink{name: "parquet", onPublish: func() {
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			_, err := led.ClaimPublish(ctx, "r1", "other", time.Minute)
+			_, err := led.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: "r1", Worker: "other", Lease: time.Minute})
 			if err == nil {
 				return
 			}
@@ -111,7 +110,7 @@ func TestPublishChecksLeaseBeforeEachSink(t *testing.T) {
 	if !first.wasPublished() || second.wasPublished() {
 		t.Fatalf("published: first %v, second %v; want the second sink untouched once the lease was lost", first.wasPublished(), second.wasPublished())
 	}
-	if err := led.FinishPublish(ctx, "r1", "other", jobs.RunSucceeded, ""); err != nil {
+	if err := led.FinishPublish(ctx, ledger.FinishPublishParams{RunID: "r1", Worker: "other", State: jobs.RunSucceeded, Msg: ""}); err != nil {
 		t.Fatalf("the new holder finishes the publish: %v", err)
 	}
 }

@@ -8,13 +8,6 @@ import (
 	"github.com/precog-ml/precog/jobs/ledger"
 )
 
-// claimChecker is a ledger that can tell, without claiming or locking
-// anything, whether this process may claim shards (the Postgres ledger:
-// its role's privileges, a read-only session).
-type claimChecker interface {
-	CheckClaim(ctx context.Context) error
-}
-
 // Ready reports whether the worker is able to work, and why not: the
 // ledger answers, its role may claim (privileges included), and the last
 // claim attempt did not fail, and it can execute every run it met (one
@@ -23,10 +16,8 @@ type claimChecker interface {
 // fails (a role that can only read) is not ready, so that probes,
 // autoscalers and the "no ready worker" alert see it.
 func (w *Worker) Ready(ctx context.Context) error {
-	if c, ok := w.led.(claimChecker); ok {
-		if err := c.CheckClaim(ctx); err != nil {
-			return err
-		}
+	if err := w.led.CheckClaim(ctx); err != nil {
+		return err
 	}
 	if p := w.claimErr.Load(); p != nil {
 		return fmt.Errorf("the last claim failed: %w", *p)

@@ -84,7 +84,7 @@ func (u *unableRuns) clear(runID string) {
 	u.mu.Unlock()
 }
 
-// skipping lists the runs whose backoff has not ended, for ClaimNextSkipping.
+// skipping lists the runs whose backoff has not ended, for ClaimNext (ClaimNextParams.Skip).
 func (u *unableRuns) skipping(now time.Time) []string {
 	u.mu.Lock()
 	defer u.mu.Unlock()

@@ -115,7 +115,7 @@ func (o WorkerOptions) withDefaults() WorkerOptions {
 // Worker executes shards of any run in its pool, through the cluster
 // ledger: the same shard pipeline and two-phase publish as `precog run`.
 type Worker struct {
-	led  ledger.Cluster
+	led  ledger.Store
 	opts WorkerOptions
 	log  *slog.Logger
 	runs *runCache
@@ -133,7 +133,7 @@ type Worker struct {
 }
 
 // NewWorker builds a worker over led.
-func NewWorker(led ledger.Cluster, opts WorkerOptions) *Worker {
+func NewWorker(led ledger.Store, opts WorkerOptions) *Worker {
 	opts = opts.withDefaults()
 	models := newModelCache(opts.Models * len(opts.Devices))
 	return &Worker{led: led, opts: opts, log: opts.Logger, runs: newRunCache(opts.OpenRuns*len(opts.Devices), models, opts.Logger), pres: newPresence(), unable: newUnableRuns(),
@@ -280,7 +280,7 @@ func (w *Worker) waitWork(ctx context.Context, wake <-chan struct{}) {
 // worker cannot execute, or of opts.Run only.
 func (w *Worker) claim(ctx context.Context, id string) (jobs.Run, jobs.Shard, error) {
 	if w.opts.Run == "" {
-		return w.led.ClaimNextSkipping(ctx, w.opts.Pool, id, w.opts.Lease, w.unable.skipping(time.Now()))
+		return w.led.ClaimNext(ctx, ledger.ClaimNextParams{Pool: w.opts.Pool, Worker: id, Lease: w.opts.Lease, Skip: w.unable.skipping(time.Now())})
 	}
 	if d := w.unable.wait(w.opts.Run, time.Now()); d > 0 {
 		sleepCtx(ctx, d)
@@ -294,7 +294,7 @@ func (w *Worker) claim(ctx context.Context, id string) (jobs.Run, jobs.Shard, er
 	}
 	run, err := w.led.Run(ctx, w.opts.Run)
 	if err != nil {
-		_ = w.led.Release(context.WithoutCancel(ctx), w.opts.Run, sh.Index, id)
+		_ = w.led.Release(context.WithoutCancel(ctx), ledger.ReleaseParams{RunID: w.opts.Run, Shard: sh.Index, Worker: id})
 	}
 	return run, sh, err
 }
@@ -311,7 +311,7 @@ func (w *Worker) claim(ctx context.Context, id string) (jobs.Run, jobs.Shard, er
 // is a stale attempt, not a worker that cannot run the job: it stops as any
 // stale attempt does and is not marked.
 func (w *Worker) cannotExecute(ctx context.Context, id string, run jobs.Run, sh jobs.Shard, err error) {
-	rerr := w.led.Release(ctx, run.ID, sh.Index, id)
+	rerr := w.led.Release(ctx, ledger.ReleaseParams{RunID: run.ID, Shard: sh.Index, Worker: id})
 	if errors.Is(rerr, ledger.ErrLeaseLost) || errors.Is(rerr, ledger.ErrRunFinished) {
 		w.log.Info("shard attempt stopped: lease lost or run finished", "run", run.ID, "shard", sh.Index, "worker", id, "err", err)
 		return
@@ -343,7 +343,7 @@ func (w *Worker) tryPublish(ctx context.Context, id, runID string) {
 	if w.unable.wait(runID, time.Now()) > 0 {
 		return // another worker publishes it
 	}
-	run, err := w.led.ClaimPublish(ctx, runID, id, w.opts.PublishLease)
+	run, err := w.led.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: runID, Worker: id, Lease: w.opts.PublishLease})
 	if err != nil {
 		if !errors.Is(err, ledger.ErrNoShard) && !errors.Is(err, ledger.ErrRunFinished) {
 			w.log.Warn("claim publish", "run", runID, "err", err)
@@ -368,7 +368,7 @@ func (w *Worker) tryPublish(ctx context.Context, id, runID string) {
 			case <-pctx.Done():
 				return
 			case <-t.C:
-				if err := w.led.HeartbeatPublish(pctx, runID, id, w.opts.PublishLease); err != nil && pctx.Err() == nil {
+				if err := w.led.HeartbeatPublish(pctx, ledger.PublishLeaseParams{RunID: runID, Worker: id, Lease: w.opts.PublishLease}); err != nil && pctx.Err() == nil {
 					cancel(fmt.Errorf("publish lease: %w", err))
 					return
 				}
@@ -380,7 +380,7 @@ func (w *Worker) tryPublish(ctx context.Context, id, runID string) {
 	if state == "" {
 		return // shards went back to be recomputed; their last commit publishes again
 	}
-	if err := w.led.FinishPublish(context.WithoutCancel(ctx), runID, id, state, msg); err != nil {
+	if err := w.led.FinishPublish(context.WithoutCancel(ctx), ledger.FinishPublishParams{RunID: runID, Worker: id, State: state, Msg: msg}); err != nil {
 		w.log.Warn("finish publish", "run", runID, "err", err)
 		return
 	}

@@ -67,7 +67,7 @@ func waitRun(t *testing.T, led ledger.Ledger, id string, within time.Duration) j
 }
 
 // startWorkers runs n workers over led until the returned stop is called.
-func startWorkers(t *testing.T, led ledger.Cluster, n int, opts WorkerOptions) (events func() []ShardEvent, stop func()) {
+func startWorkers(t *testing.T, led ledger.Store, n int, opts WorkerOptions) (events func() []ShardEvent, stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -58,13 +58,9 @@ func (p *presence) current() []ledger.ShardRef {
 	return out
 }
 
-// heartbeat keeps the worker's row until ctx ends, then removes it. A
-// ledger without a worker list (ledger.Workers) makes it a no-op.
+// heartbeat keeps the worker's row until ctx ends, then removes it.
 func (w *Worker) heartbeat(ctx context.Context) {
-	wl, ok := w.led.(ledger.Workers)
-	if !ok {
-		return
-	}
+	wl := w.led
 	beat := func() {
 		w.unable.prune(ctx, w.led)
 		info := ledger.WorkerInfo{ID: w.opts.ID, Pool: w.opts.Pool, Devices: w.opts.Devices, Version: w.opts.Version,

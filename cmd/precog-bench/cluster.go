@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/precog-ml/precog/internal/testservers"
-	pgledger "github.com/precog-ml/precog/jobs/ledger/postgres"
+	"github.com/precog-ml/precog/jobs/ledger"
 )
 
 // Cluster section shape (issue 7).
@@ -46,7 +46,7 @@ const (
 type clusterBench struct {
 	h   *harness
 	dsn string
-	led *pgledger.Ledger
+	led ledger.Store
 	db  *pgxpool.Pool
 }
 

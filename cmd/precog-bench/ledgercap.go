@@ -57,7 +57,7 @@ func claimCycles(ctx context.Context, led ledger.Cluster, pool string, workers, 
 			name := fmt.Sprintf("%s-w%d", pool, w)
 			for time.Now().Before(deadline) && ctx.Err() == nil {
 				t0 := time.Now()
-				r, s, err := led.ClaimNext(ctx, pool, name, time.Minute)
+				r, s, err := led.ClaimNext(ctx, ledger.ClaimNextParams{Pool: pool, Worker: name, Lease: time.Minute})
 				if errors.Is(err, ledger.ErrNoShard) {
 					return
 				}

@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/ledger/open"
 	pgledger "github.com/precog-ml/precog/jobs/ledger/postgres"
 	"github.com/precog-ml/precog/runner"
 )
@@ -171,8 +173,8 @@ func runRows(ctx context.Context, db *pgxpool.Pool, id string) (int64, error) {
 }
 
 // openLedger opens the Postgres ledger the section submits runs through.
-func openLedger(ctx context.Context, dsn string, conns int32) (*pgledger.Ledger, error) {
-	led, err := pgledger.Open(ctx, dsn, pgledger.Options{MaxConns: conns})
+func openLedger(ctx context.Context, dsn string, conns int32) (ledger.Store, error) {
+	led, err := open.Open(ctx, open.Location{DSN: dsn}, open.Options{Postgres: pgledger.Options{MaxConns: conns}})
 	if err != nil {
 		return nil, fmt.Errorf("open the Postgres ledger: %w", err)
 	}

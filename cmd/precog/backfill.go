@@ -16,7 +16,7 @@ import (
 
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/jobs/ledger/bolt"
+	"github.com/precog-ml/precog/jobs/ledger/open"
 	"github.com/precog-ml/precog/jobs/runview"
 	"github.com/precog-ml/precog/runner"
 	"github.com/precog-ml/precog/runner/backfill"
@@ -118,7 +118,7 @@ func runBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags) e
 		byValue[v] = specs[i]
 	}
 	dsn := databaseURL(f.db)
-	var led backfill.Ledger
+	var led ledger.Store
 	if dsn != "" {
 		pl, err := openCluster(ctx, dsn, cliLedgerOptions(g.log))
 		if err != nil {
@@ -131,7 +131,7 @@ func runBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags) e
 			return err
 		}
 		defer release()
-		bl, err := bolt.OpenIn(g.stateDir)
+		bl, err := open.Open(ctx, open.Location{StateDir: g.stateDir}, open.Options{})
 		if err != nil {
 			return err
 		}
@@ -157,9 +157,9 @@ func runBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags) e
 	g.runningJob()
 	// Other processes see the backfill through a snapshot while this one
 	// holds the embedded ledger (snapshot.go).
-	snaps := startSnapshots(ctx, led, g.stateDir, g.log)
+	snaps := startSnapshots(ctx, led, g.log)
 	defer snaps.Stop()
-	led = kickingLedger{Ledger: led, s: snaps}
+	led = kickingLedger{Store: led, s: snaps}
 	bar := newProgressBar(os.Stderr, !f.noProgress, g.log)
 	agg := newRangeProgress(f.paramName, values, time.Now())
 	start := time.Now()

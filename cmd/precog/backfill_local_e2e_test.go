@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/precog-ml/precog/internal/testservers"
+	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/ledger/bolt"
 	"github.com/precog-ml/precog/jobs/runview"
 	"github.com/precog-ml/precog/runner/backfill"
 )
@@ -36,12 +38,12 @@ func localBackfillSpec(rdb *testservers.RedisServer, ns string) string {
 // readSnapshotFile reads the state dir's ledger snapshot (ok false while
 // there is none).
 func readSnapshotFile(stateDir string) (ledgerSnapshot, bool) {
-	var s ledgerSnapshot
-	b, err := os.ReadFile(filepath.Join(stateDir, snapshotFile))
-	if err != nil {
-		return s, false
+	var s ledger.Snapshot
+	b, err := os.ReadFile(filepath.Join(stateDir, bolt.SnapshotFile))
+	if err != nil || json.Unmarshal(b, &s) != nil {
+		return ledgerSnapshot{}, false
 	}
-	return s, json.Unmarshal(b, &s) == nil
+	return viewSnapshot(stateDir, s), true
 }
 
 // inFlight counts the snapshot's runs of backfill b started and not ended.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/jobs/ledger/bolt"
+	"github.com/precog-ml/precog/jobs/ledger/open"
 	"github.com/precog-ml/precog/runner/backfill"
 )
 
@@ -43,7 +43,7 @@ func clusterBackfillRead(bl backfill.Ledger, id string) backfillRead {
 // from starting: while a process holds the ledger, from its snapshot.
 func localBackfillRead(stateDir, id string) backfillRead {
 	return func(ctx context.Context) (backfill.View, bool, bool, error) {
-		led, err := bolt.OpenIn(stateDir)
+		led, err := open.Open(ctx, open.Location{StateDir: stateDir}, open.Options{})
 		if errors.Is(err, ledger.ErrBusy) {
 			s, ok := readSnapshot(stateDir)
 			if !ok {

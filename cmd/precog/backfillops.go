@@ -22,25 +22,17 @@ import (
 
 // openBackfill returns the ledger's backfill id when id names one (ok
 // false when it names none, so the caller treats id as a run).
-func openBackfill(ctx context.Context, led *openedLedger, id string) (backfill.Ledger, ledger.Backfill, bool, error) {
-	bl, isB := led.Ledger.(backfill.Ledger)
-	if !isB {
-		return nil, ledger.Backfill{}, false, nil
-	}
-	b, err := bl.Backfill(ctx, id)
+func openBackfill(ctx context.Context, led *openedLedger, id string) (ledger.Store, ledger.Backfill, bool, error) {
+	b, err := led.Backfill(ctx, id)
 	if errors.Is(err, ledger.ErrNotFound) {
 		return nil, b, false, nil
 	}
-	return bl, b, err == nil, err
+	return led.Store, b, err == nil, err
 }
 
 // withBackfill fills v.Backfill with the backfill v's run belongs to.
 func withBackfill(ctx context.Context, led *openedLedger, v runview.Run) (runview.Run, error) {
-	bl, ok := led.Ledger.(backfill.Ledger)
-	if !ok {
-		return v, nil
-	}
-	id, _, err := bl.BackfillOf(ctx, v.ID)
+	id, _, err := led.BackfillOf(ctx, v.ID)
 	switch {
 	case err == nil:
 		v.Backfill = id
@@ -122,7 +114,7 @@ func cancelBackfill(cmd *cobra.Command, g *globals, ref backfillRef, o cancelOpt
 
 // retryBackfill is `precog retry ID` of a backfill: each failed or
 // cancelled value gets a new run; on the embedded ledger they run here.
-func retryBackfill(cmd *cobra.Command, g *globals, led *openedLedger, bl backfill.Ledger, b ledger.Backfill, parallel int) error {
+func retryBackfill(cmd *cobra.Command, g *globals, led *openedLedger, bl ledger.Store, b ledger.Backfill, parallel int) error {
 	ctx := cmd.Context()
 	values, err := backfill.Retry(ctx, bl, b.ID, os.LookupEnv, nil)
 	if se := (*jobs.SpecError)(nil); errors.As(err, &se) {

@@ -48,7 +48,7 @@ precog cancel RUN discards a held run instead. ` + ledgerHelp,
 				return err
 			}
 			defer led.Close()
-			r, err := runner.PublishHeld(cmd.Context(), runner.HeldOptions{Ledger: led.Ledger, RunID: args[0], By: by, Reason: reason, Log: g.log})
+			r, err := runner.PublishHeld(cmd.Context(), runner.HeldOptions{Ledger: led.Store, RunID: args[0], By: by, Reason: reason, Log: g.log})
 			switch {
 			case errors.Is(err, ledger.ErrNotFound):
 				return led.notFound(args[0])
@@ -95,7 +95,7 @@ printed either way), 2 for a run or version that does not exist.`,
 				return err
 			}
 			defer led.Close()
-			rep, err := runner.Diff(cmd.Context(), led.Ledger, args[0], against)
+			rep, err := runner.Diff(cmd.Context(), led.Store, args[0], against)
 			switch {
 			case errors.Is(err, ledger.ErrNotFound) && against == "":
 				return led.notFound(args[0])
@@ -153,12 +153,8 @@ func writeReport(w io.Writer, r profile.Report) error {
 
 // runChecks is the stored checks' report of a run for status (nil when
 // none).
-func runChecks(ctx context.Context, led ledger.Ledger, runID string) *profile.Report {
-	ck, ok := led.(ledger.Checks)
-	if !ok {
-		return nil
-	}
-	b, err := ck.CheckReport(ctx, runID)
+func runChecks(ctx context.Context, led ledger.Checks, runID string) *profile.Report {
+	b, err := led.CheckReport(ctx, runID)
 	if err != nil {
 		return nil
 	}
@@ -181,7 +177,7 @@ func cancelHeld(ctx context.Context, g *globals, db, id string, w io.Writer) (bo
 	if err != nil || r.State != jobs.RunHeld {
 		return false, nil
 	}
-	r, err = runner.DiscardHeld(ctx, runner.HeldOptions{Ledger: led.Ledger, RunID: id, By: runner.CurrentUser(), Reason: "precog cancel", Log: g.log})
+	r, err = runner.DiscardHeld(ctx, runner.HeldOptions{Ledger: led.Store, RunID: id, By: runner.CurrentUser(), Reason: "precog cancel", Log: g.log})
 	if err != nil {
 		return true, err
 	}

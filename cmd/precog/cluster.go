@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/jobs/ledger/bolt"
+	"github.com/precog-ml/precog/jobs/ledger/open"
 	"github.com/precog-ml/precog/jobs/ledger/postgres"
 	"github.com/precog-ml/precog/runner"
 )
@@ -26,10 +26,6 @@ const envDatabaseURL = "PRECOG_DATABASE_URL"
 // errLedgerUnreachable: the Postgres ledger could not be reached (down,
 // restarting, a network problem); main maps it to exit 75, retry later.
 var errLedgerUnreachable = errors.New("the Postgres ledger is unreachable")
-
-// ledgerOpenTimeout bounds connecting to the Postgres ledger, so that an
-// address nobody answers fails in seconds instead of hanging.
-const ledgerOpenTimeout = 15 * time.Second
 
 // addDBFlag adds --db to a cluster command. The URL is never printed nor
 // logged (it may hold a password).
@@ -49,22 +45,26 @@ func databaseURL(flag string) string {
 // errLedgerUnreachable (exit 75); a URL that does not parse is invalid
 // (exit 2); a schema newer than this precog, a wrong password or a missing
 // database are errors of their own (exit 1) with the ledger's message.
-func openCluster(ctx context.Context, dsn string, opts postgres.Options) (*postgres.Ledger, error) {
+func openCluster(ctx context.Context, dsn string, opts postgres.Options) (ledger.Store, error) {
 	if dsn == "" {
 		return nil, invalid(fmt.Errorf("no Postgres ledger: pass --db URL or set %s", envDatabaseURL))
 	}
-	octx, cancel := context.WithTimeout(ctx, ledgerOpenTimeout)
-	defer cancel()
-	l, err := postgres.Open(octx, dsn, opts)
+	return openStore(ctx, open.Location{DSN: dsn}, open.Options{Postgres: opts})
+}
+
+// openStore opens the ledger at loc (open.Open chooses which), mapping the
+// Postgres ledger's errors to exit codes as openCluster says.
+func openStore(ctx context.Context, loc open.Location, opts open.Options) (ledger.Store, error) {
+	l, err := open.Open(ctx, loc, opts)
 	switch {
-	case err == nil:
-		return l, nil
+	case err == nil || !loc.Postgres():
+		return l, err
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
-	case unreachable(err) || octx.Err() != nil:
+	case unreachable(err):
 		return nil, fmt.Errorf("%w (--db / %s; retry later): %w", errLedgerUnreachable, envDatabaseURL, err)
 	}
-	if _, perr := pgconn.ParseConfig(dsn); perr != nil {
+	if _, perr := pgconn.ParseConfig(loc.DSN); perr != nil {
 		return nil, invalid(err)
 	}
 	return nil, err
@@ -91,9 +91,9 @@ func unreachable(err error) bool {
 
 // openedLedger is the ledger runs/status/cancel/retry work on.
 type openedLedger struct {
-	ledger.Ledger
+	ledger.Store
 	// cluster is the Postgres ledger (nil for the embedded one).
-	cluster *postgres.Ledger
+	cluster ledger.Store
 	// where names it in messages (never the URL).
 	where string
 }
@@ -101,18 +101,16 @@ type openedLedger struct {
 // openLedger opens the Postgres ledger when --db or PRECOG_DATABASE_URL
 // names one, else the embedded ledger under --state-dir.
 func openLedger(ctx context.Context, g *globals, dbFlag string) (*openedLedger, error) {
-	if dsn := databaseURL(dbFlag); dsn != "" {
-		l, err := openCluster(ctx, dsn, cliLedgerOptions(g.log))
-		if err != nil {
-			return nil, err
-		}
-		return &openedLedger{Ledger: l, cluster: l, where: "the Postgres ledger"}, nil
-	}
-	l, err := bolt.OpenIn(g.stateDir)
+	loc := open.Location{StateDir: g.stateDir, DSN: databaseURL(dbFlag)}
+	l, err := openStore(ctx, loc, open.Options{Postgres: cliLedgerOptions(g.log)})
 	if err != nil {
 		return nil, err
 	}
-	return &openedLedger{Ledger: l, where: g.stateDir}, nil
+	o := &openedLedger{Store: l, where: loc.String()}
+	if loc.Postgres() {
+		o.cluster = l
+	}
+	return o, nil
 }
 
 // notFound is the error of a run id the ledger does not know (exit 2).
@@ -133,11 +131,7 @@ type cancelOptions struct {
 // cancelCluster is `precog cancel RUN` on the Postgres ledger
 // (runner.Cancel), printing what it did.
 func cancelCluster(ctx context.Context, led *openedLedger, id string, o cancelOptions) error {
-	var l ledger.Ledger = led
-	if led.cluster != nil {
-		l = led.cluster // with its optional interfaces (ledger.Cleanups)
-	}
-	res, err := runner.Cancel(ctx, l, id, runner.CancelOptions{Drain: o.drain, CleanAgain: true, ScanUnindexed: o.scanUnindexed, Log: o.log})
+	res, err := runner.Cancel(ctx, led, id, runner.CancelOptions{Drain: o.drain, CleanAgain: true, ScanUnindexed: o.scanUnindexed, Log: o.log})
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		return led.notFound(id)

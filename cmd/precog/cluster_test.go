@@ -130,13 +130,13 @@ func TestClusterRunsStatusCancel(t *testing.T) {
 	led := clusterLedger(t, pg.DSN)
 	ctx := context.Background()
 	// A worker fails shard 0 for good and holds shard 1.
-	if _, sh, err := led.ClaimNext(ctx, jobs.DefaultPool, "worker-a", time.Minute); err != nil || sh.Index != 0 {
+	if _, sh, err := led.ClaimNext(ctx, ledger.ClaimNextParams{Pool: jobs.DefaultPool, Worker: "worker-a", Lease: time.Minute}); err != nil || sh.Index != 0 {
 		t.Fatal(sh, err)
 	}
 	if err := led.Fail(ctx, ledger.FailParams{RunID: id, Shard: 0, Worker: "worker-a", Msg: "model exploded on row 7", Retry: false, MaxAttempts: 3}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := led.ClaimNext(ctx, jobs.DefaultPool, "worker-b", 2*time.Second); err != nil {
+	if _, _, err := led.ClaimNext(ctx, ledger.ClaimNextParams{Pool: jobs.DefaultPool, Worker: "worker-b", Lease: 2 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -290,7 +290,7 @@ func fakeWorker(t *testing.T, led *postgres.Ledger, id, failMsg string) {
 	t.Helper()
 	ctx := context.Background()
 	for {
-		_, sh, err := led.ClaimNext(ctx, jobs.DefaultPool, "w1", time.Minute)
+		_, sh, err := led.ClaimNext(ctx, ledger.ClaimNextParams{Pool: jobs.DefaultPool, Worker: "w1", Lease: time.Minute})
 		if errors.Is(err, ledger.ErrNoShard) {
 			break
 		} else if err != nil {
@@ -310,10 +310,10 @@ func fakeWorker(t *testing.T, led *postgres.Ledger, id, failMsg string) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := led.ClaimPublish(ctx, id, "w1", time.Minute); err != nil {
+	if _, err := led.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: id, Worker: "w1", Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if err := led.FinishPublish(ctx, id, "w1", jobs.RunSucceeded, ""); err != nil {
+	if err := led.FinishPublish(ctx, ledger.FinishPublishParams{RunID: id, Worker: "w1", State: jobs.RunSucceeded, Msg: ""}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -391,7 +391,7 @@ func TestRetryEmbedded(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, ".precog"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	led, err := bolt.Open(filepath.Join(dir, ".precog", "ledger.db"))
+	led, err := bolt.OpenIn(filepath.Join(dir, ".precog"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/precog-ml/precog/dashboard"
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/jobs/ledger/bolt"
+	"github.com/precog-ml/precog/jobs/ledger/open"
 	"github.com/precog-ml/precog/lookup"
 	"github.com/precog-ml/precog/runner"
 )
@@ -74,7 +74,7 @@ token. Without tokens the dashboard refuses to start unless
 				defer led.Close()
 				// The ledger itself (not the wrapper), so that pages see
 				// its backfills too.
-				opts.Source = dashboard.Shared{L: led.Ledger, Name: led.where}
+				opts.Source = dashboard.Shared{L: led.Store, Name: led.where}
 				opts.Actions = clusterActions(led, drain, g.log)
 			} else {
 				opts.Source = dashboard.BoltDir{StateDir: g.stateDir}
@@ -182,7 +182,7 @@ func localActions(g *globals) dashboard.Actions {
 // run's process opens the ledger once and both use it. Tokens come from PRECOG_API_TOKENS; without any the pages are
 // served without authentication only on a loopback address.
 func serveRunUI(ctx context.Context, g *globals, addr string, lopts *runner.LocalOptions) (stop func(), err error) {
-	led, err := bolt.OpenIn(g.stateDir)
+	led, err := open.Open(ctx, open.Location{StateDir: g.stateDir}, open.Options{})
 	if err != nil {
 		return nil, err
 	}

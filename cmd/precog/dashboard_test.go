@@ -51,7 +51,7 @@ func TestDashboardActions(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		led := &openedLedger{Ledger: l, cluster: l, where: "the Postgres ledger"}
+		led := &openedLedger{Store: l, cluster: l, where: "the Postgres ledger"}
 		dashRun(t, l, "r-cancel", 2, false)
 		dashRun(t, l, "r-failed", 2, true)
 		if err := l.SetRunState(ctx, "r-failed", jobs.RunFailed, "1 shard failed"); err != nil {
@@ -79,7 +79,7 @@ func TestDashboardActions(t *testing.T) {
 	})
 	t.Run("bolt", func(t *testing.T) {
 		g := &globals{stateDir: t.TempDir(), log: log}
-		l, err := bolt.Open(filepath.Join(g.stateDir, "ledger.db"))
+		l, err := bolt.OpenIn(g.stateDir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +97,7 @@ func TestDashboardActions(t *testing.T) {
 		if _, err := acts.Retry(ctx, "r-cancel"); err == nil || !strings.Contains(err.Error(), "cancelled") {
 			t.Errorf("retry of a cancelled run = %v, want a refusal", err)
 		}
-		l, err = bolt.Open(filepath.Join(g.stateDir, "ledger.db"))
+		l, err = bolt.OpenIn(g.stateDir)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/jobs/ledger/bolt"
+	"github.com/precog-ml/precog/jobs/ledger/open"
 	"github.com/precog-ml/precog/runner"
 )
 
@@ -82,14 +80,16 @@ func openGCLedger(cmd *cobra.Command, g *globals, db string, dryRun bool) (ledge
 	if db != "" {
 		return openCluster(cmd.Context(), db, cliLedgerOptions(g.log))
 	}
-	path := bolt.PathIn(g.stateDir)
-	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		if !dryRun {
-			return nil, invalid(fmt.Errorf("no ledger at %s: gc needs the ledger of the job's runs to keep an open run's data; pass the --state-dir (or --db) the runs use", path))
-		}
-		fmt.Fprintf(cmd.ErrOrStderr(), "warning: no ledger at %s: no run is known, so every unpublished version is listed\n", path)
+	loc := open.Location{StateDir: g.stateDir}
+	l, err := open.Open(cmd.Context(), loc, open.Options{Existing: true})
+	if !errors.Is(err, open.ErrNoLedger) {
+		return l, err
 	}
-	return bolt.Open(path)
+	if !dryRun {
+		return nil, invalid(fmt.Errorf("%w: gc needs the ledger of the job's runs to keep an open run's data; pass the --state-dir (or --db) the runs use", err))
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v: no run is known, so every unpublished version is listed\n", err)
+	return open.Open(cmd.Context(), loc, open.Options{})
 }
 
 // printGC writes the report as a table and a summary line.

@@ -41,7 +41,7 @@ func TestGCCommand(t *testing.T) {
 
 	// The killed and the open run, as the runner leaves them.
 	params := map[string]string{"date": "2026-11-01"}
-	led, err := bolt.Open(filepath.Join(dir, ".precog", "ledger.db"))
+	led, err := bolt.OpenIn(filepath.Join(dir, ".precog"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -187,7 +187,7 @@ func TestClusterControlRespectsPublish(t *testing.T) {
 	stopWorkers(t, w)
 	d := c.submit()
 	for {
-		_, _, err := c.led.ClaimNext(ctx, "default", "pub", time.Minute)
+		_, _, err := c.led.ClaimNext(ctx, ledger.ClaimNextParams{Pool: "default", Worker: "pub", Lease: time.Minute})
 		if err != nil {
 			break
 		}
@@ -197,7 +197,7 @@ func TestClusterControlRespectsPublish(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := c.led.ClaimPublish(ctx, d, "pub", time.Minute); err != nil {
+	if _, err := c.led.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: d, Worker: "pub", Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	r = c.precog("rollback", c.spec, "--param", "date="+e2eDate, "--db", c.dsn)
@@ -212,7 +212,7 @@ func TestClusterControlRespectsPublish(t *testing.T) {
 	if got := c.run(d); got.State != jobs.RunPublishing {
 		t.Fatalf("refused cancel changed the run: %s", got.State)
 	}
-	if err := c.led.FinishPublish(ctx, d, "pub", jobs.RunFailed, "test"); err != nil {
+	if err := c.led.FinishPublish(ctx, ledger.FinishPublishParams{RunID: d, Worker: "pub", State: jobs.RunFailed, Msg: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	// A writer holding a store's lock (a publisher between stage and
@@ -309,7 +309,7 @@ func TestReplaceWaitsForPublish(t *testing.T) {
 	if err := led.Complete(ctx, ledger.CompleteParams{RunID: pub.ID, Shard: 0, Worker: "w", Counts: jobs.Counts{}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := led.ClaimPublish(ctx, pub.ID, "w", time.Minute); err != nil {
+	if _, err := led.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: pub.ID, Worker: "w", Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	err := cancelForReplace(ctx, g, led, pub)
@@ -319,7 +319,7 @@ func TestReplaceWaitsForPublish(t *testing.T) {
 	if r, _ := led.Run(ctx, pub.ID); r.State != jobs.RunPublishing {
 		t.Fatalf("run after the refused replace = %s, want publishing", r.State)
 	}
-	if err := led.FinishPublish(ctx, pub.ID, "w", jobs.RunSucceeded, ""); err != nil {
+	if err := led.FinishPublish(ctx, ledger.FinishPublishParams{RunID: pub.ID, Worker: "w", State: jobs.RunSucceeded, Msg: ""}); err != nil {
 		t.Fatalf("the publish finishes after the refused replace: %v", err)
 	}
 	// A replace that finds the run succeeded meanwhile leaves it alone.

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -17,7 +15,7 @@ import (
 
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/jobs/ledger/bolt"
+	"github.com/precog-ml/precog/jobs/ledger/open"
 	"github.com/precog-ml/precog/runner"
 	"github.com/precog-ml/precog/sinks"
 )
@@ -267,13 +265,9 @@ func refuseWhilePublishing(ctx context.Context, g *globals, db string, spec *job
 		}
 		led = l
 	} else {
-		path := filepath.Join(g.stateDir, bolt.FileName)
-		if _, err := os.Stat(path); err != nil {
-			return nil // no embedded ledger: nothing ran here
-		}
-		l, err := bolt.Open(path)
-		if errors.Is(err, ledger.ErrBusy) {
-			return nil
+		l, err := open.Open(ctx, open.Location{StateDir: g.stateDir}, open.Options{Existing: true})
+		if errors.Is(err, open.ErrNoLedger) || errors.Is(err, ledger.ErrBusy) {
+			return nil // no embedded ledger (nothing ran here), or a running precog run holds it
 		} else if err != nil {
 			return err
 		}

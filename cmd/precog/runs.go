@@ -174,7 +174,7 @@ value is done, on either ledger; on the embedded ledger the watch ends (exit
 				if err != nil {
 					return err
 				}
-				rep := runChecks(ctx, led.Ledger, r.ID)
+				rep := runChecks(ctx, led.Store, r.ID)
 				ws, err := listWorkers(ctx, led, "")
 				if err != nil {
 					g.log.Warn("list workers for their heartbeats", "err", err)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/jobs/ledger/bolt"
+	"github.com/precog-ml/precog/jobs/ledger/open"
 	"github.com/precog-ml/precog/jobs/schedule"
 	"github.com/precog-ml/precog/jobs/scheduler"
 )
@@ -130,11 +130,10 @@ func scheduleLedger(g *globals, db string) (ledger.Ledger, func(), error) {
 		}
 		return l, func() { l.Close() }, nil
 	}
-	path := bolt.PathIn(g.stateDir)
-	if _, err := os.Stat(path); err != nil {
+	l, err := open.Open(context.Background(), open.Location{StateDir: g.stateDir}, open.Options{Existing: true})
+	if errors.Is(err, open.ErrNoLedger) {
 		return nil, func() {}, nil
 	}
-	l, err := bolt.Open(path)
 	if err != nil {
 		g.log.Warn("last runs unavailable", "err", err)
 		return nil, func() {}, nil

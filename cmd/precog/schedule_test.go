@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptest"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -92,16 +91,16 @@ func TestScheduleList(t *testing.T) {
 // "unpublished".
 func TestScheduleListLastRun(t *testing.T) {
 	ctx := context.Background()
-	open := map[string]func(t *testing.T) ledger.Ledger{
-		"bolt": func(t *testing.T) ledger.Ledger {
-			l, err := bolt.Open(filepath.Join(t.TempDir(), "ledger.db"))
+	open := map[string]func(t *testing.T) ledger.Store{
+		"bolt": func(t *testing.T) ledger.Store {
+			l, err := bolt.OpenIn(t.TempDir())
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { l.Close() })
 			return l
 		},
-		"postgres": func(t *testing.T) ledger.Ledger {
+		"postgres": func(t *testing.T) ledger.Store {
 			l, err := postgres.Open(ctx, testservers.Postgres(t).DSN, postgres.Options{PollOnly: true, MaxConns: 4})
 			if err != nil {
 				t.Fatal(err)
@@ -160,7 +159,7 @@ func TestScheduleListLastRun(t *testing.T) {
 				bound := map[string]string{"daily": "max_staleness: 24h\n", "never": "max_staleness: 1h\n"}[spec]
 				writeSpec(t, dir, spec+".yaml", strings.Replace(rankerSpec, "name: scores", "name: "+spec, 1)+"schedule: \"0 6 * * *\"\n"+bound)
 			}
-			srv, err := dashboard.New(dashboard.Options{Source: dashboard.Shared{L: &openedLedger{Ledger: l, where: name}, Name: name},
+			srv, err := dashboard.New(dashboard.Options{Source: dashboard.Shared{L: &openedLedger{Store: l, where: name}, Name: name},
 				InsecureNoAuth: true, JobsDir: dir, Now: func() time.Time { return now }})
 			if err != nil {
 				t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/jobs/ledger/bolt"
+	"github.com/precog-ml/precog/jobs/ledger/open"
 	pgledger "github.com/precog-ml/precog/jobs/ledger/postgres"
 	"github.com/precog-ml/precog/jobs/scheduler"
 	"github.com/precog-ml/precog/runner"
@@ -93,15 +93,9 @@ restart right before that tick does not lose it. --addr serves /healthz, /readyz
 	return cmd
 }
 
-// schedulerLedger is a ledger with the scheduler's ticks and leases.
-type schedulerLedger interface {
-	ledger.Ledger
-	ledger.Scheduler
-}
-
 // openSchedulerLedger opens the Postgres ledger, or the embedded one (which
 // a second process cannot open: one scheduler per state directory).
-func openSchedulerLedger(ctx context.Context, g *globals, dsn string) (schedulerLedger, bool, func(), error) {
+func openSchedulerLedger(ctx context.Context, g *globals, dsn string) (ledger.Store, bool, func(), error) {
 	if dsn != "" {
 		l, err := openCluster(ctx, dsn, pgledger.Options{PollOnly: true, Logger: g.log})
 		if err != nil {
@@ -109,7 +103,7 @@ func openSchedulerLedger(ctx context.Context, g *globals, dsn string) (scheduler
 		}
 		return l, false, func() { l.Close() }, nil
 	}
-	l, err := bolt.OpenIn(g.stateDir)
+	l, err := open.Open(ctx, open.Location{StateDir: g.stateDir}, open.Options{})
 	if err != nil {
 		return nil, false, nil, fmt.Errorf("scheduler: %w (one scheduler per state directory)", err)
 	}
@@ -137,7 +131,7 @@ func planRun(ctx context.Context, spec *jobs.Spec) (jobs.Run, []jobs.Shard, erro
 // its publish step is not cancelled (the ledger refuses it under the run's
 // lock): the error says so, the tick is not recorded, and the next pass
 // fires it once the publish has finished.
-func cancelForReplace(ctx context.Context, g *globals, led ledger.Ledger, run jobs.Run) error {
+func cancelForReplace(ctx context.Context, g *globals, led ledger.Store, run jobs.Run) error {
 	_, err := runner.Cancel(ctx, led, run.ID, runner.CancelOptions{Reason: "replaced by a newer scheduled run (concurrency: replace)", Log: g.log})
 	switch {
 	case errors.Is(err, ledger.ErrPublishing):
@@ -150,7 +144,7 @@ func cancelForReplace(ctx context.Context, g *globals, led ledger.Ledger, run jo
 
 // runFired executes a fired run in this process (embedded mode): RunLocal
 // finds it open in the ledger and runs it to the end.
-func runFired(ctx context.Context, g *globals, led ledger.Ledger, run jobs.Run) {
+func runFired(ctx context.Context, g *globals, led ledger.Store, run jobs.Run) {
 	spec, err := jobs.Parse(run.Spec, run.SpecFile, run.Params, os.LookupEnv)
 	if err != nil {
 		g.log.Error("fired run: its spec no longer loads", "run", run.ID, "err", err)

@@ -289,7 +289,7 @@ func TestDashboardCancelWithoutSinkSecrets(t *testing.T) {
 	rc.Set(ctx, l.Keys(run.Version), string(binary.AppendUvarint(nil, uint64(len("user-1"))))+"user-1", 0)
 	rc.HSet(ctx, l.Shards(run.Version), "format", 1, "encoding", "json")
 
-	led := &openedLedger{Ledger: c.led, cluster: c.led, where: "the Postgres ledger"}
+	led := &openedLedger{Store: c.led, cluster: c.led, where: "the Postgres ledger"}
 	msg, err := clusterActions(led, 0, slog.Default()).Cancel(ctx, id)
 	if err != nil {
 		t.Fatalf("dashboard Cancel without the sinks' environment: error %v, want the run cancelled and said so", err)

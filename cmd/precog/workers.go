@@ -89,54 +89,9 @@ none), started_at, heartbeat_at, heartbeat_age_s, lease_s, lost, state}.`,
 	return cmd
 }
 
-// errNoWorkerList: the ledger keeps no list of workers or no rejects.
-var errNoWorkerList = errors.New("this ledger keeps no list of workers")
-
-// HeartbeatWorker, RemoveWorker, ListWorkers and Rejects pass the
-// extensions of the opened ledger through (both ledgers have them), so
-// that the dashboard and the commands find them on an openedLedger.
-func (o *openedLedger) HeartbeatWorker(ctx context.Context, w ledger.WorkerInfo) error {
-	if wl, ok := o.Ledger.(ledger.Workers); ok {
-		return wl.HeartbeatWorker(ctx, w)
-	}
-	return errNoWorkerList
-}
-
-// RemoveWorker implements ledger.Workers.
-func (o *openedLedger) RemoveWorker(ctx context.Context, id string) error {
-	if wl, ok := o.Ledger.(ledger.Workers); ok {
-		return wl.RemoveWorker(ctx, id)
-	}
-	return errNoWorkerList
-}
-
-// ListWorkers implements ledger.Workers.
-func (o *openedLedger) ListWorkers(ctx context.Context, pool string) ([]ledger.WorkerInfo, error) {
-	if wl, ok := o.Ledger.(ledger.Workers); ok {
-		return wl.ListWorkers(ctx, pool)
-	}
-	return nil, errNoWorkerList
-}
-
-// Rejects implements ledger.Rejects.
-func (o *openedLedger) Rejects(ctx context.Context, runID string, offset, limit int) (ledger.RejectPage, error) {
-	if rj, ok := o.Ledger.(ledger.Rejects); ok {
-		return rj.Rejects(ctx, runID, offset, limit)
-	}
-	return ledger.RejectPage{}, fmt.Errorf("%s does not store rejects", o.where)
-}
-
-// listWorkers reads the ledger's worker list (empty when the ledger has
-// none).
-func listWorkers(ctx context.Context, led ledger.Ledger, pool string) ([]ledger.WorkerInfo, error) {
-	wl, ok := led.(ledger.Workers)
-	if o, isOpened := led.(*openedLedger); isOpened {
-		wl, ok = o.Ledger.(ledger.Workers)
-	}
-	if !ok {
-		return nil, nil
-	}
-	ws, err := wl.ListWorkers(ctx, pool)
+// listWorkers reads the ledger's worker list.
+func listWorkers(ctx context.Context, led ledger.Store, pool string) ([]ledger.WorkerInfo, error) {
+	ws, err := led.ListWorkers(ctx, pool)
 	if err != nil {
 		return nil, fmt.Errorf("list workers: %w", err)
 	}
@@ -240,7 +195,7 @@ func dash(s string) string {
 
 // warnNoWorkers warns on stderr when no worker of pool heartbeated within
 // its lease: a run submitted there waits with no one to run it.
-func warnNoWorkers(ctx context.Context, led ledger.Ledger, pool string, stderr io.Writer, log *slog.Logger) {
+func warnNoWorkers(ctx context.Context, led ledger.Store, pool string, stderr io.Writer, log *slog.Logger) {
 	ws, err := listWorkers(ctx, led, pool)
 	if err != nil {
 		log.Debug("list workers", "err", err)

@@ -87,7 +87,7 @@ func TestKEDAQueryCountsPoolShards(t *testing.T) {
 	// Claimed shards still need their worker: running counts.
 	var claimed []int
 	for i := 0; i < 2; i++ {
-		_, sh, err := led.ClaimNext(ctx, "gpu", fmt.Sprintf("w%d", i), time.Minute)
+		_, sh, err := led.ClaimNext(ctx, ledger.ClaimNextParams{Pool: "gpu", Worker: fmt.Sprintf("w%d", i), Lease: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +101,7 @@ func TestKEDAQueryCountsPoolShards(t *testing.T) {
 	}
 	expect("two gpu shards committed", map[string]int64{"default": 3, "gpu": 3})
 	for i := 0; i < 3; i++ {
-		_, sh, err := led.ClaimNext(ctx, "gpu", "w9", time.Minute)
+		_, sh, err := led.ClaimNext(ctx, ledger.ClaimNextParams{Pool: "gpu", Worker: "w9", Lease: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,11 +109,11 @@ func TestKEDAQueryCountsPoolShards(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := led.ClaimPublish(ctx, gpuRun.ID, "w9", time.Minute); err != nil {
+	if _, err := led.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: gpuRun.ID, Worker: "w9", Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	expect("gpu run publishing", map[string]int64{"default": 3, "gpu": 1})
-	if err := led.FinishPublish(ctx, gpuRun.ID, "w9", jobs.RunSucceeded, ""); err != nil {
+	if err := led.FinishPublish(ctx, ledger.FinishPublishParams{RunID: gpuRun.ID, Worker: "w9", State: jobs.RunSucceeded, Msg: ""}); err != nil {
 		t.Fatal(err)
 	}
 	expect("gpu run succeeded", map[string]int64{"default": 3, "gpu": 0})

@@ -27,8 +27,18 @@ type Acceptance struct {
 	At         time.Time
 }
 
+// ResolveHoldParams publish or discard a held run (Checks.ResolveHold),
+// recording who did and why.
+type ResolveHoldParams struct {
+	RunID string
+	// State is succeeded (accepted and published) or cancelled
+	// (discarded).
+	State      jobs.RunState
+	By, Reason string
+}
+
 // Checks is what the checks before a publish need from a ledger; both
-// ledgers implement it (ledgertest.ExerciseChecks). A run held by its
+// ledgers implement it (ledgertest.Exercise). A run held by its
 // checks is in state jobs.RunHeld: finished as far as claims, resume and
 // overlap policies go, until ResolveHold publishes or discards it.
 type Checks interface {
@@ -48,7 +58,7 @@ type Checks interface {
 	// ResolveHold moves a held run to state (succeeded: accepted and
 	// published; cancelled: discarded), recording by and reason. A run
 	// that is not held is ErrRunFinished (or ErrRunOpen when it is open).
-	ResolveHold(ctx context.Context, runID string, state jobs.RunState, by, reason string) error
+	ResolveHold(ctx context.Context, p ResolveHoldParams) error
 	// Acceptance returns who resolved a held run and why; ErrNotFound when
 	// nobody did.
 	Acceptance(ctx context.Context, runID string) (Acceptance, error)

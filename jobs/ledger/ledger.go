@@ -109,6 +109,45 @@ type FailParams struct {
 	MaxAttempts int
 }
 
+// ReleaseParams return a leased shard to pending (Ledger.Release).
+type ReleaseParams struct {
+	RunID  string
+	Shard  int
+	Worker string
+}
+
+// ClaimNextParams lease the best claimable shard of a pool
+// (Cluster.ClaimNext).
+type ClaimNextParams struct {
+	Pool   string
+	Worker string
+	// Lease is how long the shard stays leased from now.
+	Lease time.Duration
+	// Skip are runs passed over: those the worker found it cannot execute
+	// (a spec it cannot load here), so that it serves the pool's other
+	// runs meanwhile.
+	Skip []string
+}
+
+// PublishLeaseParams take or extend a run's publish lease
+// (Cluster.ClaimPublish, Cluster.HeartbeatPublish).
+type PublishLeaseParams struct {
+	RunID  string
+	Worker string
+	// Lease is how long the publish step stays leased from now.
+	Lease time.Duration
+}
+
+// FinishPublishParams end a run's publish step (Cluster.FinishPublish),
+// fenced by Worker's publish lease.
+type FinishPublishParams struct {
+	RunID  string
+	Worker string
+	// State is terminal: succeeded, or failed / cancelled / held with Msg.
+	State jobs.RunState
+	Msg   string
+}
+
 // Ledger records runs and shards. Every method is safe for concurrent use.
 type Ledger interface {
 	// CreateRun stores a new run in state pending with its planned shards
@@ -122,6 +161,9 @@ type Ledger interface {
 	Run(ctx context.Context, id string) (jobs.Run, error)
 	// Runs lists runs, newest first; job "" means all jobs; limit <= 0 means all.
 	Runs(ctx context.Context, job string, limit int) ([]jobs.Run, error)
+	// JobNames lists every job that has a run in the ledger, by name (the
+	// dashboard's jobs page).
+	JobNames(ctx context.Context) ([]string, error)
 	// Shards returns a run's shards ordered by index.
 	Shards(ctx context.Context, runID string) ([]jobs.Shard, error)
 	// RejectSample returns the rejected-row samples of a run's committed
@@ -152,7 +194,7 @@ type Ledger interface {
 	Fail(ctx context.Context, p FailParams) error
 	// Release returns a leased shard to pending without counting the attempt
 	// (graceful drain on SIGTERM / Ctrl-C).
-	Release(ctx context.Context, runID string, shard int, worker string) error
+	Release(ctx context.Context, p ReleaseParams) error
 
 	// RetryFailed moves the run's failed shards back to pending with their
 	// attempt counts reset, so re-running the same command retries only what
@@ -198,30 +240,26 @@ type Ledger interface {
 type Cluster interface {
 	Ledger
 	// ClaimNext leases the best claimable shard of any pending or running
-	// run in pool: highest run priority first, then the run with the fewest
-	// running shards (runs of equal priority share the pool), then the
-	// oldest run; within a run, an expired lease or the lowest pending
-	// index. When nothing is pending it may lease a straggler (see
-	// StragglerFactor) to worker as a second, Speculative attempt.
-	// ErrNoShard when nothing is claimable.
-	ClaimNext(ctx context.Context, pool, worker string, lease time.Duration) (jobs.Run, jobs.Shard, error)
-	// ClaimNextSkipping is ClaimNext passing over the runs in skip: those
-	// the worker found it cannot execute (a spec it cannot load here), so
-	// that it serves the pool's other runs meanwhile.
-	ClaimNextSkipping(ctx context.Context, pool, worker string, lease time.Duration, skip []string) (jobs.Run, jobs.Shard, error)
+	// run in p.Pool but those of p.Skip: highest run priority first, then
+	// the run with the fewest running shards (runs of equal priority share
+	// the pool), then the oldest run; within a run, an expired lease or the
+	// lowest pending index. When nothing is pending it may lease a
+	// straggler (see StragglerFactor) to p.Worker as a second, Speculative
+	// attempt. ErrNoShard when nothing is claimable.
+	ClaimNext(ctx context.Context, p ClaimNextParams) (jobs.Run, jobs.Shard, error)
 	// ClaimPublish leases the publish step of a run whose shards are all
 	// committed to worker until now+lease, moving it to publishing; a run
 	// whose publisher's lease expired is taken over. ErrNoShard when shards
 	// are not all committed or another worker holds a live publish lease;
 	// ErrRunFinished when the run is terminal.
-	ClaimPublish(ctx context.Context, runID, worker string, lease time.Duration) (jobs.Run, error)
+	ClaimPublish(ctx context.Context, p PublishLeaseParams) (jobs.Run, error)
 	// HeartbeatPublish extends the publish lease; ErrLeaseLost when worker
 	// no longer holds it.
-	HeartbeatPublish(ctx context.Context, runID, worker string, lease time.Duration) error
+	HeartbeatPublish(ctx context.Context, p PublishLeaseParams) error
 	// FinishPublish ends the publish step in a terminal state (succeeded,
 	// or failed / cancelled with msg), fenced by the publish lease:
 	// ErrLeaseLost when worker no longer holds it, and nothing changes.
-	FinishPublish(ctx context.Context, runID, worker string, state jobs.RunState, msg string) error
+	FinishPublish(ctx context.Context, p FinishPublishParams) error
 	// PublishDue lists the ids of pool's open runs whose shards are all
 	// committed and whose publish step nobody holds (never claimed, or the
 	// publisher's lease expired), highest priority and oldest first.
@@ -229,6 +267,11 @@ type Cluster interface {
 	// PoolLoad counts pool's work in open runs, for metrics and autoscaling
 	// (the same count as the KEDA query in deploy/k8s).
 	PoolLoad(ctx context.Context, pool string) (PoolLoad, error)
+	// CheckClaim reports whether this process may claim shards, without
+	// claiming or locking anything (the Postgres ledger: its role's
+	// privileges, a read-only session); a worker's readiness. The error
+	// says why not.
+	CheckClaim(ctx context.Context) error
 	// Wake returns a channel that receives (non-blocking sends, buffer 1)
 	// when shards of pool may have become claimable, when a run of pool was
 	// cancelled (heartbeat the held shards at once to learn which), and on

@@ -279,7 +279,7 @@ type ValueResult struct {
 // o.Parallel at once in value order, through led (the state dir's
 // embedded ledger, shared by the values). A failed value does not stop the
 // others; after ctx ends no further value starts.
-func RunLocal(ctx context.Context, led Ledger, b ledger.Backfill, specs map[string]*jobs.Spec, o LocalOptions) []ValueResult {
+func RunLocal(ctx context.Context, led ledger.Store, b ledger.Backfill, specs map[string]*jobs.Spec, o LocalOptions) []ValueResult {
 	results := make([]ValueResult, len(b.Dates))
 	var todo []int
 	for i, d := range b.Dates {

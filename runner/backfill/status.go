@@ -72,6 +72,18 @@ func Status(ctx context.Context, led Ledger, id string, now time.Time) (View, ma
 	return viewOf(b, runs, views, now), runs, nil
 }
 
+// ViewOf is the view of b from records already read: its values' current
+// runs by id and their shards by run id (a ledger snapshot).
+func ViewOf(b ledger.Backfill, runs map[string]jobs.Run, shards map[string][]jobs.Shard, now time.Time) View {
+	views := map[string]runview.Run{}
+	for _, d := range b.Dates {
+		if r, ok := runs[d.Run()]; ok {
+			views[r.ID] = runview.FromAt(r, shards[r.ID], now)
+		}
+	}
+	return viewOf(b, runs, views, now)
+}
+
 func viewOf(b ledger.Backfill, runs map[string]jobs.Run, views map[string]runview.Run, now time.Time) View {
 	state := ledger.BackfillState(b, runs)
 	v := View{Param: b.Param, From: b.From, To: b.To, Step: b.Step, Parallel: b.Parallel, Dates: []Date{}}

@@ -16,7 +16,7 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	ledgertest.Exercise(t, func(t *testing.T) ledger.Ledger {
+	ledgertest.Exercise(t, func(t *testing.T) ledger.Store {
 		l, err := Open(filepath.Join(t.TempDir(), ".precog", "ledger.db"))
 		if err != nil {
 			t.Fatalf("Open: %v", err)

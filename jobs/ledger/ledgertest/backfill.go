@@ -26,10 +26,10 @@ func finish(t *testing.T, l ledger.Cluster, r jobs.Run, s jobs.Shard, state jobs
 	if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: s.Worker, Counts: jobs.Counts{RowsIn: 1, RowsOut: 1}}); err != nil {
 		t.Fatalf("Complete(%s): %v", r.ID, err)
 	}
-	if _, err := l.ClaimPublish(ctx, r.ID, "pub", longLease); err != nil {
+	if _, err := l.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: r.ID, Worker: "pub", Lease: longLease}); err != nil {
 		t.Fatalf("ClaimPublish(%s): %v", r.ID, err)
 	}
-	if err := l.FinishPublish(ctx, r.ID, "pub", state, ""); err != nil {
+	if err := l.FinishPublish(ctx, ledger.FinishPublishParams{RunID: r.ID, Worker: "pub", State: state, Msg: ""}); err != nil {
 		t.Fatalf("FinishPublish(%s): %v", r.ID, err)
 	}
 }
@@ -39,12 +39,8 @@ func finish(t *testing.T, l ledger.Cluster, r jobs.Run, s jobs.Shard, state jobs
 // value order as runs end; a value given a new run (retry) keeps its place;
 // BackfillOf finds a run's backfill; a child whose params have an open run
 // stores nothing.
-func testBackfill(t *testing.T, l ledger.Cluster) {
+func testBackfill(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
-	bl, ok := l.(ledger.Backfills)
-	if !ok {
-		t.Fatalf("%T does not implement ledger.Backfills", l)
-	}
 	values := []string{"2024-11-01", "2024-11-02", "2024-11-03"}
 	var children []ledger.BackfillRun
 	for _, v := range values {
@@ -53,10 +49,10 @@ func testBackfill(t *testing.T, l ledger.Cluster) {
 	created := time.Now().UTC().Truncate(time.Millisecond)
 	b := ledger.Backfill{ID: "bf-1", Job: "bfjob", Param: "date", From: values[0], To: values[2], Step: "1d",
 		Parallel: 2, Priority: -1, Pool: "bf", CreatedAt: created}
-	if err := bl.CreateBackfill(ctx, b, children); err != nil {
+	if err := l.CreateBackfill(ctx, b, children); err != nil {
 		t.Fatalf("CreateBackfill: %v", err)
 	}
-	got, err := bl.Backfill(ctx, "bf-1")
+	got, err := l.Backfill(ctx, "bf-1")
 	if err != nil {
 		t.Fatalf("Backfill: %v", err)
 	}
@@ -74,11 +70,11 @@ func testBackfill(t *testing.T, l ledger.Cluster) {
 			t.Fatalf("child run %s is %s, want pending", d.Run(), st)
 		}
 	}
-	if id, v, err := bl.BackfillOf(ctx, children[1].Run.ID); err != nil || id != "bf-1" || v != values[1] {
+	if id, v, err := l.BackfillOf(ctx, children[1].Run.ID); err != nil || id != "bf-1" || v != values[1] {
 		t.Fatalf("BackfillOf(child 2) = %q, %q, %v; want bf-1, %s", id, v, err, values[1])
 	}
 	other := create(t, l, "bfjob", "other", 1)
-	_, _, err = bl.BackfillOf(ctx, other.ID)
+	_, _, err = l.BackfillOf(ctx, other.ID)
 	wantErr(t, "BackfillOf(a run of no backfill)", err, ledger.ErrNotFound)
 
 	// Parallel 2: the first two values start, the third waits.
@@ -87,7 +83,7 @@ func testBackfill(t *testing.T, l ledger.Cluster) {
 	if ids := []string{r1.ID, r2.ID}; !slices.Contains(ids, children[0].Run.ID) || !slices.Contains(ids, children[1].Run.ID) {
 		t.Fatalf("first claims went to runs %v, want the first two values' %s, %s", ids, children[0].Run.ID, children[1].Run.ID)
 	}
-	_, _, err = l.ClaimNext(ctx, "bf", "w3", longLease)
+	_, _, err = l.ClaimNext(ctx, ledger.ClaimNextParams{Pool: "bf", Worker: "w3", Lease: longLease})
 	wantErr(t, "ClaimNext with 2 of 2 values in flight", err, ledger.ErrNoShard)
 	if st := mustRun(t, l, children[2].Run.ID).State; st != jobs.RunPending {
 		t.Fatalf("third value's run is %s, want pending (waiting)", st)
@@ -110,10 +106,10 @@ func testBackfill(t *testing.T, l ledger.Cluster) {
 		t.Fatalf("SetRunState(cancelled): %v", err)
 	}
 	again := backfillChild("bfjob", values[1])
-	if err := bl.AddBackfillRuns(ctx, "bf-1", []ledger.BackfillRun{again}); err != nil {
+	if err := l.AddBackfillRuns(ctx, "bf-1", []ledger.BackfillRun{again}); err != nil {
 		t.Fatalf("AddBackfillRuns: %v", err)
 	}
-	got, err = bl.Backfill(ctx, "bf-1")
+	got, err = l.Backfill(ctx, "bf-1")
 	if err != nil {
 		t.Fatalf("Backfill: %v", err)
 	}
@@ -124,49 +120,49 @@ func testBackfill(t *testing.T, l ledger.Cluster) {
 	if r, _ := claimNext(t, l, "bf", "w4", longLease); r.ID != again.Run.ID {
 		t.Fatalf("ClaimNext gave run %s, want the retried value's %s", r.ID, again.Run.ID)
 	}
-	_, _, err = l.ClaimNext(ctx, "bf", "w5", longLease)
+	_, _, err = l.ClaimNext(ctx, ledger.ClaimNextParams{Pool: "bf", Worker: "w5", Lease: longLease})
 	wantErr(t, "ClaimNext with every shard leased", err, ledger.ErrNoShard)
 
 	// Cancelling the backfill admits nothing more.
-	if err := bl.SetBackfill(ctx, "bf-1", 3, true); err != nil {
+	if err := l.SetBackfill(ctx, "bf-1", 3, true); err != nil {
 		t.Fatalf("SetBackfill: %v", err)
 	}
-	if got, err = bl.Backfill(ctx, "bf-1"); err != nil || !got.Cancelled || got.Parallel != 3 {
+	if got, err = l.Backfill(ctx, "bf-1"); err != nil || !got.Cancelled || got.Parallel != 3 {
 		t.Fatalf("Backfill after SetBackfill = %+v, %v; want cancelled, parallel 3", got, err)
 	}
 	late := backfillChild("bfjob", "2024-11-04")
-	if err := bl.AddBackfillRuns(ctx, "bf-1", []ledger.BackfillRun{late}); err != nil {
+	if err := l.AddBackfillRuns(ctx, "bf-1", []ledger.BackfillRun{late}); err != nil {
 		t.Fatalf("AddBackfillRuns: %v", err)
 	}
-	_, _, err = l.ClaimNext(ctx, "bf", "w6", longLease)
+	_, _, err = l.ClaimNext(ctx, ledger.ClaimNextParams{Pool: "bf", Worker: "w6", Lease: longLease})
 	wantErr(t, "ClaimNext of a cancelled backfill's new run", err, ledger.ErrNoShard)
 
 	// A second backfill attaches value 1's succeeded run and is the newest.
 	b2 := b
 	b2.ID, b2.CreatedAt, b2.Parallel, b2.Cancelled = "bf-2", created.Add(time.Second), 1, false
 	attach := ledger.BackfillRun{Value: values[0], Run: children[0].Run, Attach: true}
-	if err := bl.CreateBackfill(ctx, b2, []ledger.BackfillRun{attach}); err != nil {
+	if err := l.CreateBackfill(ctx, b2, []ledger.BackfillRun{attach}); err != nil {
 		t.Fatalf("CreateBackfill(attach): %v", err)
 	}
-	if id, _, err := bl.BackfillOf(ctx, children[0].Run.ID); err != nil || id != "bf-2" {
+	if id, _, err := l.BackfillOf(ctx, children[0].Run.ID); err != nil || id != "bf-2" {
 		t.Fatalf("BackfillOf(attached run) = %q, %v; want the newest backfill bf-2", id, err)
 	}
-	list, err := bl.Backfills(ctx, "bfjob", 0)
+	list, err := l.Backfills(ctx, "bfjob", 0)
 	if err != nil || len(list) != 2 || list[0].ID != "bf-2" || list[1].ID != "bf-1" || len(list[1].Dates) != 4 {
 		t.Fatalf("Backfills(bfjob) = %+v, %v; want bf-2 then bf-1 (4 dates)", list, err)
 	}
-	if list, err := bl.Backfills(ctx, "nojob", 0); err != nil || len(list) != 0 {
+	if list, err := l.Backfills(ctx, "nojob", 0); err != nil || len(list) != 0 {
 		t.Fatalf("Backfills(nojob) = %+v, %v; want none", list, err)
 	}
 
 	// A child whose params have an open run: nothing is stored.
 	dup := backfillChild("bfjob", values[2]) // the third value's run is still open
-	err = bl.CreateBackfill(ctx, ledger.Backfill{ID: "bf-3", Job: "bfjob", Param: "date", From: values[2], To: values[2], Step: "1d", Parallel: 1, Pool: "bf"},
+	err = l.CreateBackfill(ctx, ledger.Backfill{ID: "bf-3", Job: "bfjob", Param: "date", From: values[2], To: values[2], Step: "1d", Parallel: 1, Pool: "bf"},
 		[]ledger.BackfillRun{backfillChild("bfjob", "2024-12-01"), dup})
 	var open *ledger.OpenRunError
 	if !errors.As(err, &open) || open.RunID != children[2].Run.ID {
 		t.Fatalf("CreateBackfill with an open child = %v, want an OpenRunError naming %s", err, children[2].Run.ID)
 	}
-	_, err = bl.Backfill(ctx, "bf-3")
+	_, err = l.Backfill(ctx, "bf-3")
 	wantErr(t, "Backfill of a refused backfill", err, ledger.ErrNotFound)
 }

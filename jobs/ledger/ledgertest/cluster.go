@@ -12,27 +12,6 @@ import (
 	"github.com/precog-ml/precog/jobs/ledger"
 )
 
-// clusterCases are what workers sharing runs rely on.
-var clusterCases = []struct {
-	name string
-	fn   func(t *testing.T, l ledger.Cluster)
-}{
-	{"Fencing", testFencing},
-	{"ClaimNextSkipping", testClaimNextSkipping},
-	{"Speculative", testSpeculative},
-	{"SpeculativeFail", testSpeculativeFail},
-	{"PublishOnce", testPublishOnce},
-	{"PublishTakeover", testPublishTakeover},
-	{"PriorityAndFairShare", testPriorityFairShare},
-	{"CancelWakes", testCancelWakes},
-	{"CancelEndsShards", testCancelEndsShards},
-	{"CancelRefusesPublishing", testCancelRefusesPublishing},
-	{"WakeNotices", testWakeNotices},
-	{"ConcurrentClaimNext", testConcurrentClaimNext},
-	{"PoolLoad", testPoolLoad},
-	{"Backfill", testBackfill},
-}
-
 // createIn creates a run of n shards in pool with priority.
 func createIn(t *testing.T, l ledger.Ledger, job, pool string, priority, n int) jobs.Run {
 	t.Helper()
@@ -46,7 +25,7 @@ func createIn(t *testing.T, l ledger.Ledger, job, pool string, priority, n int) 
 
 func claimNext(t *testing.T, l ledger.Cluster, pool, worker string, lease time.Duration) (jobs.Run, jobs.Shard) {
 	t.Helper()
-	r, s, err := l.ClaimNext(context.Background(), pool, worker, lease)
+	r, s, err := l.ClaimNext(context.Background(), ledger.ClaimNextParams{Pool: pool, Worker: worker, Lease: lease})
 	if err != nil {
 		t.Fatalf("ClaimNext(%s, %s): %v", pool, worker, err)
 	}
@@ -58,7 +37,7 @@ func claimNext(t *testing.T, l ledger.Cluster, pool, worker string, lease time.D
 
 // testFencing: a lease taken over after expiry leaves the old holder able
 // to change nothing.
-func testFencing(t *testing.T, l ledger.Cluster) {
+func testFencing(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := createIn(t, l, "recs", "p", 0, 1)
 	_, s := claimNext(t, l, "p", "old", shortLease)
@@ -74,7 +53,7 @@ func testFencing(t *testing.T, l ledger.Cluster) {
 	wantErr(t, "Heartbeat by the old holder", l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: r.ID, Shard: s.Index, Worker: "old", Lease: longLease}), ledger.ErrLeaseLost)
 	wantErr(t, "Complete by the old holder", l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: "old", Counts: jobs.Counts{RowsOut: 99}}), ledger.ErrLeaseLost)
 	wantErr(t, "Fail by the old holder", l.Fail(ctx, ledger.FailParams{RunID: r.ID, Shard: s.Index, Worker: "old", Msg: "late", Retry: true, MaxAttempts: 3}), ledger.ErrLeaseLost)
-	wantErr(t, "Release by the old holder", l.Release(ctx, r.ID, s.Index, "old"), ledger.ErrLeaseLost)
+	wantErr(t, "Release by the old holder", l.Release(ctx, ledger.ReleaseParams{RunID: r.ID, Shard: s.Index, Worker: "old"}), ledger.ErrLeaseLost)
 	after := mustShard(t, l, r.ID, s.Index)
 	if after.State != jobs.ShardRunning || after.Worker != "new" || after.Attempts != 2 || after.Error != "" ||
 		!after.LeaseUntil.Equal(before.LeaseUntil) || after.Counts != (jobs.Counts{}) {
@@ -91,16 +70,16 @@ func testFencing(t *testing.T, l ledger.Cluster) {
 // testClaimNextSkipping: a worker passes over the runs it cannot execute
 // and claims the pool's other runs' shards; with every run skipped there is
 // nothing to claim, the shards left for other workers.
-func testClaimNextSkipping(t *testing.T, l ledger.Cluster) {
+func testClaimNextSkipping(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	a := createIn(t, l, "recs", "p", 5, 2) // the higher priority: claimed first
 	b := createIn(t, l, "scores", "p", 0, 1)
-	r, s, err := l.ClaimNextSkipping(ctx, "p", "w1", longLease, []string{a.ID})
+	r, s, err := l.ClaimNext(ctx, ledger.ClaimNextParams{Pool: "p", Worker: "w1", Lease: longLease, Skip: []string{a.ID}})
 	if err != nil || r.ID != b.ID || s.Worker != "w1" {
-		t.Fatalf("ClaimNextSkipping(%s) = run %s shard %+v, %v; want run %s", a.ID, r.ID, s, err, b.ID)
+		t.Fatalf("ClaimNext(Skip %s) = run %s shard %+v, %v; want run %s", a.ID, r.ID, s, err, b.ID)
 	}
-	if _, s, err := l.ClaimNextSkipping(ctx, "p", "w1", longLease, []string{a.ID, b.ID}); !errors.Is(err, ledger.ErrNoShard) {
-		t.Fatalf("ClaimNextSkipping of every run = %+v, %v; want ErrNoShard", s, err)
+	if _, s, err := l.ClaimNext(ctx, ledger.ClaimNextParams{Pool: "p", Worker: "w1", Lease: longLease, Skip: []string{a.ID, b.ID}}); !errors.Is(err, ledger.ErrNoShard) {
+		t.Fatalf("ClaimNext skipping every run = %+v, %v; want ErrNoShard", s, err)
 	}
 	if r, _ := claimNext(t, l, "p", "w2", longLease); r.ID != a.ID {
 		t.Fatalf("ClaimNext by another worker = run %s, want the skipped run %s", r.ID, a.ID)
@@ -135,7 +114,7 @@ func straggler(t *testing.T, l ledger.Cluster) jobs.Run {
 		t.Fatalf("claimed shard %d, want 3", s.Index)
 	}
 	// Not a straggler yet: nothing to claim.
-	if _, s, err := l.ClaimNext(ctx, "p", "idle", longLease); !errors.Is(err, ledger.ErrNoShard) {
+	if _, s, err := l.ClaimNext(ctx, ledger.ClaimNextParams{Pool: "p", Worker: "idle", Lease: longLease}); !errors.Is(err, ledger.ErrNoShard) {
 		t.Fatalf("ClaimNext right after the last claim = %+v, %v; want ErrNoShard", s, err)
 	}
 	time.Sleep(time.Until(claimed.Add(ledger.StragglerFactor*bound + 100*time.Millisecond)))
@@ -144,14 +123,14 @@ func straggler(t *testing.T, l ledger.Cluster) jobs.Run {
 
 // testSpeculative: a straggler is leased to a second worker; the first
 // Complete wins, the other is refused and counts are not doubled.
-func testSpeculative(t *testing.T, l ledger.Cluster) {
+func testSpeculative(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := straggler(t, l)
 	gr, s := claimNext(t, l, "p", "spec", longLease)
 	if gr.ID != r.ID || s.Index != 3 || !s.Speculative || s.Attempts != 2 {
 		t.Fatalf("speculative claim = run %s %+v, want shard 3 speculative attempt 2", gr.ID, s)
 	}
-	if _, s, err := l.ClaimNext(ctx, "p", "third", longLease); !errors.Is(err, ledger.ErrNoShard) {
+	if _, s, err := l.ClaimNext(ctx, ledger.ClaimNextParams{Pool: "p", Worker: "third", Lease: longLease}); !errors.Is(err, ledger.ErrNoShard) {
 		t.Fatalf("a third lease of the straggler = %+v, %v; want ErrNoShard", s, err)
 	}
 	for _, w := range []string{"slow", "spec"} {
@@ -175,7 +154,7 @@ func testSpeculative(t *testing.T, l ledger.Cluster) {
 
 // testSpeculativeFail: one attempt of a doubly leased shard failing leaves
 // the shard running under the other.
-func testSpeculativeFail(t *testing.T, l ledger.Cluster) {
+func testSpeculativeFail(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := straggler(t, l)
 	if _, s := claimNext(t, l, "p", "spec", longLease); !s.Speculative {
@@ -187,7 +166,7 @@ func testSpeculativeFail(t *testing.T, l ledger.Cluster) {
 	if got := mustShard(t, l, r.ID, 3); got.State != jobs.ShardRunning {
 		t.Fatalf("shard 3 after one holder failed = %+v, want still running", got)
 	}
-	if _, s, err := l.ClaimNext(ctx, "p", "other", longLease); !errors.Is(err, ledger.ErrNoShard) {
+	if _, s, err := l.ClaimNext(ctx, ledger.ClaimNextParams{Pool: "p", Worker: "other", Lease: longLease}); !errors.Is(err, ledger.ErrNoShard) {
 		t.Fatalf("ClaimNext while the other attempt runs = %+v, %v; want ErrNoShard", s, err)
 	}
 	wantErr(t, "Heartbeat by the failed holder", l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: r.ID, Shard: 3, Worker: "slow", Lease: longLease}), ledger.ErrLeaseLost)
@@ -198,10 +177,10 @@ func testSpeculativeFail(t *testing.T, l ledger.Cluster) {
 
 // testPublishOnce: concurrent ClaimPublish callers, one wins; the losers
 // can neither heartbeat nor finish the publish.
-func testPublishOnce(t *testing.T, l ledger.Cluster) {
+func testPublishOnce(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := createIn(t, l, "recs", "p", 0, 2)
-	_, err := l.ClaimPublish(ctx, r.ID, "early", longLease)
+	_, err := l.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: r.ID, Worker: "early", Lease: longLease})
 	wantErr(t, "ClaimPublish before shards committed", err, ledger.ErrNoShard)
 	for range 2 {
 		_, s := claimNext(t, l, "p", "w", longLease)
@@ -222,7 +201,7 @@ func testPublishOnce(t *testing.T, l ledger.Cluster) {
 		go func() {
 			defer wg.Done()
 			w := fmt.Sprintf("p%d", i)
-			got, err := l.ClaimPublish(ctx, r.ID, w, longLease)
+			got, err := l.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: r.ID, Worker: w, Lease: longLease})
 			switch {
 			case err == nil:
 				if got.State != jobs.RunPublishing || got.ID != r.ID {
@@ -247,55 +226,55 @@ func testPublishOnce(t *testing.T, l ledger.Cluster) {
 	if due, err := l.PublishDue(ctx, "p"); err != nil || len(due) != 0 {
 		t.Fatalf("PublishDue while held = %v, %v; want none", due, err)
 	}
-	wantErr(t, "HeartbeatPublish by a loser", l.HeartbeatPublish(ctx, r.ID, loser, longLease), ledger.ErrLeaseLost)
-	wantErr(t, "FinishPublish by a loser", l.FinishPublish(ctx, r.ID, loser, jobs.RunSucceeded, ""), ledger.ErrLeaseLost)
+	wantErr(t, "HeartbeatPublish by a loser", l.HeartbeatPublish(ctx, ledger.PublishLeaseParams{RunID: r.ID, Worker: loser, Lease: longLease}), ledger.ErrLeaseLost)
+	wantErr(t, "FinishPublish by a loser", l.FinishPublish(ctx, ledger.FinishPublishParams{RunID: r.ID, Worker: loser, State: jobs.RunSucceeded, Msg: ""}), ledger.ErrLeaseLost)
 	if got := mustRun(t, l, r.ID); got.State != jobs.RunPublishing {
 		t.Fatalf("run after a loser's FinishPublish = %s, want publishing", got.State)
 	}
-	if err := l.HeartbeatPublish(ctx, r.ID, winner, longLease); err != nil {
+	if err := l.HeartbeatPublish(ctx, ledger.PublishLeaseParams{RunID: r.ID, Worker: winner, Lease: longLease}); err != nil {
 		t.Fatalf("HeartbeatPublish by the winner: %v", err)
 	}
-	if err := l.FinishPublish(ctx, r.ID, winner, jobs.RunSucceeded, ""); err != nil {
+	if err := l.FinishPublish(ctx, ledger.FinishPublishParams{RunID: r.ID, Worker: winner, State: jobs.RunSucceeded, Msg: ""}); err != nil {
 		t.Fatalf("FinishPublish by the winner: %v", err)
 	}
 	if got := mustRun(t, l, r.ID); got.State != jobs.RunSucceeded || got.Counts.RowsOut != 2 {
 		t.Fatalf("published run = %+v, want succeeded with 2 rows", got)
 	}
-	_, err = l.ClaimPublish(ctx, r.ID, loser, longLease)
+	_, err = l.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: r.ID, Worker: loser, Lease: longLease})
 	wantErr(t, "ClaimPublish of a published run", err, ledger.ErrRunFinished)
 }
 
 // testPublishTakeover: a publisher whose lease expired is replaced; its
 // late calls change nothing.
-func testPublishTakeover(t *testing.T, l ledger.Cluster) {
+func testPublishTakeover(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := createIn(t, l, "recs", "p", 0, 0) // no shards: publishable at once
-	if _, err := l.ClaimPublish(ctx, r.ID, "dead", shortLease); err != nil {
+	if _, err := l.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: r.ID, Worker: "dead", Lease: shortLease}); err != nil {
 		t.Fatalf("ClaimPublish: %v", err)
 	}
-	_, err := l.ClaimPublish(ctx, r.ID, "second", longLease)
+	_, err := l.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: r.ID, Worker: "second", Lease: longLease})
 	wantErr(t, "ClaimPublish while the lease is live", err, ledger.ErrNoShard)
 	time.Sleep(3 * shortLease)
 	if due, err := l.PublishDue(ctx, "p"); err != nil || len(due) != 1 || due[0] != r.ID {
 		t.Fatalf("PublishDue after the publisher died = %v, %v; want [%s]", due, err, r.ID)
 	}
-	if _, err := l.ClaimPublish(ctx, r.ID, "second", longLease); err != nil {
+	if _, err := l.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: r.ID, Worker: "second", Lease: longLease}); err != nil {
 		t.Fatalf("ClaimPublish after the lease expired: %v", err)
 	}
-	wantErr(t, "HeartbeatPublish by the dead publisher", l.HeartbeatPublish(ctx, r.ID, "dead", longLease), ledger.ErrLeaseLost)
-	wantErr(t, "FinishPublish by the dead publisher", l.FinishPublish(ctx, r.ID, "dead", jobs.RunFailed, "late"), ledger.ErrLeaseLost)
+	wantErr(t, "HeartbeatPublish by the dead publisher", l.HeartbeatPublish(ctx, ledger.PublishLeaseParams{RunID: r.ID, Worker: "dead", Lease: longLease}), ledger.ErrLeaseLost)
+	wantErr(t, "FinishPublish by the dead publisher", l.FinishPublish(ctx, ledger.FinishPublishParams{RunID: r.ID, Worker: "dead", State: jobs.RunFailed, Msg: "late"}), ledger.ErrLeaseLost)
 	if got := mustRun(t, l, r.ID); got.State != jobs.RunPublishing || got.Error != "" {
 		t.Fatalf("run after the dead publisher's calls = %+v, want publishing, no error", got)
 	}
-	if err := l.FinishPublish(ctx, r.ID, "second", jobs.RunSucceeded, ""); err != nil {
+	if err := l.FinishPublish(ctx, ledger.FinishPublishParams{RunID: r.ID, Worker: "second", State: jobs.RunSucceeded, Msg: ""}); err != nil {
 		t.Fatalf("FinishPublish: %v", err)
 	}
-	wantErr(t, "FinishPublish twice", l.FinishPublish(ctx, r.ID, "second", jobs.RunSucceeded, ""), ledger.ErrLeaseLost)
+	wantErr(t, "FinishPublish twice", l.FinishPublish(ctx, ledger.FinishPublishParams{RunID: r.ID, Worker: "second", State: jobs.RunSucceeded, Msg: ""}), ledger.ErrLeaseLost)
 }
 
 // testPriorityFairShare: higher priority first; equal priorities alternate
 // by running shards; other pools untouched.
-func testPriorityFairShare(t *testing.T, l ledger.Cluster) {
+func testPriorityFairShare(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	a := createIn(t, l, "backfill", "p", 0, 4)
 	time.Sleep(2 * time.Millisecond)
@@ -359,7 +338,7 @@ func wantNoWake(t *testing.T, what string, ch <-chan struct{}) {
 
 // testCancelWakes: cancelling a run wakes its pool, its holders' calls
 // fail with ErrRunFinished, and nothing more is claimed.
-func testCancelWakes(t *testing.T, l ledger.Cluster) {
+func testCancelWakes(t *testing.T, l ledger.Store) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r := createIn(t, l, "recs", "p", 0, 3)
@@ -378,18 +357,18 @@ func testCancelWakes(t *testing.T, l ledger.Cluster) {
 	if got := mustShard(t, l, r.ID, s.Index); got.State == jobs.ShardCommitted {
 		t.Fatalf("a cancelled run's shard was committed")
 	}
-	if _, s, err := l.ClaimNext(ctx, "p", "w2", longLease); !errors.Is(err, ledger.ErrNoShard) {
+	if _, s, err := l.ClaimNext(ctx, ledger.ClaimNextParams{Pool: "p", Worker: "w2", Lease: longLease}); !errors.Is(err, ledger.ErrNoShard) {
 		t.Fatalf("ClaimNext after cancel = %+v, %v; want ErrNoShard", s, err)
 	}
 	_, err = l.Claim(ctx, r.ID, "w2", longLease)
 	wantErr(t, "Claim after cancel", err, ledger.ErrRunFinished)
-	_, err = l.ClaimPublish(ctx, r.ID, "w2", longLease)
+	_, err = l.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: r.ID, Worker: "w2", Lease: longLease})
 	wantErr(t, "ClaimPublish after cancel", err, ledger.ErrRunFinished)
 }
 
 // testWakeNotices: creating a run, releasing and retrying a shard wake the
 // run's pool and only it; Wake's channel closes with its context.
-func testWakeNotices(t *testing.T, l ledger.Cluster) {
+func testWakeNotices(t *testing.T, l ledger.Store) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	chP, chQ := l.Wake(ctx, "p"), l.Wake(ctx, "q")
@@ -399,7 +378,7 @@ func testWakeNotices(t *testing.T, l ledger.Cluster) {
 	wantWake(t, "CreateRun", chP)
 	wantNoWake(t, "pool q after a run was created in p", chQ)
 	_, s := claimNext(t, l, "p", "w1", longLease)
-	if err := l.Release(ctx, r.ID, s.Index, "w1"); err != nil {
+	if err := l.Release(ctx, ledger.ReleaseParams{RunID: r.ID, Shard: s.Index, Worker: "w1"}); err != nil {
 		t.Fatal(err)
 	}
 	wantWake(t, "Release", chP)
@@ -424,7 +403,7 @@ func testWakeNotices(t *testing.T, l ledger.Cluster) {
 // testConcurrentClaimNext: 16 workers drain two runs through ClaimNext; a
 // shard never has two live non-speculative holders, each shard commits
 // exactly once and run counts are exact.
-func testConcurrentClaimNext(t *testing.T, l ledger.Cluster) {
+func testConcurrentClaimNext(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	const workers, shards = 16, 60
 	runs := []jobs.Run{createIn(t, l, "a", "p", 0, shards), createIn(t, l, "b", "p", 0, shards)}
@@ -444,7 +423,7 @@ func testConcurrentClaimNext(t *testing.T, l ledger.Cluster) {
 			defer wg.Done()
 			name := fmt.Sprintf("w%d", w)
 			for {
-				r, s, err := l.ClaimNext(ctx, "p", name, longLease)
+				r, s, err := l.ClaimNext(ctx, ledger.ClaimNextParams{Pool: "p", Worker: name, Lease: longLease})
 				if errors.Is(err, ledger.ErrNoShard) {
 					return
 				}
@@ -497,7 +476,7 @@ func testConcurrentClaimNext(t *testing.T, l ledger.Cluster) {
 // testPoolLoad: PoolLoad counts the pool's pending and leased shards of
 // open runs and its runs being published; other pools and finished runs
 // do not count.
-func testPoolLoad(t *testing.T, l ledger.Cluster) {
+func testPoolLoad(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	load := func(what string, want ledger.PoolLoad) {
 		t.Helper()
@@ -533,7 +512,7 @@ func testPoolLoad(t *testing.T, l ledger.Cluster) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := l.ClaimPublish(ctx, b.ID, "pub", longLease); err != nil {
+	if _, err := l.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: b.ID, Worker: "pub", Lease: longLease}); err != nil {
 		t.Fatal(err)
 	}
 	load("run b publishing", ledger.PoolLoad{Pending: 2, Running: 1, Publishing: 1})
@@ -544,7 +523,7 @@ func testPoolLoad(t *testing.T, l ledger.Cluster) {
 // a running shard keeps its holder's lease mark until that holder stops,
 // and the holder's Release clears the mark while still reporting the run
 // finished.
-func testCancelEndsShards(t *testing.T, l ledger.Cluster) {
+func testCancelEndsShards(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := createIn(t, l, "recs", "p", 0, 3)
 	_, s0 := claimNext(t, l, "p", "w1", longLease)
@@ -574,7 +553,7 @@ func testCancelEndsShards(t *testing.T, l ledger.Cluster) {
 		t.Fatalf("the held shard after cancel = %+v, want w1's lease mark kept until w1 stops", held)
 	}
 	wantErr(t, "Heartbeat of a cancelled run's shard", l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: r.ID, Shard: s0.Index, Worker: "w1", Lease: longLease}), ledger.ErrRunFinished)
-	wantErr(t, "Release by a cancelled run's holder", l.Release(ctx, r.ID, s0.Index, "w1"), ledger.ErrRunFinished)
+	wantErr(t, "Release by a cancelled run's holder", l.Release(ctx, ledger.ReleaseParams{RunID: r.ID, Shard: s0.Index, Worker: "w1"}), ledger.ErrRunFinished)
 	if got := mustShard(t, l, r.ID, s0.Index); got.State != jobs.ShardFailed || !got.LeaseUntil.IsZero() {
 		t.Fatalf("the shard after its holder let go = %+v, want failed with no lease mark", got)
 	}
@@ -589,14 +568,14 @@ func testCancelEndsShards(t *testing.T, l ledger.Cluster) {
 // worker takes the publish over and finishes it); the publisher then
 // finishes it. A run moved to publishing without a publish lease (the
 // embedded ledger's single process) stays cancellable.
-func testCancelRefusesPublishing(t *testing.T, l ledger.Cluster) {
+func testCancelRefusesPublishing(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := createIn(t, l, "recs", "p", 0, 1)
 	_, s := claimNext(t, l, "p", "w1", longLease)
 	if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: "w1", Counts: jobs.Counts{RowsIn: 1, RowsOut: 1}}); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
-	if _, err := l.ClaimPublish(ctx, r.ID, "pub", shortLease); err != nil {
+	if _, err := l.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: r.ID, Worker: "pub", Lease: shortLease}); err != nil {
 		t.Fatalf("ClaimPublish: %v", err)
 	}
 	wantErr(t, "cancel of a publishing run", l.SetRunState(ctx, r.ID, jobs.RunCancelled, "cancel"), ledger.ErrPublishing)
@@ -605,10 +584,10 @@ func testCancelRefusesPublishing(t *testing.T, l ledger.Cluster) {
 	if got := mustRun(t, l, r.ID); got.State != jobs.RunPublishing {
 		t.Fatalf("run after refused cancels = %s, want publishing", got.State)
 	}
-	if _, err := l.ClaimPublish(ctx, r.ID, "pub2", longLease); err != nil {
+	if _, err := l.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: r.ID, Worker: "pub2", Lease: longLease}); err != nil {
 		t.Fatalf("ClaimPublish takeover: %v", err)
 	}
-	if err := l.FinishPublish(ctx, r.ID, "pub2", jobs.RunSucceeded, ""); err != nil {
+	if err := l.FinishPublish(ctx, ledger.FinishPublishParams{RunID: r.ID, Worker: "pub2", State: jobs.RunSucceeded, Msg: ""}); err != nil {
 		t.Fatalf("FinishPublish: %v", err)
 	}
 	if got := mustRun(t, l, r.ID); got.State != jobs.RunSucceeded {
@@ -621,5 +600,18 @@ func testCancelRefusesPublishing(t *testing.T, l ledger.Cluster) {
 	}
 	if err := l.SetRunState(ctx, local.ID, jobs.RunCancelled, "abandoned"); err != nil {
 		t.Fatalf("cancel of a run publishing without a publish lease: %v", err)
+	}
+}
+
+// testCheckClaim: a fresh ledger lets this process claim; a check that
+// cannot ask (its context ended) says so instead of passing.
+func testCheckClaim(t *testing.T, l ledger.Store) {
+	if err := l.CheckClaim(context.Background()); err != nil {
+		t.Fatalf("CheckClaim of a fresh ledger: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := l.CheckClaim(ctx); err == nil {
+		t.Fatal("CheckClaim with an ended context passed")
 	}
 }

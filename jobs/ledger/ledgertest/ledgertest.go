@@ -1,6 +1,7 @@
-// Package ledgertest is the conformance suite every ledger.Ledger passes,
-// so that `precog run` (embedded) and the cluster (Postgres) agree on run
-// and shard semantics: leases, retries, resume and concurrent claims.
+// Package ledgertest is the conformance suite every ledger.Store passes, so
+// that `precog run` (embedded) and the cluster (Postgres) agree on run and
+// shard semantics: leases, retries, resume and concurrent claims. One file
+// per interface the Store embeds; Exercise lists every case.
 package ledgertest
 
 import (
@@ -23,33 +24,27 @@ const shortLease = 50 * time.Millisecond
 // longLease never expires within a test.
 const longLease = time.Minute
 
-// namedCase is one conformance case of Ledger extensions (workers,
-// rejects), registered by the file that defines it.
-type namedCase struct {
-	name string
-	fn   func(t *testing.T, l ledger.Ledger)
-}
-
-// extraCases are appended to Exercise's cases.
-var extraCases []namedCase
-
-// Exercise runs the suite, the cluster cases included (every ledger is a
-// ledger.Cluster). newLedger returns an empty ledger private to the calling
-// (sub)test; the suite closes it. Its Wake should poll rarely (a minute or
-// more), so that the suite can tell notices from polls.
-func Exercise(t *testing.T, newLedger func(t *testing.T) ledger.Ledger) {
+// Exercise runs the whole suite: every case of every interface that
+// ledger.Store embeds, one list, so that a case missing here is missing
+// for both ledgers alike. newLedger returns an empty ledger private to the
+// calling (sub)test; the suite closes it. Its Wake should poll rarely (a
+// minute or more), so that the suite can tell notices from polls.
+func Exercise(t *testing.T, newLedger func(t *testing.T) ledger.Store) {
 	cases := []struct {
 		name string
-		fn   func(t *testing.T, l ledger.Ledger)
+		fn   func(t *testing.T, l ledger.Store)
 	}{
+		// ledger.Ledger (this file; RejectSample in rejects.go)
 		{"CreateGetList", testCreateGetList},
 		{"CreateDuplicate", testCreateDuplicate},
+		{"JobNames", testJobNames},
 		{"OpenRun", testOpenRun},
 		{"ClaimOrder", testClaimOrder},
 		{"ClaimExpiredLease", testClaimExpiredLease},
 		{"ClaimFinishedRun", testClaimFinishedRun},
 		{"LeaseLost", testLeaseLost},
 		{"CompleteCounts", testCompleteCounts},
+		{"CompleteCost", testCompleteCost},
 		{"FailRetry", testFailRetry},
 		{"FailNoRetry", testFailNoRetry},
 		{"Release", testRelease},
@@ -57,31 +52,42 @@ func Exercise(t *testing.T, newLedger func(t *testing.T) ledger.Ledger) {
 		{"RetryRun", testRetryRun},
 		{"Reopen", testReopen},
 		{"RejectSample", testRejectSample},
-		{"SchedulerTicks", testSchedulerTicks},
-		{"SchedulerLead", testSchedulerLead},
-		{"SchedulerFirstSeen", testSchedulerFirstSeen},
 		{"SetRunState", testSetRunState},
 		{"NotFound", testNotFound},
 		{"ConcurrentClaims", testConcurrentClaims},
+		// ledger.Scheduler (scheduler.go)
+		{"SchedulerTicks", testSchedulerTicks},
+		{"SchedulerLead", testSchedulerLead},
+		{"SchedulerFirstSeen", testSchedulerFirstSeen},
+		// ledger.Cluster (cluster.go)
+		{"Fencing", testFencing},
+		{"ClaimNextSkipping", testClaimNextSkipping},
+		{"Speculative", testSpeculative},
+		{"SpeculativeFail", testSpeculativeFail},
+		{"PublishOnce", testPublishOnce},
+		{"PublishTakeover", testPublishTakeover},
+		{"PriorityAndFairShare", testPriorityFairShare},
+		{"CancelWakes", testCancelWakes},
+		{"CancelEndsShards", testCancelEndsShards},
+		{"CancelRefusesPublishing", testCancelRefusesPublishing},
+		{"WakeNotices", testWakeNotices},
+		{"ConcurrentClaimNext", testConcurrentClaimNext},
+		{"PoolLoad", testPoolLoad},
+		{"CheckClaim", testCheckClaim},
+		// ledger.Checks (checks.go)
 		{"ChecksHold", testChecksHold},
-	}
-	for _, c := range extraCases {
-		cases = append(cases, struct {
-			name string
-			fn   func(t *testing.T, l ledger.Ledger)
-		}{c.name, c.fn})
-	}
-	for _, c := range clusterCases {
-		cases = append(cases, struct {
-			name string
-			fn   func(t *testing.T, l ledger.Ledger)
-		}{c.name, func(t *testing.T, l ledger.Ledger) {
-			cl, ok := l.(ledger.Cluster)
-			if !ok {
-				t.Fatalf("%T does not implement ledger.Cluster", l)
-			}
-			c.fn(t, cl)
-		}})
+		// ledger.Cleanups (cleanups.go)
+		{"Cleanups", testCleanups},
+		// ledger.Workers (workers.go)
+		{"Workers", testWorkers},
+		{"WorkerUnable", testWorkerUnable},
+		// ledger.Rejects (rejects.go)
+		{"RejectsStore", testRejectsStore},
+		{"RejectsCap", testRejectsCap},
+		// ledger.Backfills (backfill.go)
+		{"Backfill", testBackfill},
+		// ledger.Snapshots (snapshots.go)
+		{"Snapshots", testSnapshots},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -175,7 +181,7 @@ func wantErr(t *testing.T, what string, err, want error) {
 	}
 }
 
-func testCreateGetList(t *testing.T, l ledger.Ledger) {
+func testCreateGetList(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r, shards := newRun("recs", "date=2024-11-01", 3)
 	if err := l.CreateRun(ctx, r, shards); err != nil {
@@ -252,7 +258,7 @@ func runIDs(rs []jobs.Run) []string {
 	return ids
 }
 
-func testCreateDuplicate(t *testing.T, l ledger.Ledger) {
+func testCreateDuplicate(t *testing.T, l ledger.Store) {
 	r, shards := newRun("recs", "k", 2)
 	if err := l.CreateRun(context.Background(), r, shards); err != nil {
 		t.Fatalf("CreateRun: %v", err)
@@ -262,7 +268,7 @@ func testCreateDuplicate(t *testing.T, l ledger.Ledger) {
 	}
 }
 
-func testOpenRun(t *testing.T, l ledger.Ledger) {
+func testOpenRun(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	_, err := l.OpenRun(ctx, "recs", "date=1")
 	wantErr(t, "OpenRun on empty ledger", err, ledger.ErrNotFound)
@@ -334,7 +340,7 @@ func testOpenRun(t *testing.T, l ledger.Ledger) {
 	}
 }
 
-func testClaimOrder(t *testing.T, l ledger.Ledger) {
+func testClaimOrder(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := create(t, l, "recs", "", 3)
 	for i := range 3 {
@@ -365,7 +371,7 @@ func testClaimOrder(t *testing.T, l ledger.Ledger) {
 	wantErr(t, "Claim with every shard committed", err, ledger.ErrNoShard)
 }
 
-func testClaimExpiredLease(t *testing.T, l ledger.Ledger) {
+func testClaimExpiredLease(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := create(t, l, "recs", "", 2)
 	s0 := claim(t, l, r.ID, "dead", shortLease)
@@ -390,7 +396,7 @@ func testClaimExpiredLease(t *testing.T, l ledger.Ledger) {
 	}
 }
 
-func testClaimFinishedRun(t *testing.T, l ledger.Ledger) {
+func testClaimFinishedRun(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	for _, st := range []jobs.RunState{jobs.RunSucceeded, jobs.RunFailed, jobs.RunCancelled} {
 		r := create(t, l, "recs", string(st), 2)
@@ -404,14 +410,14 @@ func testClaimFinishedRun(t *testing.T, l ledger.Ledger) {
 	wantErr(t, "Claim on a missing run", err, ledger.ErrNotFound)
 }
 
-func testLeaseLost(t *testing.T, l ledger.Ledger) {
+func testLeaseLost(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := create(t, l, "recs", "", 2)
 	s := claim(t, l, r.ID, "w1", longLease)
 	wantErr(t, "Heartbeat by the wrong worker", l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: r.ID, Shard: s.Index, Worker: "w2", Lease: longLease}), ledger.ErrLeaseLost)
 	wantErr(t, "Complete by the wrong worker", l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: "w2", Counts: jobs.Counts{}}), ledger.ErrLeaseLost)
 	wantErr(t, "Fail by the wrong worker", l.Fail(ctx, ledger.FailParams{RunID: r.ID, Shard: s.Index, Worker: "w2", Msg: "x", Retry: true, MaxAttempts: 3}), ledger.ErrLeaseLost)
-	wantErr(t, "Release by the wrong worker", l.Release(ctx, r.ID, s.Index, "w2"), ledger.ErrLeaseLost)
+	wantErr(t, "Release by the wrong worker", l.Release(ctx, ledger.ReleaseParams{RunID: r.ID, Shard: s.Index, Worker: "w2"}), ledger.ErrLeaseLost)
 	wantErr(t, "Heartbeat on a pending shard", l.Heartbeat(ctx, ledger.HeartbeatParams{RunID: r.ID, Shard: 1, Worker: "w1", Lease: longLease}), ledger.ErrLeaseLost)
 	wantErr(t, "Complete on a pending shard", l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: 1, Worker: "w1", Counts: jobs.Counts{}}), ledger.ErrLeaseLost)
 
@@ -473,7 +479,7 @@ func waitPast(until time.Time) {
 	time.Sleep(time.Until(until) + 3*shortLease)
 }
 
-func testCompleteCounts(t *testing.T, l ledger.Ledger) {
+func testCompleteCounts(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := create(t, l, "recs", "", 3)
 	want := jobs.Counts{}
@@ -500,7 +506,7 @@ func testCompleteCounts(t *testing.T, l ledger.Ledger) {
 	}
 }
 
-func testFailRetry(t *testing.T, l ledger.Ledger) {
+func testFailRetry(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := create(t, l, "recs", "", 1)
 	const maxAttempts = 3
@@ -526,7 +532,7 @@ func testFailRetry(t *testing.T, l ledger.Ledger) {
 	wantErr(t, "Claim with the only shard failed", err, ledger.ErrNoShard)
 }
 
-func testFailNoRetry(t *testing.T, l ledger.Ledger) {
+func testFailNoRetry(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := create(t, l, "recs", "", 1)
 	s := claim(t, l, r.ID, "w1", longLease)
@@ -538,11 +544,11 @@ func testFailNoRetry(t *testing.T, l ledger.Ledger) {
 	}
 }
 
-func testRelease(t *testing.T, l ledger.Ledger) {
+func testRelease(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := create(t, l, "recs", "", 2)
 	s := claim(t, l, r.ID, "w1", longLease)
-	if err := l.Release(ctx, r.ID, s.Index, "w1"); err != nil {
+	if err := l.Release(ctx, ledger.ReleaseParams{RunID: r.ID, Shard: s.Index, Worker: "w1"}); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 	got := mustShard(t, l, r.ID, s.Index)
@@ -553,13 +559,13 @@ func testRelease(t *testing.T, l ledger.Ledger) {
 	if s2.Index != s.Index || s2.Attempts != 1 {
 		t.Fatalf("claim after release = %+v, want shard %d with attempts 1", s2, s.Index)
 	}
-	wantErr(t, "Release by the old worker", l.Release(ctx, r.ID, s.Index, "w1"), ledger.ErrLeaseLost)
+	wantErr(t, "Release by the old worker", l.Release(ctx, ledger.ReleaseParams{RunID: r.ID, Shard: s.Index, Worker: "w1"}), ledger.ErrLeaseLost)
 }
 
 // testRetryRun: a failed run goes back to running with its failed shards
 // pending and committed ones kept, or the ledger says ErrUnsupported and
 // changes nothing; a succeeded run is ErrRunFinished either way.
-func testRetryRun(t *testing.T, l ledger.Ledger) {
+func testRetryRun(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := create(t, l, "recs", "", 2)
 	for range 2 {
@@ -609,7 +615,7 @@ func testRetryRun(t *testing.T, l ledger.Ledger) {
 	}
 }
 
-func testRetryFailed(t *testing.T, l ledger.Ledger) {
+func testRetryFailed(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := create(t, l, "recs", "", 3)
 	for range 3 {
@@ -648,7 +654,7 @@ func testRetryFailed(t *testing.T, l ledger.Ledger) {
 	wantErr(t, "RetryFailed(missing run)", err, ledger.ErrNotFound)
 }
 
-func testSetRunState(t *testing.T, l ledger.Ledger) {
+func testSetRunState(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := create(t, l, "recs", "", 1)
 	for _, st := range []jobs.RunState{jobs.RunRunning, jobs.RunPublishing} {
@@ -675,7 +681,7 @@ func testSetRunState(t *testing.T, l ledger.Ledger) {
 	wantErr(t, "SetRunState on a missing run", l.SetRunState(ctx, "no-such-run", jobs.RunRunning, ""), ledger.ErrNotFound)
 }
 
-func testNotFound(t *testing.T, l ledger.Ledger) {
+func testNotFound(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	_, err := l.Run(ctx, "no-such-run")
 	wantErr(t, "Run(missing)", err, ledger.ErrNotFound)
@@ -690,7 +696,7 @@ func testNotFound(t *testing.T, l ledger.Ledger) {
 
 // testConcurrentClaims: 8 workers drain 100 shards; every shard is claimed
 // and committed exactly once and no shard is held by two workers.
-func testConcurrentClaims(t *testing.T, l ledger.Ledger) {
+func testConcurrentClaims(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	const workers, shards = 8, 100
 	r := create(t, l, "recs", "", shards)
@@ -748,7 +754,7 @@ func testConcurrentClaims(t *testing.T, l ledger.Ledger) {
 
 // testReopen: shards a sink lost at stage time go back to pending with their
 // counts taken off the run's, and a publishing run goes back to running.
-func testReopen(t *testing.T, l ledger.Ledger) {
+func testReopen(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := create(t, l, "recs", "", 3)
 	for range 3 {
@@ -789,141 +795,68 @@ func testReopen(t *testing.T, l ledger.Ledger) {
 	wantErr(t, "Reopen of a finished run", l.Reopen(ctx, r.ID, []int{0}, "x"), ledger.ErrRunFinished)
 }
 
-// testSchedulerTicks: a tick is recorded once per (job, scheduled time),
-// with its run in the same step; a second leader's attempt changes nothing.
-func testSchedulerTicks(t *testing.T, l ledger.Ledger) {
-	sch, ok := l.(ledger.Scheduler)
-	if !ok {
-		t.Skip("the ledger does not implement ledger.Scheduler")
-	}
+// testJobNames: JobNames lists each job with a run once, by name, whatever
+// the runs' states.
+func testJobNames(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
-	if _, err := sch.LastTick(ctx, "recs"); !errors.Is(err, ledger.ErrNotFound) {
-		t.Fatalf("LastTick with no ticks = %v, want ErrNotFound", err)
+	if got, err := l.JobNames(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("JobNames of an empty ledger = %v, %v; want none", got, err)
 	}
-	at := time.Date(2026, 11, 1, 4, 0, 0, 0, time.UTC)
-	run, shards := newRun("recs", "date=2026-11-01", 2)
-	tick := ledger.Tick{Job: "recs", ScheduledFor: at, Outcome: ledger.TickFired}
-	if err := sch.RecordTick(ctx, tick, &run, shards); err != nil {
-		t.Fatalf("RecordTick: %v", err)
-	}
-	if got := mustRun(t, l, run.ID); got.State != jobs.RunPending || got.Shards != 2 {
-		t.Fatalf("the fired run = %+v, want pending with 2 shards", got)
-	}
-	// Another scheduler fires the same tick: refused, no second run.
-	run2, shards2 := newRun("recs", "date=2026-11-01x", 1)
-	if err := sch.RecordTick(ctx, tick, &run2, shards2); !errors.Is(err, ledger.ErrTickExists) {
-		t.Fatalf("second RecordTick = %v, want ErrTickExists", err)
-	}
-	if _, err := l.Run(ctx, run2.ID); !errors.Is(err, ledger.ErrNotFound) {
-		t.Fatalf("the refused tick created its run: %v", err)
-	}
-	// A skipped tick has no run; LastTick is the latest scheduled time.
-	if err := sch.RecordTick(ctx, ledger.Tick{Job: "recs", ScheduledFor: at.Add(4 * time.Hour), Outcome: ledger.TickSkipped, Reason: "previous run open"}, nil, nil); err != nil {
+	r := create(t, l, "users", "a", 1)
+	create(t, l, "recs", "a", 1)
+	if err := l.SetRunState(ctx, r.ID, jobs.RunCancelled, "x"); err != nil {
 		t.Fatal(err)
 	}
-	if err := sch.RecordTick(ctx, ledger.Tick{Job: "recs-other", ScheduledFor: at.Add(8 * time.Hour), Outcome: ledger.TickMissed}, nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	last, err := sch.LastTick(ctx, "recs")
-	if err != nil || !last.ScheduledFor.Equal(at.Add(4*time.Hour)) || last.Outcome != ledger.TickSkipped || last.Reason != "previous run open" {
-		t.Fatalf("LastTick = %+v, %v", last, err)
-	}
-	// A tick whose run cannot be created (its params have an open run)
-	// records nothing.
-	run3, shards3 := newRun("recs", "date=2026-11-01", 1)
-	err = sch.RecordTick(ctx, ledger.Tick{Job: "recs", ScheduledFor: at.Add(12 * time.Hour), Outcome: ledger.TickFired}, &run3, shards3)
-	if !errors.Is(err, ledger.ErrRunOpen) {
-		t.Fatalf("tick with an open run of its params = %v, want ErrRunOpen", err)
-	}
-	if last, _ := sch.LastTick(ctx, "recs"); !last.ScheduledFor.Equal(at.Add(4 * time.Hour)) {
-		t.Fatalf("a failed tick was recorded: %+v", last)
+	create(t, l, "users", "a", 1)
+	got, err := l.JobNames(ctx)
+	if err != nil || strings.Join(got, ",") != "recs,users" {
+		t.Fatalf("JobNames = %v, %v; want [recs users]", got, err)
 	}
 }
 
-// testSchedulerFirstSeen: the first time recorded for a job is kept: later
-// and concurrent callers (other replicas, a restarted scheduler) all get it
-// back, so they all compute the same first tick; jobs are independent.
-func testSchedulerFirstSeen(t *testing.T, l ledger.Ledger) {
-	sch, ok := l.(ledger.Scheduler)
-	if !ok {
-		t.Skip("the ledger does not implement ledger.Scheduler")
-	}
+// testCompleteCost: a shard's cost is stored with its commit and read back
+// with the shard; the run's cost is its committed shards' summed; Reopen
+// takes a shard's cost off with its counts; a shard committed without a
+// cost (as by a version that recorded none) reads as zero.
+func testCompleteCost(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
-	first := time.Date(2026, 11, 1, 2, 55, 30, 123456000, time.UTC)
-	got, err := sch.FirstSeen(ctx, "recs", first)
-	if err != nil || !got.Equal(first) {
-		t.Fatalf("FirstSeen of a new job = %v, %v; want %v", got, err, first)
+	r := create(t, l, "costs", "", 3)
+	costs := []jobs.Cost{
+		{CPUSeconds: 1.5, DeviceSeconds: 2.25, GPUSampledSeconds: 2, GPUBusySeconds: 1.5, GPURows: 1000},
+		{CPUSeconds: 0.75},
+		{},
 	}
-	// Concurrent replicas, each with its own (later) time, all get the first.
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for i := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			at := first.Add(time.Duration(i+1) * time.Minute)
-			if got, err := sch.FirstSeen(ctx, "recs", at); err != nil || !got.Equal(first) {
-				errs <- fmt.Errorf("FirstSeen(recs, %v) = %v, %v; want the recorded %v", at, got, err, first)
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	// An earlier time does not move it either: the first recorded wins.
-	if got, err := sch.FirstSeen(ctx, "recs", first.Add(-time.Hour)); err != nil || !got.Equal(first) {
-		t.Fatalf("FirstSeen with an earlier time = %v, %v; want %v", got, err, first)
-	}
-	other := first.Add(time.Hour)
-	if got, err := sch.FirstSeen(ctx, "recs-other", other); err != nil || !got.Equal(other) {
-		t.Fatalf("FirstSeen of another job = %v, %v; want %v", got, err, other)
-	}
-}
-
-// testSchedulerLead: one holder at a time; renewals keep it; it passes on
-// when the lease lapses or is resigned.
-func testSchedulerLead(t *testing.T, l ledger.Ledger) {
-	sch, ok := l.(ledger.Scheduler)
-	if !ok {
-		t.Skip("the ledger does not implement ledger.Scheduler")
-	}
-	ctx := context.Background()
-	lead := func(holder string, ttl time.Duration) bool {
-		t.Helper()
-		ok, err := sch.Lead(ctx, "scheduler", holder, ttl)
-		if err != nil {
-			t.Fatal(err)
+	for range costs {
+		s := claim(t, l, r.ID, "w1", longLease)
+		if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: "w1",
+			Counts: jobs.Counts{RowsIn: 10, RowsOut: 10}, Cost: costs[s.Index]}); err != nil {
+			t.Fatalf("Complete(%d): %v", s.Index, err)
 		}
-		return ok
 	}
-	if !lead("a", time.Minute) {
-		t.Fatal("a could not take a free lease")
-	}
-	if !lead("a", time.Minute) {
-		t.Fatal("a could not renew its lease")
-	}
-	if lead("b", time.Minute) {
-		t.Fatal("b took a live lease")
-	}
-	if err := sch.Resign(ctx, "scheduler", "b"); err != nil { // not b's: no effect
+	shards, err := l.Shards(ctx, r.ID)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if lead("b", time.Minute) {
-		t.Fatal("b's Resign released a's lease")
+	for i, s := range shards {
+		if s.Cost != costs[i] {
+			t.Errorf("shard %d cost %+v, want %+v", i, s.Cost, costs[i])
+		}
 	}
-	if err := sch.Resign(ctx, "scheduler", "a"); err != nil {
+	want := costs[0].Add(costs[1])
+	if got := jobs.SumCost(shards); got != want {
+		t.Errorf("run cost %+v, want %+v", got, want)
+	}
+	if err := l.Reopen(ctx, r.ID, []int{0}, "lost in a sink"); err != nil {
 		t.Fatal(err)
 	}
-	if !lead("b", 300*time.Millisecond) {
-		t.Fatal("b could not take a resigned lease")
+	if s := mustShard(t, l, r.ID, 0); !s.Cost.IsZero() {
+		t.Errorf("reopened shard keeps cost %+v", s.Cost)
 	}
-	time.Sleep(500 * time.Millisecond)
-	if !lead("a", time.Minute) {
-		t.Fatal("a could not take a lapsed lease")
+	shards, err = l.Shards(ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if lead("b", time.Minute) {
-		t.Fatal("b renewed a lease it lost")
+	if got := jobs.SumCost(shards); got != costs[1] {
+		t.Errorf("run cost after reopen %+v, want %+v", got, costs[1])
 	}
 }

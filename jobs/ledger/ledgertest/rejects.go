@@ -47,7 +47,7 @@ func wantSample(t *testing.T, l ledger.Ledger, runID string, limit int, want ...
 // attempt's rejects with the commit, fenced by the lease; a later attempt's
 // Complete replaces it; RejectSample reads committed shards' samples by
 // shard then position, with a limit.
-func testRejectSample(t *testing.T, l ledger.Ledger) {
+func testRejectSample(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	r := create(t, l, "recs", "", 3)
 
@@ -112,4 +112,119 @@ func testRejectSample(t *testing.T, l ledger.Ledger) {
 	wantSample(t, l, clean.ID, 10)
 	_, err := l.RejectSample(ctx, "no-such-run", 10)
 	wantErr(t, "RejectSample of a missing run", err, ledger.ErrNotFound)
+}
+
+func rejectsPage(t *testing.T, r ledger.Rejects, runID string, offset, limit int) ledger.RejectPage {
+	t.Helper()
+	p, err := r.Rejects(context.Background(), runID, offset, limit)
+	if err != nil {
+		t.Fatalf("Rejects(%s, %d, %d): %v", runID, offset, limit, err)
+	}
+	return p
+}
+
+// testRejectsStore: Complete stores every reject it is given (not only the
+// sample), by position, fenced by the lease, replacing an earlier
+// attempt's; Rejects pages through committed shards' rows in order.
+func testRejectsStore(t *testing.T, l ledger.Store) {
+	ctx := context.Background()
+	r := create(t, l, "recs", "", 3)
+	rows := make([]int, 30)
+	for i := range rows {
+		rows[i] = 29 - i // out of order: stored by position
+	}
+	s0 := claim(t, l, r.ID, "w1", longLease)
+	if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s0.Index, Worker: "w1", Counts: jobs.Counts{RowsIn: 100, Rejected: 30}, Sample: rejectsAt(0, "NaN", rows...)}); err != nil {
+		t.Fatalf("Complete(0): %v", err)
+	}
+	s1 := claim(t, l, r.ID, "w1", longLease)
+	if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s1.Index, Worker: "w1", Counts: jobs.Counts{RowsIn: 10, Rejected: 2}, Sample: rejectsAt(1, "null key", 4, 2)}); err != nil {
+		t.Fatalf("Complete(1): %v", err)
+	}
+	// Shard 2: a late holder's rejects are refused with its commit.
+	claim(t, l, r.ID, "slow", shortLease)
+	time.Sleep(3 * shortLease)
+	if s := claim(t, l, r.ID, "w2", longLease); s.Index != 2 {
+		t.Fatalf("re-claim = shard %d, want 2", s.Index)
+	}
+	if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: 2, Worker: "w2", Counts: jobs.Counts{RowsIn: 10}}); err != nil {
+		t.Fatalf("Complete(2): %v", err)
+	}
+	wantErr(t, "late Complete with rejects", l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: 2, Worker: "slow", Counts: jobs.Counts{RowsIn: 10, Rejected: 1}, Sample: rejectsAt(2, "late", 1)}), ledger.ErrLeaseLost)
+
+	var want []string
+	for i := range 30 {
+		want = append(want, fmt.Sprintf("0|part-0.parquet row %d|NaN", i))
+	}
+	want = append(want, "1|part-1.parquet row 2|null key", "1|part-1.parquet row 4|null key")
+	p := rejectsPage(t, l, r.ID, 0, 0)
+	if got := strings.Join(sampleLines(p.Rows), "\n"); got != strings.Join(want, "\n") || p.Stored != 32 || p.Cap <= 0 {
+		t.Fatalf("Rejects(all) = stored %d cap %d\n%s\nwant stored 32 of\n%s", p.Stored, p.Cap, got, strings.Join(want, "\n"))
+	}
+	if p.Rows[0].Key != "k0" {
+		t.Fatalf("first reject's key = %q, want k0", p.Rows[0].Key)
+	}
+	// Pages: across the shard boundary, and past the end.
+	p = rejectsPage(t, l, r.ID, 28, 3)
+	if got := strings.Join(sampleLines(p.Rows), "\n"); got != strings.Join(want[28:31], "\n") || p.Stored != 32 {
+		t.Fatalf("Rejects(offset 28, limit 3) =\n%s\nwant\n%s", got, strings.Join(want[28:31], "\n"))
+	}
+	if p = rejectsPage(t, l, r.ID, 40, 10); len(p.Rows) != 0 || p.Stored != 32 {
+		t.Fatalf("Rejects past the end = %d rows, stored %d; want none of 32", len(p.Rows), p.Stored)
+	}
+
+	// A reopened shard's rejects are hidden; its next commit replaces them.
+	if err := l.Reopen(ctx, r.ID, []int{0}, "lost by a sink"); err != nil {
+		t.Fatalf("Reopen: %v", err)
+	}
+	if p = rejectsPage(t, l, r.ID, 0, 0); p.Stored != 2 || len(p.Rows) != 2 {
+		t.Fatalf("after Reopen(0): %d rows, stored %d; want shard 1's 2", len(p.Rows), p.Stored)
+	}
+	s := claim(t, l, r.ID, "w3", longLease)
+	if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: "w3", Counts: jobs.Counts{RowsIn: 100, Rejected: 1}, Sample: rejectsAt(0, "again", 7)}); err != nil {
+		t.Fatalf("Complete(0) again: %v", err)
+	}
+	p = rejectsPage(t, l, r.ID, 0, 0)
+	if got := strings.Join(sampleLines(p.Rows), "\n"); got != strings.Join(append([]string{"0|part-0.parquet row 7|again"}, want[30:]...), "\n") {
+		t.Fatalf("after the recommit: %s", got)
+	}
+
+	if p = rejectsPage(t, l, create(t, l, "recs", "clean", 1).ID, 0, 10); len(p.Rows) != 0 || p.Stored != 0 {
+		t.Fatalf("Rejects of a clean run = %+v, want none", p)
+	}
+	_, err := l.Rejects(ctx, "no-such-run", 0, 10)
+	wantErr(t, "Rejects of a missing run", err, ledger.ErrNotFound)
+}
+
+// testRejectsCap: the ledger stores at most its cap (by default
+// ledger.DefaultRejectsPerRun) of one run's rejects; the shards committed
+// first fill it; the run's counts stay exact.
+func testRejectsCap(t *testing.T, l ledger.Store) {
+	ctx := context.Background()
+	r := create(t, l, "recs", "", 2)
+	limit := rejectsPage(t, l, r.ID, 0, 1).Cap
+	if limit != ledger.DefaultRejectsPerRun {
+		t.Fatalf("cap = %d, want the default %d", limit, ledger.DefaultRejectsPerRun)
+	}
+	each := limit*3/5 + 1
+	rows := make([]int, each)
+	for i := range rows {
+		rows[i] = i
+	}
+	for range 2 {
+		s := claim(t, l, r.ID, "w1", longLease)
+		if err := l.Complete(ctx, ledger.CompleteParams{RunID: r.ID, Shard: s.Index, Worker: "w1", Counts: jobs.Counts{RowsIn: int64(2 * each), Rejected: int64(each)}, Sample: rejectsAt(s.Index, "NaN", rows...)}); err != nil {
+			t.Fatalf("Complete(%d): %v", s.Index, err)
+		}
+	}
+	p := rejectsPage(t, l, r.ID, limit-2, 5)
+	if p.Stored != int64(limit) || len(p.Rows) != 2 {
+		t.Fatalf("past the cap: stored %d, last page %d rows; want %d stored, 2 rows", p.Stored, len(p.Rows), limit)
+	}
+	if last := p.Rows[1]; last.Shard != 1 || last.Position != fmt.Sprintf("part-1.parquet row %d", limit-each-1) {
+		t.Fatalf("last stored reject = %+v, want shard 1's row %d (the first rows by position)", last, limit-each-1)
+	}
+	if c := mustRun(t, l, r.ID).Counts; c.Rejected != int64(2*each) {
+		t.Fatalf("run rejected = %d, want %d (counted past the cap)", c.Rejected, 2*each)
+	}
 }

@@ -45,7 +45,7 @@ func BenchmarkClaimCycle(b *testing.B) {
 			defer wg.Done()
 			name := fmt.Sprintf("w%d", w)
 			for done.Load() < int64(b.N) {
-				r, s, err := l.ClaimNext(ctx, "p", name, time.Minute)
+				r, s, err := l.ClaimNext(ctx, ledger.ClaimNextParams{Pool: "p", Worker: name, Lease: time.Minute})
 				if errors.Is(err, ledger.ErrNoShard) {
 					return
 				}

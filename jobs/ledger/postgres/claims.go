@@ -156,12 +156,8 @@ func (l *Ledger) Claim(ctx context.Context, runID, worker string, lease time.Dur
 }
 
 // ClaimNext implements ledger.Cluster.
-func (l *Ledger) ClaimNext(ctx context.Context, pool, worker string, lease time.Duration) (jobs.Run, jobs.Shard, error) {
-	return l.ClaimNextSkipping(ctx, pool, worker, lease, nil)
-}
-
-// ClaimNextSkipping implements ledger.Cluster.
-func (l *Ledger) ClaimNextSkipping(ctx context.Context, pool, worker string, lease time.Duration, skip []string) (jobs.Run, jobs.Shard, error) {
+func (l *Ledger) ClaimNext(ctx context.Context, p ledger.ClaimNextParams) (jobs.Run, jobs.Shard, error) {
+	pool, worker, lease, skip := p.Pool, p.Worker, p.Lease, p.Skip
 	if worker == "" {
 		return jobs.Run{}, jobs.Shard{}, errors.New("ledger: claim: empty worker name")
 	}
@@ -345,7 +341,8 @@ func (l *Ledger) Fail(ctx context.Context, p ledger.FailParams) error {
 }
 
 // Release returns the shard to pending without counting the attempt.
-func (l *Ledger) Release(ctx context.Context, runID string, shard int, worker string) error {
+func (l *Ledger) Release(ctx context.Context, p ledger.ReleaseParams) error {
+	runID, shard, worker := p.RunID, p.Shard, p.Worker
 	return l.endAttempt(ctx, "release", runID, shard, worker, func(attempts int) (string, int, string) {
 		return "pending", max(attempts-1, 0), ""
 	})

@@ -92,7 +92,7 @@ type Ledger struct {
 	closed  bool
 }
 
-var _ ledger.Cluster = (*Ledger)(nil)
+var _ ledger.Store = (*Ledger)(nil)
 
 // Open connects to dsn, creates or migrates the ledger schema and returns
 // the ledger. The DSN is never logged nor put in errors.

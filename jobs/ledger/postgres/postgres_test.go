@@ -28,7 +28,7 @@ func open(t testing.TB, dsn string) *Ledger {
 }
 
 func TestConformance(t *testing.T) {
-	ledgertest.Exercise(t, func(t *testing.T) ledger.Ledger {
+	ledgertest.Exercise(t, func(t *testing.T) ledger.Store {
 		return open(t, testservers.Postgres(t).DSN)
 	})
 }
@@ -170,7 +170,7 @@ func TestRetryRun(t *testing.T) {
 	if got.Retries != 1 {
 		t.Fatalf("Retries after one RetryRun = %d, want 1", got.Retries)
 	}
-	if cr, _, err := l.ClaimNext(ctx, "default", "w2", time.Minute); err != nil || cr.Retries != 1 {
+	if cr, _, err := l.ClaimNext(ctx, ledger.ClaimNextParams{Pool: "default", Worker: "w2", Lease: time.Minute}); err != nil || cr.Retries != 1 {
 		t.Fatalf("ClaimNext of the retried run = %+v, %v; want Retries 1", cr, err)
 	}
 	// Fail it again, open another run of the same params: retry names it.

@@ -53,7 +53,7 @@ func TestCheckClaim(t *testing.T) {
 		t.Fatalf("CheckClaim of a SELECT-only role = %v; want ErrCannotClaim naming the role and the missing UPDATEs", err)
 	}
 	// The check matches reality: a claim fails for want of privileges.
-	if _, _, err := ro.ClaimNext(ctx, ledger.DefaultPool, "w", time.Minute); err == nil || !strings.Contains(err.Error(), "permission denied") {
+	if _, _, err := ro.ClaimNext(ctx, ledger.ClaimNextParams{Pool: ledger.DefaultPool, Worker: "w", Lease: time.Minute}); err == nil || !strings.Contains(err.Error(), "permission denied") {
 		t.Fatalf("ClaimNext of a SELECT-only role = %v, want permission denied", err)
 	}
 
@@ -61,7 +61,7 @@ func TestCheckClaim(t *testing.T) {
 	if err := ro.CheckClaim(ctx); err != nil {
 		t.Fatalf("CheckClaim after the grants = %v, want nil", err)
 	}
-	if _, _, err := ro.ClaimNext(ctx, ledger.DefaultPool, "w", time.Minute); !errors.Is(err, ledger.ErrNoShard) {
+	if _, _, err := ro.ClaimNext(ctx, ledger.ClaimNextParams{Pool: ledger.DefaultPool, Worker: "w", Lease: time.Minute}); !errors.Is(err, ledger.ErrNoShard) {
 		t.Fatalf("ClaimNext after the grants = %v, want ErrNoShard", err)
 	}
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -143,7 +142,8 @@ func (l *Ledger) Reopen(ctx context.Context, runID string, shards []int, reason 
 const allCommitted = `NOT EXISTS (SELECT 1 FROM precog_run_shards s WHERE s.run_id = r.id AND s.state <> 'committed')`
 
 // ClaimPublish implements ledger.Cluster.
-func (l *Ledger) ClaimPublish(ctx context.Context, runID, worker string, lease time.Duration) (jobs.Run, error) {
+func (l *Ledger) ClaimPublish(ctx context.Context, p ledger.PublishLeaseParams) (jobs.Run, error) {
+	runID, worker, lease := p.RunID, p.Worker, p.Lease
 	if worker == "" {
 		return jobs.Run{}, errors.New("ledger: claim publish: empty worker name")
 	}
@@ -171,7 +171,8 @@ func (l *Ledger) ClaimPublish(ctx context.Context, runID, worker string, lease t
 const publishHeld = `id = $1 AND state = 'publishing' AND publisher = $2 AND publish_until > now()`
 
 // HeartbeatPublish implements ledger.Cluster.
-func (l *Ledger) HeartbeatPublish(ctx context.Context, runID, worker string, lease time.Duration) error {
+func (l *Ledger) HeartbeatPublish(ctx context.Context, p ledger.PublishLeaseParams) error {
+	runID, worker, lease := p.RunID, p.Worker, p.Lease
 	tag, err := l.pool.Exec(ctx, `UPDATE precog_runs SET publish_until = now() + $3::bigint * interval '1 microsecond',
 		updated_at = now() WHERE `+publishHeld, runID, worker, micros(lease))
 	if err != nil {
@@ -184,7 +185,8 @@ func (l *Ledger) HeartbeatPublish(ctx context.Context, runID, worker string, lea
 }
 
 // FinishPublish implements ledger.Cluster.
-func (l *Ledger) FinishPublish(ctx context.Context, runID, worker string, state jobs.RunState, msg string) error {
+func (l *Ledger) FinishPublish(ctx context.Context, p ledger.FinishPublishParams) error {
+	runID, worker, state, msg := p.RunID, p.Worker, p.State, p.Msg
 	if !state.Terminal() {
 		return fmt.Errorf("ledger: finish publish of run %s by %s: state %q is not terminal", runID, worker, state)
 	}
