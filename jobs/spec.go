@@ -96,6 +96,13 @@ type ModelSpec struct {
 	// Inputs maps an ONNX input name to the columns its tensor is built from.
 	Inputs map[string]InputSpec `yaml:"inputs"`
 	// Outputs maps an ONNX output name to a field name in the stored record.
+	// When a score list and an id list stored here both come from one
+	// sorted TopK of the model (the ids straight from its indices or
+	// through a constant index-to-id table, the scores through elementwise
+	// steps), each run of equal scores in a row is stored in ascending id
+	// order, so top-k lists are the same on every device (a CUDA TopK
+	// orders ties its own way). Which of several items tied at the k-th
+	// score make the list is still the runtime's choice.
 	Outputs   map[string]string `yaml:"outputs"`
 	BatchSize int               `yaml:"batch_size"` // default 1024
 	Device    string            `yaml:"device"`     // cpu | cuda:N; default cpu

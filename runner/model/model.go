@@ -42,6 +42,9 @@ type Model struct {
 	// goPooling says why Go pools a pooled output instead of the graph
 	// (empty when the graph does, or nothing is pooled).
 	goPooling string
+	// ties are the stored top-k score and id lists whose equal scores are
+	// put in ascending id order (ties.go).
+	ties []tiePair
 	// padTo, when set (benchmarks only), pads every bucket to this length:
 	// the padding-to-max_length baseline bucketing is measured against.
 	padTo int
@@ -108,6 +111,9 @@ func Load(spec jobs.ModelSpec, file string, opts ...LoadOption) (*Model, error) 
 	if m.version == "" {
 		sum := sha256.Sum256(data)
 		m.version = hex.EncodeToString(sum[:])[:12]
+	}
+	if m.ties, err = m.topKTiePairs(data); err != nil {
+		return nil, m.errorf("model.path", "%s: read the graph's TopK outputs: %v", spec.Path, err)
 	}
 	m.plan = planSessions(spec, len(data))
 	run, why, err := m.poolInGraph(data)
