@@ -116,7 +116,13 @@ func Load(spec jobs.ModelSpec, file string, opts ...LoadOption) (*Model, error) 
 		return nil, m.errorf("model.path", "%s: read the graph's TopK outputs: %v", spec.Path, err)
 	}
 	m.plan = planSessions(spec, len(data))
-	run, why, err := m.poolInGraph(data)
+	run := data
+	if spec.Precision == jobs.PrecisionFP16 {
+		if run, err = toFloat16(data); err != nil {
+			return nil, m.errorf("model.precision", "%s: fp16: %v (precision: fp32 runs the model as it is)", spec.Path, err)
+		}
+	}
+	run, why, err := m.poolInGraph(run)
 	if err != nil {
 		return nil, m.errorf("model.pooling", "%s: append the pooling to the graph: %v", spec.Path, err)
 	}
