@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -147,19 +148,69 @@ type fp16Node struct {
 	raw          []byte
 }
 
+// fp16Parts is a GraphProto taken apart for the rewrite.
+type fp16Parts struct {
+	nodes                  []fp16Node
+	inits, inputs, outputs [][]byte
+	rest                   []byte // other graph fields, copied as they are
+	types                  map[string]int32
+	initNames              map[string]bool
+	floatInputs, floatOuts []string
+}
+
 // toFloat16 returns the model data rewritten for precision: fp16.
 func toFloat16(data []byte) ([]byte, error) {
 	_, graph, err := modelOpsetAndGraph(data)
 	if err != nil {
 		return nil, err
 	}
-	var nodes []fp16Node
-	var inits, inputs, outputs [][]byte
-	var rest []byte // other graph fields, copied as they are
-	types := map[string]int32{}
-	err = walk(graph, func(f field) error {
+	p, err := splitGraph(graph)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.seedTypes(); err != nil {
+		return nil, err
+	}
+	if err := fp16Types(p.nodes, p.types); err != nil {
+		return nil, err
+	}
+	g := &fp16Graph{types: p.types, rename: map[string]string{}}
+	keep32, err := g.initializers(p)
+	if err != nil {
+		return nil, err
+	}
+	for _, in := range p.floatInputs {
+		g.rename[in] = in + fp16Suffix
+		g.cast(in, in+fp16Suffix, onnxFloat16)
+	}
+	for _, out := range p.floatOuts {
+		g.rename[out] = out + fp16Suffix
+	}
+	for i := range p.nodes {
+		if err := g.node(&p.nodes[i], keep32, i); err != nil {
+			return nil, err
+		}
+	}
+	for _, out := range p.floatOuts {
+		g.cast(out+fp16Suffix, out, onnxFloat)
+	}
+	b := slices.Concat(p.rest, g.nodes, g.inits)
+	for _, raw := range p.inputs {
+		b = appendMsg(b, fGraphInput, raw)
+	}
+	for _, raw := range p.outputs {
+		b = appendMsg(b, fGraphOutput, raw)
+	}
+	return replaceGraph(data, b), nil
+}
+
+// splitGraph takes a GraphProto apart; its value_info is dropped (its
+// float types no longer hold; ONNX Runtime infers shapes again).
+func splitGraph(graph []byte) (*fp16Parts, error) {
+	p := &fp16Parts{types: map[string]int32{}, initNames: map[string]bool{}}
+	err := walk(graph, func(f field) error {
 		if f.typ != protowire.BytesType {
-			rest = appendField(rest, f)
+			p.rest = appendField(p.rest, f)
 			return nil
 		}
 		switch f.num {
@@ -168,55 +219,67 @@ func toFloat16(data []byte) ([]byte, error) {
 			if err != nil {
 				return err
 			}
-			nodes = append(nodes, n)
+			p.nodes = append(p.nodes, n)
 		case fGraphInitializer:
-			inits = append(inits, f.data)
+			p.inits = append(p.inits, f.data)
 		case fGraphInput:
-			inputs = append(inputs, f.data)
+			p.inputs = append(p.inputs, f.data)
 		case fGraphOutput:
-			outputs = append(outputs, f.data)
+			p.outputs = append(p.outputs, f.data)
 		case fGraphValueInfo:
-			// Dropped: its float types no longer hold; ONNX Runtime
-			// infers shapes again.
 		default:
-			rest = appendField(rest, f)
+			p.rest = appendField(p.rest, f)
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	initNames := map[string]bool{}
-	for _, t := range inits {
+	return p, err
+}
+
+// seedTypes records the initializers' and inputs' element types and the
+// float32 inputs and outputs to cast. An IR<4 initializer listed as an
+// input is dropped from the inputs: precog never feeds it.
+func (p *fp16Parts) seedTypes() error {
+	for _, t := range p.inits {
 		name, typ, err := tensorNameType(t)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		initNames[name] = true
-		types[name] = typ
+		p.initNames[name] = true
+		p.types[name] = typ
 	}
-	var keptInputs [][]byte
-	var floatInputs []string
-	for _, raw := range inputs {
+	kept := p.inputs[:0]
+	for _, raw := range p.inputs {
 		ti, err := parseValueInfo(raw)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if initNames[ti.Name] {
-			continue // an IR<4 initializer listed as input: precog never feeds it
+		if p.initNames[ti.Name] {
+			continue
 		}
-		keptInputs = append(keptInputs, raw)
-		types[ti.Name] = typeNumber(ti.Type)
+		kept = append(kept, raw)
+		p.types[ti.Name] = typeNumber(ti.Type)
 		if ti.Type == "float32" {
-			floatInputs = append(floatInputs, ti.Name)
+			p.floatInputs = append(p.floatInputs, ti.Name)
 		}
 	}
-	if err := fp16Types(nodes, types); err != nil {
-		return nil, err
+	p.inputs = kept
+	for _, raw := range p.outputs {
+		ti, err := parseValueInfo(raw)
+		if err != nil {
+			return err
+		}
+		if ti.Type == "float32" && !p.initNames[ti.Name] && !slices.Contains(p.floatInputs, ti.Name) {
+			p.floatOuts = append(p.floatOuts, ti.Name)
+		}
 	}
-	// Float initializers that only blocked ops read stay float32.
+	return nil
+}
+
+// initializers converts the float32 initializers to float16, except those
+// only blocked ops read, which stay float32 (returned).
+func (g *fp16Graph) initializers(p *fp16Parts) (keep32 map[string]bool, err error) {
 	blockedOnly := map[string]bool{}
-	for _, n := range nodes {
+	for _, n := range p.nodes {
 		for _, in := range n.in {
 			if _, seen := blockedOnly[in]; !seen {
 				blockedOnly[in] = true
@@ -224,9 +287,8 @@ func toFloat16(data []byte) ([]byte, error) {
 			blockedOnly[in] = blockedOnly[in] && n.blocked()
 		}
 	}
-	keep32 := map[string]bool{}
-	g := &fp16Graph{types: types, rename: map[string]string{}}
-	for _, t := range inits {
+	keep32 = map[string]bool{}
+	for _, t := range p.inits {
 		name, typ, _ := tensorNameType(t)
 		if typ == onnxFloat && blockedOnly[name] {
 			keep32[name] = true
@@ -239,40 +301,7 @@ func toFloat16(data []byte) ([]byte, error) {
 		}
 		g.inits = appendMsg(g.inits, fGraphInitializer, c)
 	}
-	for _, in := range floatInputs {
-		g.rename[in] = in + fp16Suffix
-		g.cast(in, in+fp16Suffix, onnxFloat16)
-	}
-	var floatOutputs []string
-	for _, raw := range outputs {
-		ti, err := parseValueInfo(raw)
-		if err != nil {
-			return nil, err
-		}
-		if ti.Type == "float32" && !initNames[ti.Name] && g.rename[ti.Name] == "" {
-			g.rename[ti.Name] = ti.Name + fp16Suffix
-			floatOutputs = append(floatOutputs, ti.Name)
-		}
-	}
-	for i := range nodes {
-		if err := g.node(&nodes[i], keep32, i); err != nil {
-			return nil, err
-		}
-	}
-	for _, out := range floatOutputs {
-		g.cast(out+fp16Suffix, out, onnxFloat)
-	}
-	var b []byte
-	b = append(b, rest...)
-	b = append(b, g.nodes...)
-	b = append(b, g.inits...)
-	for _, raw := range keptInputs {
-		b = appendMsg(b, fGraphInput, raw)
-	}
-	for _, raw := range outputs {
-		b = appendMsg(b, fGraphOutput, raw)
-	}
-	return replaceGraph(data, b), nil
+	return keep32, nil
 }
 
 func (n *fp16Node) blocked() bool {

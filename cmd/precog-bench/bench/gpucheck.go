@@ -305,23 +305,7 @@ func checkWorker(ctx context.Context, dev string, out *os.File) error {
 	}
 	defer os.RemoveAll(dir)
 	const rows = 3000
-	if _, err := testgen.Write(filepath.Join(dir, "models"), "ranker"); err != nil {
-		return err
-	}
-	ds := testgen.Dataset{Seed: 11, FilesPerDate: 2, RowsPerFile: rows / 2, RowsPerGroup: 500}
-	if _, err := testgen.WriteDataset(filepath.Join(dir, "data"), ds); err != nil {
-		return err
-	}
-	cols := make([]string, 16)
-	for i := range cols {
-		cols[i] = testgen.FeatureColumn(i)
-	}
-	specPath := filepath.Join(dir, "job.yaml")
-	body := fmt.Sprintf("name: gpu-check-worker\nsource:\n  parquet: { path: data }\n  key: user_id\n  rows_per_shard: 500\nmodel:\n  path: models/ranker.onnx\n  inputs: { features: { columns: [%s] } }\n  outputs: { score: score }\n  batch_size: 128\nsinks:\n  parquet: { path: out }\n", strings.Join(cols, ", "))
-	if err := os.WriteFile(specPath, []byte(body), 0o644); err != nil {
-		return err
-	}
-	spec, err := jobs.Load(specPath, nil)
+	spec, err := workerJob(dir, rows)
 	if err != nil {
 		return err
 	}
@@ -343,31 +327,15 @@ func checkWorker(ctx context.Context, dev string, out *os.File) error {
 		return err
 	}
 	wctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
+	var werr error
+	done := make(chan struct{}) // closed when the worker has stopped, werr set
 	go func() {
-		done <- runner.NewWorker(led, runner.WorkerOptions{ID: "gpu-check", StateDir: filepath.Join(dir, "state"), Lease: 30 * time.Second, Devices: []string{dev}, Logger: slog.New(slog.DiscardHandler)}).Run(wctx)
+		defer close(done)
+		werr = runner.NewWorker(led, runner.WorkerOptions{ID: "gpu-check", StateDir: filepath.Join(dir, "state"), Lease: 30 * time.Second, Devices: []string{dev}, Logger: slog.New(slog.DiscardHandler)}).Run(wctx)
 	}()
 	defer func() { stop(); <-done }()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		r, err := led.Run(ctx, run.ID)
-		if err != nil {
-			return err
-		}
-		if r.State.Terminal() {
-			if r.State != jobs.RunSucceeded {
-				return fmt.Errorf("run %s: %s (%s), want succeeded", r.ID, r.State, r.Error)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("run %s still %s after 2m", r.ID, r.State)
-		}
-		select {
-		case err := <-done:
-			return fmt.Errorf("worker stopped: %v", err)
-		case <-time.After(50 * time.Millisecond):
-		}
+	if err := waitSucceeded(ctx, led, run.ID, done, func() error { return werr }); err != nil {
+		return err
 	}
 	got, err := led.Shards(ctx, run.ID)
 	if err != nil {
@@ -383,4 +351,52 @@ func checkWorker(ctx context.Context, dev string, out *os.File) error {
 	busy, ok := c.GPUBusy()
 	fmt.Fprintf(out, "worker on %s: run %s succeeded, cost %+v (GPU busy %.0f%%, NVML %v)\n", dev, run.ID, c, 100*busy, ok)
 	return nil
+}
+
+// workerJob writes a ranker job over rows rows into dir and loads it.
+func workerJob(dir string, rows int64) (*jobs.Spec, error) {
+	if _, err := testgen.Write(filepath.Join(dir, "models"), "ranker"); err != nil {
+		return nil, err
+	}
+	ds := testgen.Dataset{Seed: 11, FilesPerDate: 2, RowsPerFile: rows / 2, RowsPerGroup: 500}
+	if _, err := testgen.WriteDataset(filepath.Join(dir, "data"), ds); err != nil {
+		return nil, err
+	}
+	cols := make([]string, 16)
+	for i := range cols {
+		cols[i] = testgen.FeatureColumn(i)
+	}
+	path := filepath.Join(dir, "job.yaml")
+	body := fmt.Sprintf("name: gpu-check-worker\nsource:\n  parquet: { path: data }\n  key: user_id\n  rows_per_shard: 500\nmodel:\n  path: models/ranker.onnx\n  inputs: { features: { columns: [%s] } }\n  outputs: { score: score }\n  batch_size: 128\nsinks:\n  parquet: { path: out }\n", strings.Join(cols, ", "))
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		return nil, err
+	}
+	return jobs.Load(path, nil)
+}
+
+// waitSucceeded waits, at most 2 minutes, for run id to end, and wants it
+// succeeded; a worker that stops first (done closed, werr its error) fails
+// it.
+func waitSucceeded(ctx context.Context, led *bolt.Ledger, id string, done <-chan struct{}, werr func() error) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		r, err := led.Run(ctx, id)
+		if err != nil {
+			return err
+		}
+		if r.State.Terminal() {
+			if r.State != jobs.RunSucceeded {
+				return fmt.Errorf("run %s: %s (%s), want succeeded", r.ID, r.State, r.Error)
+			}
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("run %s still %s after 2m", r.ID, r.State)
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("worker stopped: %v", werr())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
