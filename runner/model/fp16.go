@@ -97,7 +97,7 @@ func fp16Types(nodes []fp16Node, types map[string]int32) error {
 			if t, ok := n.tensors["value"]; ok {
 				out[0] = tensorType(t)
 			} else if n.op == "Constant" {
-				return fmt.Errorf("Constant node %q: only a value tensor converts to float16 (not value_float(s) or the others)", n.name)
+				return fmt.Errorf("node %q (Constant): only a value tensor converts to float16 (not value_float(s) or the others)", n.name)
 			}
 		case n.op == "Shape" || n.op == "Size" || n.op == "ArgMax" || n.op == "ArgMin" || n.op == "NonZero":
 			out[0] = onnxInt64
