@@ -40,8 +40,8 @@ if [ -n "$out" ]; then
   # LZMA2: the libraries and the binary compress ~5% smaller (ORT 50.4 ->
   # 48.3 MB). A 256 MiB window spans the whole provider; unpacking needs as
   # much memory. Plain `tar -xJf` unpacks it.
-  echo "compressing (xz -9 with the x86 filter, 256 MiB window: minutes on 2 cores)"
-  tar -C "$dir" -cf - ort bin test-gpu.sh | xz -T1 --x86 --lzma2=preset=9,dict=256MiB > "$out.tmp"
+  echo "compressing (xz -9e with the x86 filter, 256 MiB window: minutes on 2 cores)"
+  tar -C "$dir" -cf - ort bin test-gpu.sh | xz -T1 --x86 --lzma2=preset=9e,dict=256MiB > "$out.tmp"
   size=$(stat -c %s "$out.tmp")
   for part in ort bin; do
     echo "  $part: $(du -sb "$dir/$part" | cut -f1) bytes unpacked"

@@ -20,6 +20,11 @@ func init() {
 	if len(os.Args) < 2 || os.Args[1] != "gpu-check" {
 		return
 	}
+	if len(os.Args) == 2 {
+		// Without arguments the bench would run every section.
+		fmt.Fprintln(os.Stderr, "usage: precog gpu-check -check models|worker|testdata [-check-device cuda:0] [-work DIR]\n       precog gpu-check -compare CPU_DIR,GPU_DIR [-compare-tolerance X]\n       precog gpu-check -sections gpu [bench flags]   (-h lists them)")
+		os.Exit(2)
+	}
 	self, err := os.Executable()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gpu-check:", err)
