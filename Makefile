@@ -36,8 +36,9 @@ $(ORT_GPU_DIR)/libonnxruntime.so.1:
 	@ORT_VERSION=$(ORT_VERSION) bash scripts/ort.sh gpu $(ORT_GPU_DIR) "$(GPU_ARCHS)"
 
 ## gpu-bundle: everything `make test-gpu` needs on a GPU machine without Go, Redis, Postgres
-## or network (ORT with GPU_ARCHS=90, stripped binaries, test binaries, testdata), xz-compressed
-## into bin/precog-gpu-bundle.tar.xz (at most 60 MiB); docs/gpu.md says how to run it.
+## or network (ORT with GPU_ARCHS=90 and one stripped Go binary: precog -tags gpucheck, which
+## carries the checks and the bench), xz-compressed into bin/precog-gpu-bundle.tar.xz; prints
+## its size and fails above 60 MiB. docs/gpu.md says how to run it.
 gpu-bundle:
 	@$(MAKE) --no-print-directory ort-gpu GPU_ARCHS=$(or $(GPU_ARCHS),90)
 	@bash scripts/gpu-bundle.sh $(CACHE_DIR)/onnxruntime-gpu-$(ORT_VERSION)-sm$(subst $(comma),-,$(or $(GPU_ARCHS),90))

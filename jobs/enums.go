@@ -57,3 +57,18 @@ const (
 // DeviceCPU is model.device (and a worker's --devices entry) for the CPU;
 // the others are cuda:N.
 const DeviceCPU = "cpu"
+
+// Precision is model.precision: the float width of a model's weights and
+// arithmetic. Inputs and outputs keep their types either way.
+type Precision string
+
+const (
+	// PrecisionFP32 runs the model as it is (the default).
+	PrecisionFP32 Precision = "fp32"
+	// PrecisionFP16 converts the model's float32 weights and arithmetic
+	// to float16 at load (runner/model/fp16.go).
+	PrecisionFP16 Precision = "fp16"
+)
+
+// Valid reports a known value.
+func (p Precision) Valid() bool { return p == PrecisionFP32 || p == PrecisionFP16 }

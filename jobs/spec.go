@@ -96,6 +96,13 @@ type ModelSpec struct {
 	// Inputs maps an ONNX input name to the columns its tensor is built from.
 	Inputs map[string]InputSpec `yaml:"inputs"`
 	// Outputs maps an ONNX output name to a field name in the stored record.
+	// When a score list and an id list stored here both come from one
+	// sorted TopK of the model (the ids straight from its indices or
+	// through a constant index-to-id table, the scores through elementwise
+	// steps), each run of equal scores in a row is stored in ascending id
+	// order, so top-k lists are the same on every device (a CUDA TopK
+	// orders ties its own way). Which of several items tied at the k-th
+	// score make the list is still the runtime's choice.
 	Outputs   map[string]string `yaml:"outputs"`
 	BatchSize int               `yaml:"batch_size"` // default 1024
 	Device    string            `yaml:"device"`     // cpu | cuda:N; default cpu
@@ -109,6 +116,18 @@ type ModelSpec struct {
 	Pooling string `yaml:"pooling"`
 	// Normalize scales pooled vectors to unit length: l2 | none (default).
 	Normalize string `yaml:"normalize"`
+	// Precision is fp32 (default) or fp16: fp16 converts the model's
+	// float32 weights and arithmetic to float16 at load (half the weight
+	// memory; on a GPU, tensor-core speed), its inputs and outputs kept
+	// as they are by casts at the graph's edges. Ops that lose too much in
+	// float16 (TopK, Min, Max, Range, CumSum, Resize, the ai.onnx.ml
+	// operators, and LayerNormalization, Softmax and the Reduce*
+	// accumulations) still compute in float32 between casts. Outputs
+	// differ from fp32 within float16's precision (about 3 significant
+	// digits); values beyond ±65504 overflow. A model with an operator the
+	// converter does not know, or with control flow (If, Loop, Scan), is
+	// refused at load: use fp32.
+	Precision Precision `yaml:"precision"`
 }
 
 // InputSpec builds one input tensor: either several numeric columns stacked

@@ -30,6 +30,7 @@ const (
 	DefaultRowsPerShard        = 250_000
 	DefaultBatchSize           = 1024
 	DefaultDevice              = DeviceCPU
+	DefaultPrecision           = PrecisionFP32
 	DefaultSessions            = 0 // auto: see runner/model.planSessions
 	DefaultRedisPublish        = RedisPublishAtomic
 	DefaultRedisEncoding       = RedisEncodingJSON
@@ -108,6 +109,9 @@ func (d *decoder) applyDefaults(s *Spec) {
 	}
 	if s.Model.Device == "" {
 		s.Model.Device = DefaultDevice
+	}
+	if s.Model.Precision == "" {
+		s.Model.Precision = DefaultPrecision
 	}
 	if absent("model.sessions") {
 		s.Model.Sessions = DefaultSessions
@@ -314,6 +318,9 @@ func (d *decoder) validateModel(s *Spec) {
 	}
 	if !deviceRE.MatchString(m.Device) {
 		d.fail("model.device", "must be cpu or cuda:N (got %q)", m.Device)
+	}
+	if !m.Precision.Valid() {
+		d.fail("model.precision", "must be %s or %s (got %q)", PrecisionFP32, PrecisionFP16, m.Precision)
 	}
 	if m.Threads < 0 {
 		d.fail("model.threads", "must be >= 0, 0 = runtime default (got %d)", m.Threads)

@@ -2,15 +2,17 @@
 # The GPU check (`make test-gpu`, docs/gpu.md): on a machine with an NVIDIA GPU,
 # CUDA 13 and cuDNN 9, and nothing else (no Go, Redis, Postgres or network):
 #   1. every test model and text model on cuda:0 against the Go references
-#      (runner/model's test binary, PRECOG_REQUIRE_CUDA=1: a missing GPU fails);
+#      (precog gpu-check -check models; a missing GPU fails);
 #   2. an end-to-end `precog run` per model on cuda:0 and on the CPU into Parquet,
-#      the two outputs compared (precog-bench -compare);
-#   3. a worker with --devices cuda:0 on the embedded ledger (runner's test binary;
-#      `precog worker` itself needs Postgres), which also records GPU cost;
-#   4. the bench's gpu section (precog-bench -sections gpu).
+#      the two outputs compared (precog gpu-check -compare);
+#   3. a worker with --devices cuda:0 on the embedded ledger (precog gpu-check
+#      -check worker; `precog worker` itself needs Postgres), which also records GPU cost;
+#   4. the bench's gpu section (precog gpu-check -sections gpu).
+# The one binary is precog built with -tags gpucheck (scripts/gpu-bundle.sh);
+# its test data is generated here (precog gpu-check -check testdata).
 # Run it from an unpacked bundle (make gpu-bundle) or from a checkout with Go,
 # where it first assembles the bundle's directory. GPU_CHECK_DEVICE=cpu runs
-# steps 2-4's machinery on the CPU (a dry run of the script on any machine).
+# every step on the CPU (a dry run of the script on any machine).
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -23,8 +25,6 @@ else
   (cd "$here/.." && bash scripts/gpu-bundle.sh --dir "$root") || exit 1
 fi
 export PRECOG_ORT_LIB=$root/ort/libonnxruntime.so.1
-export PRECOG_TESTDATA=$root/testdata
-[ "$dev" = cpu ] || export PRECOG_REQUIRE_CUDA=1
 
 # The CUDA provider links CUDA 13 (cuBLAS, cuRAND, the runtime) and opens cuDNN 9:
 # put the first directory holding each on LD_LIBRARY_PATH unless the loader finds it.
@@ -61,12 +61,10 @@ step() { # step NAME CMD...: runs CMD, records a failure
 
 work=$(mktemp -d /tmp/precog-gpu-work.XXXXXX)
 bin=$root/bin
+export PRECOG_TESTDATA=$work/testdata
 step "precog version (ONNX Runtime 1.29.0)" bash -c "'$bin/precog' version | tee /dev/stderr | grep -q 1.29.0"
-
-if [ "$dev" != cpu ]; then
-  step "models on $dev vs the references (test models, text models)" \
-    "$bin/model.test" -test.run '^(TestCUDAOutputsMatchReference|TestCUDATextMatchesReference|TestOutputsMatchReference)$' -test.v -test.count=1
-fi
+step "test data (models, users dataset)" "$bin/precog" gpu-check -check testdata -work "$PRECOG_TESTDATA"
+step "models on $dev vs the references (test models, text models)" "$bin/precog" gpu-check -check models -check-device "$dev"
 
 # e2e: one job per model, on the CPU and on $dev, outputs compared.
 cols="f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14, f15"
@@ -93,17 +91,15 @@ e2e() { # e2e MODEL OUTPUTS INPUTS TOLERANCE
     spec "$m" "$d" "$2" "$3" > "$work/$m-${d/:/}.yaml"
     "$bin/precog" run "$work/$m-${d/:/}.yaml" --no-progress --state-dir "$work/state-$m-${d/:/}" | grep -E 'rows:|rows/s|cost' || return 1
   done
-  "$bin/precog-bench" -compare "$work/out/$m-cpu,$work/out/$m-${dev/:/}" -compare-tolerance "$4"
+  "$bin/precog" gpu-check -compare "$work/out/$m-cpu,$work/out/$m-${dev/:/}" -compare-tolerance "$4"
 }
 step "e2e ranker on $dev vs cpu" e2e ranker "{ score: score }" "{ columns: [$cols] }" 1e-3
 step "e2e heavy on $dev vs cpu" e2e heavy "{ score: score }" "{ columns: [$cols] }" 2e-3
 step "e2e embedder on $dev vs cpu" e2e embedder "{ embedding: embedding }" "{ column: features }" 1e-3
-step "e2e recs on $dev vs cpu (scores; top-k ids may differ on ties)" e2e recs "{ topk_items: items, topk_scores: scores }" "{ columns: [$cols] }" 1e-3
+step "e2e recs on $dev vs cpu (scores; ids tied at the k-th score may differ)" e2e recs "{ topk_items: items, topk_scores: scores }" "{ columns: [$cols] }" 1e-3
 
-if [ "$dev" != cpu ]; then
-  step "worker --devices $dev (embedded ledger) records GPU cost" "$bin/runner.test" -test.run '^TestCUDAWorker$' -test.v -test.count=1
-fi
-step "bench: gpu section" "$bin/precog-bench" -precog "$bin/precog" -sections gpu -out "$work/bench-gpu.md" \
+step "worker --devices $dev (embedded ledger) records its cost" "$bin/precog" gpu-check -check worker -check-device "$dev"
+step "bench: gpu section" "$bin/precog" gpu-check -sections gpu -out "$work/bench-gpu.md" \
   -rows 200000 -heavy-rows 1000000 -text-rows 100000 -big=false -measure 2s
 [ -f "$work/bench-gpu.md" ] && sed -n '/^## GPU/,$p' "$work/bench-gpu.md"
 

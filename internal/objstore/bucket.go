@@ -22,8 +22,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 	"gocloud.dev/blob"
-	_ "gocloud.dev/blob/azureblob" // azblob:// through the default Azure credential chain
-	_ "gocloud.dev/blob/gcsblob"   // gs:// through Application Default Credentials
 	"gocloud.dev/blob/s3blob"
 	"gocloud.dev/gcerrors"
 )
@@ -71,6 +69,11 @@ func Open(ctx context.Context, loc Location) (*Bucket, error) {
 	switch loc.Scheme {
 	case "s3":
 		bb, err = openS3(ctx, loc)
+	case "gs", "azblob":
+		if !cloudDrivers {
+			return nil, fmt.Errorf("opening %s: this build of precog (the GPU check's, -tags gpucheck) has no %s:// driver", loc.ObjectURL(""), loc.Scheme)
+		}
+		bb, err = blob.OpenBucket(ctx, loc.Scheme+"://"+loc.Bucket)
 	default:
 		bb, err = blob.OpenBucket(ctx, loc.Scheme+"://"+loc.Bucket)
 	}

@@ -67,6 +67,7 @@ func (m *Model) Infer(ctx context.Context, b *Batch) (arrow.RecordBatch, error) 
 		}
 		destroyAll(outs)
 	}
+	m.orderTies(collectors)
 	cols := make([]arrow.Array, len(collectors))
 	for i, c := range collectors {
 		cols[i] = c.array(n)

@@ -2,7 +2,7 @@ package model
 
 // ONNX protobuf field numbers (onnx/onnx.proto3), the one list for every
 // reader and writer of model bytes in this package (inspect, FLOPs
-// estimate, pooling appended to the graph).
+// estimate, pooling appended to the graph, the float16 rewrite).
 const (
 	fModelIRVersion = 1
 	fModelGraph     = 7
@@ -61,4 +61,17 @@ const (
 	onnxFloat = 1
 	onnxInt64 = 7
 	onnxBool  = 9
+
+	// For the float16 rewrite (fp16.go).
+	fGraphValueInfo  = 13
+	fNodeDomain      = 7
+	fAttrT           = 5
+	fAttrG           = 6
+	fAttrGraphs      = 11
+	fTensorFloatData = 4
+	fTensorExternal  = 13
+	fTensorLocation  = 14
+	attrTypeTensor   = 4
+	onnxFloat16      = 10
+	onnxUnknown      = 0 // an element type the rewrite cannot follow
 )

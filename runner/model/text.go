@@ -268,6 +268,7 @@ func (m *Model) inferText(ctx context.Context, b *Batch) (arrow.RecordBatch, err
 	if err != nil {
 		return nil, err
 	}
+	m.orderTies(collectors)
 	cols := make([]arrow.Array, len(collectors))
 	for i, c := range collectors {
 		unsort(c, order)

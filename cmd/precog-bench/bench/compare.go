@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -16,13 +16,21 @@ import (
 	pqsource "github.com/precog-ml/precog/sources/parquet"
 )
 
-// The -compare mode: `make test-gpu` compares a job's Parquet output on
-// cuda:0 with the same job's on the CPU on a machine without Go.
-var (
-	compareDirs = flag.String("compare", "", "compare mode: `CPU_DIR,GPU_DIR`, two Parquet outputs of one job, joined on -compare-key; every float differs by at most -compare-tolerance, or the exit status is 1; integer lists (top-k ids) may differ only on ties, counted and reported")
-	compareKey  = flag.String("compare-key", "user_id", "the key column of -compare")
-	compareTol  = flag.Float64("compare-tolerance", 1e-3, "the largest |Δ| -compare accepts between float values")
-)
+// compareConfig is the -compare mode's flags: `make test-gpu` compares a
+// job's Parquet output on cuda:0 with the same job's on the CPU on a
+// machine without Go.
+type compareConfig struct {
+	dirs, key string
+	tol       float64
+}
+
+func compareFlags(fs *flag.FlagSet) *compareConfig {
+	c := &compareConfig{}
+	fs.StringVar(&c.dirs, "compare", "", "compare mode: `CPU_DIR,GPU_DIR`, two Parquet outputs of one job, joined on -compare-key; every float differs by at most -compare-tolerance, or the exit status is 1; integer lists (top-k ids) may differ only on ties, counted and reported")
+	fs.StringVar(&c.key, "compare-key", "user_id", "the key column of -compare")
+	fs.Float64Var(&c.tol, "compare-tolerance", 1e-3, "the largest |Δ| -compare accepts between float values")
+	return c
+}
 
 // outputRow is one output row's numbers: floats and integers in column
 // order, lists flattened.
@@ -37,20 +45,20 @@ type compareResult struct {
 	MaxAbs              float64
 }
 
-// compareMain runs the -compare mode and returns the exit status.
-func compareMain() int {
-	a, b, ok := strings.Cut(*compareDirs, ",")
+// main runs the -compare mode and returns the exit status.
+func (c *compareConfig) main() int {
+	a, b, ok := strings.Cut(c.dirs, ",")
 	if !ok {
 		fmt.Fprintln(os.Stderr, "-compare: want CPU_DIR,GPU_DIR")
 		return 2
 	}
-	r, err := compareOutputs(context.Background(), a, b, *compareKey)
+	r, err := compareOutputs(context.Background(), a, b, c.key)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "compare:", err)
 		return 1
 	}
-	fmt.Printf("%d rows, max |Δ| %.3g (tolerance %g), %d rows with other integers (ties in top-k order)\n", r.Rows, r.MaxAbs, *compareTol, r.IntRowsDiffer)
-	if r.MaxAbs > *compareTol {
+	fmt.Printf("%d rows, max |Δ| %.3g (tolerance %g), %d rows with other integers (ties in top-k order)\n", r.Rows, r.MaxAbs, c.tol, r.IntRowsDiffer)
+	if r.MaxAbs > c.tol {
 		return 1
 	}
 	return 0
