@@ -15,7 +15,7 @@ TEST_TIMEOUT ?= 30m
 export PRECOG_ORT_LIB ?= $(ORT_LIB)
 export PRECOG_TESTDATA ?= $(CURDIR)/testdata/generated
 
-.PHONY: all build test test-stability lint demo bench ort ort-gpu test-gpu gpu-bundle servers testdata fuzz clean cluster-quickstart docs
+.PHONY: all build test test-stability lint demo bench duckdb ort ort-gpu test-gpu gpu-bundle servers testdata fuzz clean cluster-quickstart docs
 
 all: build
 
@@ -97,11 +97,20 @@ fuzz:
 	  done; \
 	done
 
+## duckdb: fetch DuckDB's prebuilt node bindings (npm pack, sha256 pinned in scripts/duckdb.sh)
+## into $(DUCKDB_DIR): the bench's feed section runs DuckDB's read-sum-write with them (node).
+DUCKDB_VERSION ?= 1.5.6-r.1
+DUCKDB_DIR     := $(CACHE_DIR)/duckdb-$(DUCKDB_VERSION)
+duckdb: $(DUCKDB_DIR)/node_modules/@duckdb/node-api/package.json
+$(DUCKDB_DIR)/node_modules/@duckdb/node-api/package.json:
+	@DUCKDB_VERSION=$(DUCKDB_VERSION) bash scripts/duckdb.sh $(DUCKDB_DIR)
+
 ## bench: the benchmark table (ratios against raw limits measured in the same run),
 ## written into docs/benchmarks.md's bench-table block (a copy of the table alone in .cache/bench-results.md).
 ## BENCH_FLAGS="-big=false" skips the 10M-row peak-RSS run; -rows N, -sections core,sinks,lookup,cluster,checks,wide,text,estimate.
 BENCH_FLAGS ?=
-bench: ort servers build
+bench: export PRECOG_DUCKDB_DIR = $(DUCKDB_DIR)
+bench: ort duckdb servers build
 	@mkdir -p $(CACHE_DIR)
 	$(GO) run ./cmd/precog-bench -out $(CACHE_DIR)/bench-results.md -readme docs/benchmarks.md $(BENCH_FLAGS)
 	@cat $(CACHE_DIR)/bench-results.md

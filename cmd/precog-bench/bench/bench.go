@@ -39,11 +39,17 @@ import (
 
 // config is the harness's command line.
 type config struct {
-	out      string
-	readme   string
-	work     string
-	bin      string
-	rows     int64
+	out    string
+	readme string
+	work   string
+	bin    string
+	rows   int64
+	// feedRows is the rows of the feed section's null-model job (issue
+	// 33 measured DuckDB on 2M).
+	feedRows int64
+	// duckdb is `make duckdb`'s directory (empty: $PRECOG_DUCKDB_DIR, else
+	// .cache/duckdb-<version>).
+	duckdb   string
 	heavyRow int64
 	recsRows int64
 	bigRows  int64
@@ -83,6 +89,8 @@ func Main(args []string, self string) int {
 	fs.StringVar(&c.work, "work", "", "scratch directory for datasets and outputs (default: a new temp dir, removed at the end)")
 	fs.StringVar(&c.bin, "precog", bin, "the precog binary under test (`make build`)")
 	fs.Int64Var(&c.rows, "rows", 1_000_000, "rows of the core datasets")
+	fs.Int64Var(&c.feedRows, "feed-rows", 2_000_000, "rows of the feed section's null-model job and DuckDB's read-sum-write of the same files")
+	fs.StringVar(&c.duckdb, "duckdb", "", "directory of DuckDB's node bindings for the feed section (`make duckdb`; empty: $"+envDuckDB+", else .cache/duckdb-"+duckdbVersion+")")
 	fs.Int64Var(&c.heavyRow, "heavy-rows", 0, "rows of the heavy model's run (a compute-bound model: its rows/s settle within seconds); 0: 150000 per core, so that the run lasts about as long on any machine")
 	fs.Int64Var(&c.recsRows, "recs-rows", 200_000, "rows of the recs end-to-end runs (top-50 lists into three sinks)")
 	fs.Int64Var(&c.bigRows, "big-rows", 10_000_000, "rows of the large dataset of the peak-RSS comparison")
