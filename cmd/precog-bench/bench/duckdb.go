@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/parquet/file"
+
+	"github.com/precog-ml/precog/jobs"
 )
 
 // duckdbVersion is the DuckDB release whose node bindings `make duckdb`
@@ -40,10 +42,16 @@ type duckJob struct {
 	Key      string
 	Features []string
 	Threads  int
+	// Tail also writes precog's bookkeeping columns (jobs.OutputTail):
+	// model_version, a constant string of ModelVersion, and computed_at,
+	// the statement's start time (TIMESTAMPTZ, µs, as precog's).
+	Tail         bool
+	ModelVersion string
 }
 
-// sql is the job's COPY statement: the columns and score type precog's null
-// job writes (the sum of FLOAT features is a FLOAT, as the model's float32).
+// sql is the job's COPY statement: the key and score columns precog's null
+// job writes (the sum of FLOAT features is a FLOAT, as the model's float32),
+// and with Tail its other two.
 func (j duckJob) sql() (string, error) {
 	switch {
 	case len(j.Files) == 0:
@@ -56,6 +64,8 @@ func (j duckJob) sql() (string, error) {
 		return "", errors.New("duckdb job: no feature columns")
 	case j.Threads < 1:
 		return "", fmt.Errorf("duckdb job: threads %d: want at least 1", j.Threads)
+	case j.Tail && j.ModelVersion == "":
+		return "", errors.New("duckdb job: the bookkeeping columns need a model version")
 	}
 	files := make([]string, len(j.Files))
 	for i, f := range j.Files {
@@ -65,8 +75,12 @@ func (j duckJob) sql() (string, error) {
 	for i, f := range j.Features {
 		sum[i] = sqlIdent(f)
 	}
-	return fmt.Sprintf("COPY (SELECT %s, %s AS score FROM read_parquet([%s])) TO %s (FORMAT parquet, COMPRESSION snappy)",
-		sqlIdent(j.Key), strings.Join(sum, " + "), strings.Join(files, ", "), sqlString(j.Out)), nil
+	tail := ""
+	if j.Tail {
+		tail = fmt.Sprintf(", %s AS %s, now() AS %s", sqlString(j.ModelVersion), sqlIdent(jobs.ColModelVersion), sqlIdent(jobs.ColComputedAt))
+	}
+	return fmt.Sprintf("COPY (SELECT %s, %s AS score%s FROM read_parquet([%s])) TO %s (FORMAT parquet, COMPRESSION snappy)",
+		sqlIdent(j.Key), strings.Join(sum, " + "), tail, strings.Join(files, ", "), sqlString(j.Out)), nil
 }
 
 // sqlString quotes s as an SQL string literal.
