@@ -70,6 +70,7 @@ unpack() {
 rm -rf "$dir/node_modules/@duckdb/node-api"
 for p in "${PACKAGES[@]}"; do
   v=SHA256_${key}_${p//-/_}
-  unpack "$(fetch "$p" "${!v}")" "$p"
+  tgz=$(fetch "$p" "${!v}") # an assignment, so that a refused package stops the script
+  unpack "$tgz" "$p"
 done
 echo "DuckDB $DUCKDB_VERSION (node bindings) at $dir/node_modules"
