@@ -145,6 +145,9 @@ func run(ctx context.Context, c config) error {
 	if c.rows < 100_000 {
 		return fmt.Errorf("-rows %d: need at least 100000 (the resume test needs 10 shards of 10000 rows or more)", c.rows)
 	}
+	if c.feedRows < rowsPerFile {
+		return fmt.Errorf("-feed-rows %d: need at least %d (one shard)", c.feedRows, rowsPerFile)
+	}
 	bin, err := filepath.Abs(c.bin)
 	if err != nil {
 		return fmt.Errorf("-precog %s: %w", c.bin, err)

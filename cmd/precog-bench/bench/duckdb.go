@@ -133,6 +133,18 @@ type procStats struct {
 	Rows int64
 }
 
+// best is the faster wall and the lesser CPU of p and q (a zero p is none).
+func (p procStats) best(q procStats) procStats {
+	if p.Wall == 0 || q.Wall < p.Wall {
+		p.Wall = q.Wall
+	}
+	if p.CPU == 0 || q.CPU < p.CPU {
+		p.CPU = q.CPU
+	}
+	p.Rows = q.Rows
+	return p
+}
+
 // run runs j as a node process and checks its output: the rows DuckDB says
 // it wrote, the Parquet file's own row count and the threads it ran with
 // must be what was asked.

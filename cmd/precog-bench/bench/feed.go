@@ -79,18 +79,6 @@ func (h *harness) feed(ctx context.Context) (*section, error) {
 	return s, nil
 }
 
-// best is the faster wall and the lesser CPU of p and q (a zero p is none).
-func (p procStats) best(q procStats) procStats {
-	if p.Wall == 0 || q.Wall < p.Wall {
-		p.Wall = q.Wall
-	}
-	if p.CPU == 0 || q.CPU < p.CPU {
-		p.CPU = q.CPU
-	}
-	p.Rows = q.Rows
-	return p
-}
-
 // feedMeasure is the best of the feed section's rounds, each side's best
 // taken on its own: a load spike during one run must not decide a ratio.
 type feedMeasure struct {
