@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
+	"github.com/precog-ml/precog/internal/retry"
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/ledger/open"
 	"github.com/precog-ml/precog/jobs/ledger/postgres"
@@ -50,6 +51,34 @@ func openCluster(ctx context.Context, dsn string, opts postgres.Options) (ledger
 		return nil, invalid(fmt.Errorf("no Postgres ledger: pass --db URL or set %s", envDatabaseURL))
 	}
 	return openStore(ctx, open.Location{DSN: dsn}, open.Options{Postgres: opts})
+}
+
+// openClusterWaiting is openCluster for a long-lived process (a worker):
+// while the ledger is unreachable (a Postgres restart or failover as the
+// process starts) it retries with jittered backoff for up to wait, logging
+// each failure, then gives up with errLedgerUnreachable (exit 75). Any other
+// error is returned at once.
+func openClusterWaiting(ctx context.Context, dsn string, opts postgres.Options, wait time.Duration, log *slog.Logger) (ledger.Store, error) {
+	policy := retry.Policy{Window: wait, Base: 200 * time.Millisecond, Max: 5 * time.Second}
+	began := time.Now()
+	for n := 0; ; n++ {
+		l, err := openCluster(ctx, dsn, opts)
+		if err == nil || !errors.Is(err, errLedgerUnreachable) || wait <= 0 {
+			return l, err
+		}
+		d := policy.Delay(n)
+		if time.Since(began)+d > wait {
+			return nil, fmt.Errorf("%w (gave up after %s)", err, time.Since(began).Round(time.Millisecond))
+		}
+		log.Warn("ledger unreachable; retrying", "attempt", n+1, "in", d.Round(time.Millisecond), "err", err)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // openStore opens the ledger at loc (open.Open chooses which), mapping the

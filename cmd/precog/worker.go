@@ -19,11 +19,12 @@ import (
 
 func newWorkerCmd(g *globals) *cobra.Command {
 	var (
-		opts     runner.WorkerOptions
-		devices  string
-		db       string
-		addr     string
-		pollOnly bool
+		opts       runner.WorkerOptions
+		devices    string
+		db         string
+		addr       string
+		pollOnly   bool
+		ledgerWait time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "worker [--pool NAME] [--devices cpu,cuda:0,…]",
@@ -63,7 +64,7 @@ body says why. precog_pool_ledger_up follows the same rule.`,
 			if opts.RejectsPerRun <= 0 {
 				return invalid(errors.New("--max-stored-rejects must be > 0"))
 			}
-			led, err := openCluster(cmd.Context(), databaseURL(db), pgledger.Options{PollOnly: pollOnly, Logger: g.log, RejectsPerRun: opts.RejectsPerRun})
+			led, err := openClusterWaiting(cmd.Context(), databaseURL(db), pgledger.Options{PollOnly: pollOnly, Logger: g.log, RejectsPerRun: opts.RejectsPerRun}, ledgerWait, g.log)
 			if err != nil {
 				return err
 			}
@@ -97,6 +98,7 @@ body says why. precog_pool_ledger_up follows the same rule.`,
 	f.StringVar(&opts.Pool, "pool", jobs.DefaultPool, "worker pool to serve (a job spec's pool field)")
 	f.StringVar(&devices, "devices", jobs.DeviceCPU, "devices, one claim loop each: cpu, cuda:0, cuda:1, …")
 	f.StringVar(&addr, "addr", "", "serve /healthz, /readyz and /metrics on this address, e.g. :9090")
+	f.DurationVar(&ledgerWait, "ledger-wait", 2*time.Minute, "how long a starting worker retries an unreachable Postgres ledger (a restart, a failover) before it exits 75; 0: exit at once")
 	f.BoolVar(&pollOnly, "poll-only", false, "do not LISTEN for notices, poll the ledger (PgBouncer in transaction mode)")
 	f.DurationVar(&opts.DrainTimeout, "drain-timeout", time.Minute, "on SIGTERM, how long in-flight shards may finish before they are released")
 	f.DurationVar(&opts.StallTimeout, "stall-timeout", runner.DefaultStallTimeout, "fail an attempt that read no row for this long (its heartbeats notwithstanding)")
