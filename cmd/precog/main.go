@@ -72,13 +72,14 @@ func run(args []string) int {
 	}
 	fmt.Fprintln(os.Stderr, "error:", err)
 	var inv invalidError
+	var refused *runner.RefusedError
 	var locked *sinks.LockedError
 	switch {
 	case errors.Is(err, runner.ErrInterrupted) || errors.Is(err, context.Canceled):
 		return exitInterrupted
 	case errors.Is(err, sinks.ErrUnreachable) || errors.Is(err, ledger.ErrBusy) || errors.Is(err, errLedgerUnreachable) || errors.As(err, &locked):
 		return exitUnavailable
-	case errors.As(err, &inv):
+	case errors.As(err, &inv) || errors.As(err, &refused):
 		return exitInvalid
 	}
 	return exitFailed
