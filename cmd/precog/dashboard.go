@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/precog-ml/precog/dashboard"
-	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/ledger/open"
 	"github.com/precog-ml/precog/lookup"
 	"github.com/precog-ml/precog/runner"
@@ -122,18 +121,7 @@ func clusterActions(led *openedLedger, drain time.Duration, log *slog.Logger) da
 			err := cancelCluster(ctx, led, id, cancelOptions{drain: drain, out: &out, log: log})
 			return strings.TrimSpace(out.String()), err
 		},
-		Retry: func(ctx context.Context, id string) (string, error) {
-			r, _, err := loadRun(ctx, led, id)
-			if err != nil {
-				return "", err
-			}
-			if err := refuseSuperseded(ctx, led, r); err != nil {
-				return "", err
-			}
-			var out bytes.Buffer
-			err = retryCluster(ctx, led, r, &out)
-			return strings.TrimSpace(out.String()), err
-		},
+		Retry: func(ctx context.Context, id string) (string, error) { return retryAction(ctx, led, id) },
 	}
 }
 
@@ -159,22 +147,24 @@ func localActions(g *globals) dashboard.Actions {
 				return "", err
 			}
 			defer led.Close()
-			r, _, err := loadRun(ctx, led, id)
-			if err != nil {
-				return "", err
-			}
-			if r.State.Terminal() {
-				return "", fmt.Errorf("run %s is %s: the embedded ledger cannot reopen it; start a new run with:\n  %s", r.ID, r.State, commandLine(r.Params, "run", r.SpecFile))
-			}
-			n, err := led.RetryFailed(ctx, id)
-			if errors.Is(err, ledger.ErrRunFinished) {
-				return "", fmt.Errorf("run %s finished meanwhile: %w", id, err)
-			} else if err != nil {
-				return "", err
-			}
-			return fmt.Sprintf("run %s: %d failed shard(s) back to pending; the next precog run of the job (or precog retry %s) executes them", id, n, id), nil
+			return retryAction(ctx, led, id)
 		},
 	}
+}
+
+// retryAction is the Retry button: runner.Retry as precog retry RUN calls
+// it, except that on the embedded ledger it runs nothing (the next precog
+// run of the job executes the shards put back to pending).
+func retryAction(ctx context.Context, led *openedLedger, id string) (string, error) {
+	r, _, err := loadRun(ctx, led, id)
+	if err != nil {
+		return "", err
+	}
+	res, err := runner.Retry(ctx, runner.RetryParams{Ledger: led.Store, Run: r, Cluster: led.cluster != nil})
+	if err != nil {
+		return "", err
+	}
+	return res.String(), nil
 }
 
 // serveRunUI serves the dashboard over the embedded ledger of a local run

@@ -218,7 +218,7 @@ func localView(stateDir string, r jobs.Run, shards []jobs.Shard, v runview.Run, 
 		if stateDir != ".precog" {
 			args = append([]string{"--state-dir", stateDir}, args...)
 		}
-		resume = commandLine(r.Params, args...)
+		resume = runner.CommandLine(r.Params, args...)
 	}
 	return v.Interrupted(resume)
 }
@@ -432,23 +432,32 @@ shards are retried, the rest of the run executed and published.`,
 				defer led.Close()
 				return retryBackfill(cmd, g, led, bl, b, parallel)
 			}
+			defer led.Close()
 			r, _, err := loadRun(ctx, led, args[0])
 			if err != nil {
-				led.Close()
 				return err
 			}
-			if led.cluster == nil {
-				led.Close() // RunLocal opens the embedded ledger itself
-				return retryLocal(cmd, g, r, parallel, !noProgress)
+			p := runner.RetryParams{Ledger: led.Store, Run: r, Cluster: led.cluster != nil, Force: force}
+			var bar *progressBar
+			if !p.Cluster {
+				g.runningJob()
+				bar = newProgressBar(os.Stderr, !noProgress, g.log)
+				p.Resume = &runner.LocalOptions{StateDir: g.stateDir, Parallel: parallel, Logger: g.log, OnProgress: bar.update, ProgressEvery: bar.every()}
 			}
-			defer led.Close()
-			if !force {
-				if err := refuseSuperseded(ctx, led, r); err != nil {
-					return err
+			res, err := runner.Retry(ctx, p)
+			switch {
+			case bar != nil:
+				bar.finish()
+				if err == nil {
+					printSummary(cmd, *res.Resumed)
 				}
-			}
-			if err := retryCluster(ctx, led, r, cmd.OutOrStdout()); err != nil || !wait {
 				return err
+			case err != nil:
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), res)
+			if !wait {
+				return nil
 			}
 			return waitRun(ctx, g, led, r.ID, !noProgress)
 		},
@@ -459,112 +468,4 @@ shards are retried, the rest of the run executed and published.`,
 	cmd.Flags().IntVar(&parallel, "parallel", 2, "embedded ledger: shards processed at once")
 	cmd.Flags().BoolVar(&force, "force", false, "retry even when a newer run of the same job and params succeeded (its publish is still refused where that run's version is published)")
 	return cmd
-}
-
-// refuseSuperseded fails (exit 2) when a run of r's job and params created
-// after r has succeeded: retrying r would compute results older than what
-// readers see, and its publish would try to move them back.
-func refuseSuperseded(ctx context.Context, led ledger.Ledger, r jobs.Run) error {
-	runs, err := led.Runs(ctx, r.Job, 0)
-	if err != nil {
-		return err
-	}
-	for _, o := range runs { // newest first
-		if o.ID == r.ID || !o.CreatedAt.After(r.CreatedAt) {
-			break
-		}
-		if o.ParamsKey == r.ParamsKey && o.State == jobs.RunSucceeded {
-			return invalid(fmt.Errorf("run %s is superseded: the newer run %s of %s (same params) succeeded, and readers see its results; retrying %s would try to move them back. Submit a new run instead, or pass --force",
-				r.ID, o.ID, r.Job, r.ID))
-		}
-	}
-	return nil
-}
-
-// allCommitted reports whether every shard is committed.
-func allCommitted(shards []jobs.Shard) bool {
-	for _, s := range shards {
-		if s.State != jobs.ShardCommitted {
-			return false
-		}
-	}
-	return len(shards) > 0
-}
-
-// retryCluster puts a cluster run's failed shards back to pending.
-func retryCluster(ctx context.Context, led *openedLedger, r jobs.Run, out io.Writer) error {
-	var n int
-	var err error
-	switch {
-	case !r.State.Terminal():
-		n, err = led.RetryFailed(ctx, r.ID)
-	case r.State == jobs.RunFailed:
-		n, err = led.RetryRun(ctx, r.ID)
-		if errors.Is(err, ledger.ErrUnsupported) {
-			return fmt.Errorf("run %s failed and this ledger cannot reopen a failed run yet; submit it again (a new run, every shard recomputed) with:\n  %s",
-				r.ID, commandLine(r.Params, "submit", r.SpecFile))
-		}
-	case r.State == jobs.RunCancelled:
-		return invalid(fmt.Errorf("run %s is cancelled: nothing to retry (a cancel removed its data); submit it again, a new run, with:\n  %s",
-			r.ID, commandLine(r.Params, "submit", r.SpecFile)))
-	default:
-		return invalid(fmt.Errorf("run %s is %s: nothing to retry", r.ID, r.State))
-	}
-	var open *ledger.OpenRunError
-	switch {
-	case errors.As(err, &open):
-		return invalid(open)
-	case errors.Is(err, ledger.ErrRunFinished):
-		return invalid(fmt.Errorf("run %s finished meanwhile: nothing to retry: %w", r.ID, err))
-	case err != nil:
-		return err
-	case n == 0 && r.State == jobs.RunFailed:
-		pool := runview.FromAt(r, nil, time.Now()).Pool
-		if shards, serr := led.Shards(ctx, r.ID); serr == nil && allCommitted(shards) {
-			fmt.Fprintf(out, "run %s failed at publish with every shard committed: it is back to running, and a worker of the %s pool publishes it again\n", r.ID, pool)
-		} else {
-			fmt.Fprintf(out, "run %s is back to running; the %s pool's workers pick up its remaining shards\n", r.ID, pool)
-		}
-	case n == 0:
-		fmt.Fprintf(out, "run %s (%s) has no failed shards: nothing to retry\n", r.ID, r.State)
-	default:
-		fmt.Fprintf(out, "run %s: %d failed shard(s) back to pending; the %s pool's workers pick them up\n", r.ID, n, runview.FromAt(r, nil, time.Now()).Pool)
-	}
-	return nil
-}
-
-// retryLocal resumes an open run of the embedded ledger from the spec it
-// recorded: RunLocal retries its failed shards and finishes it.
-func retryLocal(cmd *cobra.Command, g *globals, r jobs.Run, parallel int, progress bool) error {
-	if r.State.Terminal() {
-		msg := fmt.Sprintf("run %s is %s: nothing to retry", r.ID, r.State)
-		if (r.State == jobs.RunFailed || r.State == jobs.RunCancelled) && r.SpecFile != "" {
-			msg += "; start a new run with:\n  " + commandLine(r.Params, "run", r.SpecFile)
-		}
-		return invalid(errors.New(msg))
-	}
-	if len(r.Spec) == 0 {
-		return invalid(fmt.Errorf("run %s recorded no spec (made by an older precog): rerun its job with precog run and the same --param values", r.ID))
-	}
-	spec, err := jobs.Parse(r.Spec, r.SpecFile, r.Params, os.LookupEnv)
-	if err != nil {
-		return invalid(fmt.Errorf("run %s: its recorded spec (%s): %w", r.ID, r.SpecFile, err))
-	}
-	if parallel < 1 {
-		return invalid(fmt.Errorf("--parallel: must be >= 1 (got %d)", parallel))
-	}
-	g.runningJob()
-	bar := newProgressBar(os.Stderr, progress, g.log)
-	res, err := runner.RunLocal(cmd.Context(), spec, runner.LocalOptions{
-		StateDir: g.stateDir, Parallel: parallel, Logger: g.log, OnProgress: bar.update, ProgressEvery: bar.every(),
-	})
-	bar.finish()
-	if err != nil {
-		return err
-	}
-	if res.Run.ID != r.ID {
-		g.log.Warn("the run retried is not the one named", "named", r.ID, "ran", res.Run.ID)
-	}
-	printSummary(cmd, res)
-	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -196,25 +195,4 @@ func runFailure(r jobs.Run, shards []jobs.Shard) error {
 		n++
 	}
 	return errors.New(b.String())
-}
-
-// commandLine is a command for people to copy: "precog" then args quoted
-// for a POSIX shell, then one --param per run parameter, sorted.
-func commandLine(params map[string]string, args ...string) string {
-	names := make([]string, 0, len(params))
-	for k := range params {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	for _, k := range names {
-		args = append(args, "--param", k+"="+params[k])
-	}
-	out := []string{"precog"}
-	for _, a := range args {
-		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$`!*?[]{}()<>|&;#~") {
-			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-		}
-		out = append(out, a)
-	}
-	return strings.Join(out, " ")
 }
