@@ -7,55 +7,25 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"sync"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/jobs/runview"
 	"github.com/precog-ml/precog/runner"
 	"github.com/precog-ml/precog/runner/backfill"
 )
 
-// openBackfill returns the ledger's backfill id when id names one (ok
-// false when it names none, so the caller treats id as a run).
-func openBackfill(ctx context.Context, led *openedLedger, id string) (ledger.Store, ledger.Backfill, bool, error) {
-	b, err := led.Backfill(ctx, id)
-	if errors.Is(err, ledger.ErrNotFound) {
-		return nil, b, false, nil
-	}
-	return led.Store, b, err == nil, err
-}
-
-// withBackfill fills v.Backfill with the backfill v's run belongs to.
-func withBackfill(ctx context.Context, led *openedLedger, v runview.Run) (runview.Run, error) {
-	id, _, err := led.BackfillOf(ctx, v.ID)
-	switch {
-	case err == nil:
-		v.Backfill = id
-	case !errors.Is(err, ledger.ErrNotFound):
-		return v, err
-	}
-	return v, nil
-}
-
-// backfillRunIDs lists every run of a backfill (each value's runs).
-func backfillRunIDs(ctx context.Context, led *openedLedger, id string) ([]string, error) {
-	_, b, ok, err := openBackfill(ctx, led, id)
+// backfillRuns lists every run of backfill id, newest first.
+func backfillRuns(ctx context.Context, led *openedLedger, id string) ([]jobs.Run, error) {
+	bl, b, ok, err := backfill.Find(ctx, led.Store, id)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
 		return nil, invalid(fmt.Errorf("backfill %s: not found in %s", id, led.where))
 	}
-	var ids []string
-	for _, d := range b.Dates {
-		ids = append(ids, d.Runs...)
-	}
-	return ids, nil
+	return backfill.RunsOf(ctx, bl, b)
 }
 
 // printBackfillStatus is `precog status ID` of a backfill.
@@ -73,21 +43,11 @@ func printBackfillStatus(ctx context.Context, bl backfill.Ledger, id string, w i
 // cancelBackfill is `precog cancel ID` of a backfill: no value is started
 // any more, and every open value's run is cancelled as `precog cancel RUN`
 // would (its unpublished data removed from every sink).
-func cancelBackfill(cmd *cobra.Command, g *globals, ref backfillRef, o cancelOptions) error {
-	ctx := cmd.Context()
-	led, bl, b := ref.led, ref.bl, ref.b
-	if err := bl.SetBackfill(ctx, b.ID, b.Parallel, true); err != nil {
+func cancelBackfill(ctx context.Context, g *globals, ref backfillRef, o cancelOptions) error {
+	led, b := ref.led, ref.b
+	open, err := backfill.Cancel(ctx, ref.bl, b)
+	if err != nil {
 		return err
-	}
-	var open []string
-	for _, d := range b.Dates {
-		r, err := bl.Run(ctx, d.Run())
-		if err != nil {
-			return err
-		}
-		if !r.State.Terminal() {
-			open = append(open, r.ID)
-		}
 	}
 	var errs []error
 	if led.cluster != nil {
@@ -114,83 +74,35 @@ func cancelBackfill(cmd *cobra.Command, g *globals, ref backfillRef, o cancelOpt
 
 // retryBackfill is `precog retry ID` of a backfill: each failed or
 // cancelled value gets a new run; on the embedded ledger they run here.
-func retryBackfill(cmd *cobra.Command, g *globals, led *openedLedger, bl ledger.Store, b ledger.Backfill, parallel int) error {
-	ctx := cmd.Context()
+func retryBackfill(ctx context.Context, g *globals, led *openedLedger, bl ledger.Store, b ledger.Backfill, parallel int, out io.Writer) error {
 	values, err := backfill.Retry(ctx, bl, b.ID, os.LookupEnv, nil)
 	if se := (*jobs.SpecError)(nil); errors.As(err, &se) {
 		return invalid(err) // a spec that does not load here (an unset variable): a config error
 	} else if err != nil {
 		return err
 	}
-	out := cmd.OutOrStdout()
-	if len(values) == 0 {
-		fmt.Fprintf(out, "backfill %s has no failed or cancelled value: nothing to retry\n", b.ID)
+	fmt.Fprintln(out, backfill.RetryMessage(b.ID, values))
+	if len(values) == 0 || led.cluster != nil {
 		return nil
-	}
-	fmt.Fprintf(out, "backfill %s: new runs for %v\n", b.ID, values)
-	if led.cluster != nil {
-		return nil
-	}
-	b, err = bl.Backfill(ctx, b.ID)
-	if err != nil {
-		return err
-	}
-	specs := map[string]*jobs.Spec{}
-	for _, d := range b.Dates {
-		if !slices.Contains(values, d.Value) {
-			continue
-		}
-		r, err := bl.Run(ctx, d.Run())
-		if err != nil {
-			return err
-		}
-		if specs[d.Value], err = jobs.Parse(r.Spec, r.SpecFile, r.Params, os.LookupEnv); err != nil {
-			return invalid(err)
-		}
 	}
 	g.runningJob()
-	res := backfill.RunLocal(ctx, bl, b, specs, backfill.LocalOptions{StateDir: g.stateDir, Parallel: b.Parallel, ShardParallel: parallel, Logger: g.log})
-	var errs []error
-	for _, r := range res {
-		if r.Err != nil && slices.Contains(values, r.Value) {
-			errs = append(errs, fmt.Errorf("%s: %w", r.Value, r.Err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// backfillRuns lists every run of backfill id, newest first.
-func backfillRuns(ctx context.Context, led *openedLedger, id string) ([]jobs.Run, error) {
-	ids, err := backfillRunIDs(ctx, led, id)
-	if err != nil {
-		return nil, err
-	}
-	var rs []jobs.Run
-	for _, rid := range ids {
-		r, err := led.Run(ctx, rid)
-		if err != nil {
-			return nil, err
-		}
-		rs = append(rs, r)
-	}
-	slices.SortStableFunc(rs, func(a, b jobs.Run) int { return b.CreatedAt.Compare(a.CreatedAt) })
-	return rs, nil
+	return backfill.RunRetried(ctx, bl, b.ID, values, backfill.LocalOptions{StateDir: g.stateDir, ShardParallel: parallel, Logger: g.log})
 }
 
 // cancelIfBackfill cancels backfill id when id names one (done true).
-func cancelIfBackfill(cmd *cobra.Command, g *globals, db, id string, o cancelOptions) (bool, error) {
-	led, err := openLedger(cmd.Context(), g, db)
+func cancelIfBackfill(ctx context.Context, g *globals, db, id string, o cancelOptions) (bool, error) {
+	led, err := openLedger(ctx, g, db)
 	if err != nil {
 		return false, nil // the run path reports the ledger's error
 	}
-	bl, b, ok, err := openBackfill(cmd.Context(), led, id)
+	bl, b, ok, err := backfill.Find(ctx, led.Store, id)
 	if err != nil || !ok {
 		led.Close()
 		return err != nil, err
 	}
 	closeLed := sync.OnceValue(led.Close)
 	defer closeLed()
-	return true, cancelBackfill(cmd, g, backfillRef{led: led, close: closeLed, bl: bl, b: b}, o)
+	return true, cancelBackfill(ctx, g, backfillRef{led: led, close: closeLed, bl: bl, b: b}, o)
 }
 
 // backfillRef is an opened backfill: the ledger it lives in (close closes
@@ -198,6 +110,6 @@ func cancelIfBackfill(cmd *cobra.Command, g *globals, db, id string, o cancelOpt
 type backfillRef struct {
 	led   *openedLedger
 	close func() error
-	bl    backfill.Ledger
+	bl    ledger.Store
 	b     ledger.Backfill
 }

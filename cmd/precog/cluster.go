@@ -142,6 +142,15 @@ func openLedger(ctx context.Context, g *globals, dbFlag string) (*openedLedger, 
 	return o, nil
 }
 
+// stateDir is the state directory of the embedded ledger, "" for the
+// Postgres ledger (runner.RunView).
+func (o *openedLedger) stateDir(g *globals) string {
+	if o.cluster != nil {
+		return ""
+	}
+	return g.stateDir
+}
+
 // notFound is the error of a run id the ledger does not know (exit 2).
 func (o *openedLedger) notFound(id string) error {
 	return invalid(fmt.Errorf("run %s: not found in %s (see precog runs)", id, o.where))

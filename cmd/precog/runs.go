@@ -17,6 +17,7 @@ import (
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/runview"
 	"github.com/precog-ml/precog/runner"
+	"github.com/precog-ml/precog/runner/backfill"
 )
 
 // ledgerHelp says which ledger runs/status/cancel/retry read.
@@ -82,12 +83,9 @@ RUN --json.`,
 				if err != nil {
 					return err
 				}
-				v, err := withBackfill(ctx, led, runview.FromAt(r, shards, now))
+				v, err := runner.RunView(ctx, led.Store, led.stateDir(g), r, shards, now)
 				if err != nil {
 					return err
-				}
-				if led.cluster == nil {
-					v = localView(g.stateDir, r, shards, v, now)
 				}
 				runs = append(runs, v)
 			}
@@ -146,7 +144,7 @@ value is done, on either ledger; on the embedded ledger the watch ends (exit
 				return err
 			}
 			defer led.Close()
-			if bl, _, ok, err := openBackfill(ctx, led, args[0]); err != nil {
+			if bl, _, ok, err := backfill.Find(ctx, led.Store, args[0]); err != nil {
 				return err
 			} else if ok && watch {
 				return watchBackfill(ctx, clusterBackfillRead(bl, args[0]), args[0], cmd.OutOrStdout(), asJSON)
@@ -163,12 +161,9 @@ value is done, on either ledger; on the embedded ledger the watch ends (exit
 			w := cmd.OutOrStdout()
 			if !watch {
 				now := time.Now()
-				v, err := withBackfill(ctx, led, runview.FromAt(r, shards, now))
+				v, err := runner.RunView(ctx, led.Store, led.stateDir(g), r, shards, now)
 				if err != nil {
 					return err
-				}
-				if led.cluster == nil {
-					v = localView(g.stateDir, r, shards, v, now)
 				}
 				sample, err := rejectSample(ctx, led, v)
 				if err != nil {
@@ -202,25 +197,6 @@ value is done, on either ledger; on the embedded ledger the watch ends (exit
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "redraw every second until the run finishes")
 	addDBFlag(cmd, &db)
 	return cmd
-}
-
-// localView is v, the view of an embedded-ledger run, shown interrupted
-// (with the command that resumes it) when the process executing it is
-// gone: the ledger still says running, and nothing runs it.
-func localView(stateDir string, r jobs.Run, shards []jobs.Shard, v runview.Run, now time.Time) runview.Run {
-	gone, h, ok := runner.LocalRunGone(stateDir, r, shards, now)
-	if !gone {
-		return v
-	}
-	resume := h.Command
-	if !ok || resume == "" {
-		args := []string{"run", r.SpecFile}
-		if stateDir != ".precog" {
-			args = append([]string{"--state-dir", stateDir}, args...)
-		}
-		resume = runner.CommandLine(r.Params, args...)
-	}
-	return v.Interrupted(resume)
 }
 
 // rejectSample reads the sample of a run's rejected rows that status
@@ -359,7 +335,7 @@ keyspace.`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			co := cancelOptions{drain: drain, scanUnindexed: scanUnindexed, out: cmd.OutOrStdout(), log: g.log}
-			if done, err := cancelIfBackfill(cmd, g, db, args[0], co); done {
+			if done, err := cancelIfBackfill(cmd.Context(), g, db, args[0], co); done {
 				return err
 			}
 			if held, err := cancelHeld(cmd.Context(), g, db, args[0], cmd.OutOrStdout()); held {
@@ -425,12 +401,12 @@ shards are retried, the rest of the run executed and published.`,
 			if err != nil {
 				return err
 			}
-			if bl, b, ok, err := openBackfill(ctx, led, args[0]); err != nil {
+			if bl, b, ok, err := backfill.Find(ctx, led.Store, args[0]); err != nil {
 				led.Close()
 				return err
 			} else if ok {
 				defer led.Close()
-				return retryBackfill(cmd, g, led, bl, b, parallel)
+				return retryBackfill(ctx, g, led, bl, b, parallel, cmd.OutOrStdout())
 			}
 			defer led.Close()
 			r, _, err := loadRun(ctx, led, args[0])

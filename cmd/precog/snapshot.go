@@ -17,6 +17,7 @@ import (
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/ledger/open"
 	"github.com/precog-ml/precog/jobs/runview"
+	"github.com/precog-ml/precog/runner"
 	"github.com/precog-ml/precog/runner/backfill"
 )
 
@@ -46,7 +47,7 @@ func viewSnapshot(dir string, s ledger.Snapshot) ledgerSnapshot {
 	for _, r := range s.Runs {
 		byID[r.ID] = r
 		shards := s.Shards[r.ID]
-		v := localView(dir, r, shards, runview.FromAt(r, shards, now), now)
+		v := runner.LocalView(dir, r, shards, runview.FromAt(r, shards, now), now)
 		v.Backfill = s.BackfillOf[r.ID]
 		out.Runs = append(out.Runs, v)
 	}
