@@ -312,7 +312,8 @@ func TestReplaceWaitsForPublish(t *testing.T) {
 	if _, err := led.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: pub.ID, Worker: "w", Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	err := cancelForReplace(ctx, g, led, pub)
+	replace := runner.Scheduled{Ledger: led, Logger: g.log}
+	err := replace.Cancel(ctx, pub)
 	if !errors.Is(err, ledger.ErrPublishing) || !strings.Contains(err.Error(), "replace waits") {
 		t.Fatalf("replace of a publishing run = %v, want it refused (ErrPublishing) with the reason", err)
 	}
@@ -323,11 +324,11 @@ func TestReplaceWaitsForPublish(t *testing.T) {
 		t.Fatalf("the publish finishes after the refused replace: %v", err)
 	}
 	// A replace that finds the run succeeded meanwhile leaves it alone.
-	if err := cancelForReplace(ctx, g, led, pub); err != nil {
+	if err := replace.Cancel(ctx, pub); err != nil {
 		t.Fatalf("replace of a run that succeeded meanwhile = %v, want nil", err)
 	}
 	open := mk("open", "date=2")
-	if err := cancelForReplace(ctx, g, led, open); err != nil {
+	if err := replace.Cancel(ctx, open); err != nil {
 		t.Fatalf("replace of a pending run: %v", err)
 	}
 	if r, _ := led.Run(ctx, open.ID); r.State != jobs.RunCancelled {

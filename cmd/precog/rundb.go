@@ -29,11 +29,11 @@ type clusterRun struct {
 // codes.
 func runOnCluster(cmd *cobra.Command, g *globals, spec *jobs.Spec, o clusterRun) error {
 	ctx := cmd.Context()
-	c, err := checkJob(ctx, spec)
+	c, err := runner.CheckJob(ctx, spec)
 	if err != nil {
 		return err
 	}
-	modelVersion, plans := c.job.Model.Version(), c.plans
+	modelVersion, plans := c.Job.Model.Version(), c.Plans
 	c.Close()
 	led, err := openCluster(ctx, o.dsn, pgledger.Options{Logger: g.log})
 	if err != nil {

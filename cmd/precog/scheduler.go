@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/ledger/open"
 	pgledger "github.com/precog-ml/precog/jobs/ledger/postgres"
@@ -66,11 +64,10 @@ restart right before that tick does not lose it. --addr serves /healthz, /readyz
 			}
 			defer closeLed()
 			src := scheduler.Dir{Path: dir}
-			opts := scheduler.Options{Specs: src, Ledger: led, LeaseTTL: ttl, Logger: g.log,
-				Plan:   planRun,
-				Cancel: func(ctx context.Context, run jobs.Run) error { return cancelForReplace(ctx, g, led, run) }}
+			hooks := runner.Scheduled{Ledger: led, StateDir: g.stateDir, Logger: g.log}
+			opts := scheduler.Options{Specs: src, Ledger: led, LeaseTTL: ttl, Logger: g.log, Plan: hooks.Plan, Cancel: hooks.Cancel}
 			if embedded {
-				opts.OnFired = func(ctx context.Context, run jobs.Run) { runFired(ctx, g, led, run) }
+				opts.OnFired = hooks.Fired
 			}
 			s := scheduler.New(opts)
 			if errs := s.Load(); len(errs) > 0 {
@@ -108,55 +105,6 @@ func openSchedulerLedger(ctx context.Context, g *globals, dsn string) (ledger.St
 		return nil, false, nil, fmt.Errorf("scheduler: %w (one scheduler per state directory)", err)
 	}
 	return l, true, func() { l.Close() }, nil
-}
-
-// planRun plans a fired run from source metadata, as submit does.
-func planRun(ctx context.Context, spec *jobs.Spec) (jobs.Run, []jobs.Shard, error) {
-	job, err := runner.OpenJob(ctx, spec)
-	if err != nil {
-		return jobs.Run{}, nil, err
-	}
-	defer job.Close()
-	run, shards, err := runner.PlanRun(ctx, job)
-	if err == nil && spec.File != "" {
-		if abs, aerr := filepath.Abs(spec.File); aerr == nil {
-			run.SpecFile = abs
-		}
-	}
-	return run, shards, err
-}
-
-// cancelForReplace ends an open run for concurrency: replace: cancelled in
-// the ledger, then its unpublished data removed from every sink. A run in
-// its publish step is not cancelled (the ledger refuses it under the run's
-// lock): the error says so, the tick is not recorded, and the next pass
-// fires it once the publish has finished.
-func cancelForReplace(ctx context.Context, g *globals, led ledger.Store, run jobs.Run) error {
-	_, err := runner.Cancel(ctx, led, run.ID, runner.CancelOptions{Reason: "replaced by a newer scheduled run (concurrency: replace)", Log: g.log})
-	switch {
-	case errors.Is(err, ledger.ErrPublishing):
-		return fmt.Errorf("concurrency replace waits: run %s is publishing, and cancelling it between two sinks would leave them on different versions; the tick fires once the publish finished: %w", run.ID, err)
-	case errors.Is(err, runner.ErrNotCancellable):
-		return nil // finished meanwhile: a published run's data is not aborted
-	}
-	return err
-}
-
-// runFired executes a fired run in this process (embedded mode): RunLocal
-// finds it open in the ledger and runs it to the end.
-func runFired(ctx context.Context, g *globals, led ledger.Store, run jobs.Run) {
-	spec, err := jobs.Parse(run.Spec, run.SpecFile, run.Params, os.LookupEnv)
-	if err != nil {
-		g.log.Error("fired run: its spec no longer loads", "run", run.ID, "err", err)
-		_ = led.SetRunState(ctx, run.ID, jobs.RunFailed, err.Error())
-		return
-	}
-	res, err := runner.RunLocal(ctx, spec, runner.LocalOptions{StateDir: g.stateDir, Ledger: led, Logger: g.log})
-	if err != nil {
-		g.log.Error("fired run failed", "run", run.ID, "err", err)
-		return
-	}
-	g.log.Info("fired run succeeded", "run", res.Run.ID, "rows_out", res.Run.Counts.RowsOut, "duration", res.Duration.Round(time.Millisecond))
 }
 
 // watchSpecs reloads the specs on SIGHUP and when the directory changes.

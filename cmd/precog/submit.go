@@ -73,12 +73,12 @@ keeps going on the workers).`,
 			if opts.SpecFile, err = filepath.Abs(args[0]); err != nil {
 				return invalid(err)
 			}
-			c, err := checkJob(ctx, spec)
+			c, err := runner.CheckJob(ctx, spec)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			opts.ModelVersion, opts.Plans = c.job.Model.Version(), c.plans
+			opts.ModelVersion, opts.Plans = c.Job.Model.Version(), c.Plans
 			led, err := openCluster(ctx, dsn, cliLedgerOptions(g.log))
 			if err != nil {
 				return err
@@ -95,7 +95,7 @@ keeps going on the workers).`,
 			fmt.Fprintln(cmd.OutOrStdout(), run.ID)
 			warnNoWorkers(ctx, led, run.Pool, cmd.ErrOrStderr(), g.log)
 			g.log.Info("run submitted", "run", run.ID, "pool", run.Pool, "priority", run.Priority,
-				"shards", len(shards), "rows", planRows(c.plans))
+				"shards", len(shards), "rows", planRows(c.Plans))
 			if !wait {
 				return nil
 			}

@@ -1,17 +1,13 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
-	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/runner"
 	"github.com/precog-ml/precog/runner/model"
-	"github.com/precog-ml/precog/sinks"
-	"github.com/precog-ml/precog/sources"
 )
 
 func newValidateCmd(g *globals) *cobra.Command {
@@ -46,12 +42,12 @@ size and prints the estimated wall time of the run, as backfill --dry-run does.`
 			}
 			// Before the checks: said even where the device is missing.
 			warnSmallModel(cmd.ErrOrStderr(), spec)
-			c, err := checkJob(cmd.Context(), spec)
+			c, err := runner.CheckJob(cmd.Context(), spec)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			job, plans := c.job, c.plans
+			job, plans := c.Job, c.Plans
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "job %s: valid\n", spec.Name)
 			fmt.Fprintf(w, "model %s (version %s)\n", spec.Model.Path, job.Model.Version())
@@ -89,52 +85,6 @@ size and prints the estimated wall time of the run, as backfill --dry-run does.`
 	cmd.Flags().BoolVar(&estimate, "estimate", false, "probe the model on a real sample of rows and estimate the run's wall time, as backfill --dry-run does for each partition")
 	cmd.Flags().IntVar(&maxShards, "max-shards", 50, "print at most this many shards of the plan (0: all)")
 	return cmd
-}
-
-// checkedJob is a job that passed every check validate makes: its spec, its
-// model against its source, its sinks reachable, and its shard plan.
-type checkedJob struct {
-	job   *runner.Job
-	plans []sources.ShardPlan
-	snks  []sinks.Sink
-}
-
-// Close releases the job's source, model and sinks.
-func (c *checkedJob) Close() {
-	for _, s := range c.snks {
-		s.Close()
-	}
-	c.job.Close()
-}
-
-// checkJob makes the checks of precog validate (and submit) from metadata
-// only: the model's I/O against the source schema, the shard plan, and
-// every sink reachable with its credentials. Errors are invalid (exit 2),
-// except an unreachable store, which main maps to exit 75.
-func checkJob(ctx context.Context, spec *jobs.Spec) (*checkedJob, error) {
-	job, err := runner.OpenJob(ctx, spec)
-	if err != nil {
-		return nil, invalid(err)
-	}
-	c := &checkedJob{job: job}
-	fail := func(err error) (*checkedJob, error) {
-		c.Close()
-		return nil, invalid(err)
-	}
-	if c.plans, err = job.Source.Plan(ctx, spec.Source.RowsPerShard); err != nil {
-		return fail(fmt.Errorf("plan: %w", err))
-	}
-	if c.snks, err = runner.OpenSinks(ctx, spec); err != nil {
-		return fail(err)
-	}
-	for _, s := range c.snks {
-		if ch, ok := s.(sinks.Checker); ok {
-			if err := ch.Check(ctx); err != nil {
-				return fail(fmt.Errorf("sinks.%s: %w", s.Name(), err))
-			}
-		}
-	}
-	return c, nil
 }
 
 func newInspectCmd(_ *globals) *cobra.Command {
