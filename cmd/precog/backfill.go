@@ -222,7 +222,7 @@ func dryRunBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags
 	tw.Flush()
 	fmt.Fprintf(w, "%d partitions, %d missing, %d rows\n", len(list), missing, rows)
 	if probeSpec != nil {
-		if err := printEstimate(ctx, w, estimateParams{Spec: probeSpec, Plans: plans[probeSpec.Params[f.paramName]],
+		if err := printEstimate(ctx, w, backfill.EstimateParams{Spec: probeSpec, Plans: plans[probeSpec.Params[f.paramName]],
 			Rows: rows, Runs: found, Shards: shards, Parallel: f.parallel, StateDir: g.stateDir}); err != nil {
 			return err
 		}

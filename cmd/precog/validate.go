@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/precog-ml/precog/runner"
+	"github.com/precog-ml/precog/runner/backfill"
 	"github.com/precog-ml/precog/runner/model"
 )
 
@@ -76,7 +77,7 @@ size and prints the estimated wall time of the run, as backfill --dry-run does.`
 				fmt.Fprintln(w, "note: the dataset has zero rows; a run would publish an empty result")
 			}
 			if estimate && len(plans) > 0 {
-				return printEstimate(cmd.Context(), w, estimateParams{Spec: spec, Plans: plans, Rows: total, Runs: 1, Shards: len(plans), Parallel: 1, StateDir: g.stateDir})
+				return printEstimate(cmd.Context(), w, backfill.EstimateParams{Spec: spec, Plans: plans, Rows: total, Runs: 1, Shards: len(plans), Parallel: 1, StateDir: g.stateDir})
 			}
 			return nil
 		},
