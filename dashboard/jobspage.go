@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -226,27 +224,12 @@ func orExpr(expr string) string {
 	return "cron " + expr
 }
 
-// loadViewSpecs loads every spec of dir (*.yaml, *.yml, in name order) for
-// the jobs page with jobs.LoadForView: the page shows schedules, it never
-// connects to a job's stores, so a sink's ${DATABASE_URL} need not be set
-// where the dashboard runs and is never expanded into it.
+// loadViewSpecs loads every spec of dir for the jobs page
+// (scheduler.Dir.LoadForView, as precog schedule list does).
 func loadViewSpecs(dir string, now time.Time) ([]*jobs.Spec, []error) {
-	entries, err := os.ReadDir(dir)
+	specs, errs, err := scheduler.Dir{Path: dir}.LoadForView(now)
 	if err != nil {
 		return nil, []error{fmt.Errorf("--jobs %s: %w", dir, err)}
-	}
-	var specs []*jobs.Spec
-	var errs []error
-	for _, e := range entries { // ReadDir sorts by name
-		if ext := filepath.Ext(e.Name()); e.IsDir() || (ext != ".yaml" && ext != ".yml") {
-			continue
-		}
-		spec, err := jobs.LoadForView(filepath.Join(dir, e.Name()), schedule.Params(now, time.UTC))
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		specs = append(specs, spec)
 	}
 	return specs, errs
 }

@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
-	"sort"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -141,23 +138,6 @@ func scheduleLedger(g *globals, db string) (ledger.Ledger, func(), error) {
 	return l, func() { l.Close() }, nil
 }
 
-// lastScheduledRun is job's newest run a schedule fired (one with a
-// scheduled_for param); ok false when it has none among its newest 100.
-func lastScheduledRun(ctx context.Context, led scheduler.RunLister, job string) (run jobs.Run, at time.Time, ok bool, err error) {
-	runs, err := led.Runs(ctx, job, 100)
-	if err != nil {
-		return jobs.Run{}, time.Time{}, false, fmt.Errorf("last run of job %s: %w", job, err)
-	}
-	for _, r := range runs { // newest first
-		at, err := time.Parse(time.RFC3339, r.Params["scheduled_for"])
-		if err != nil {
-			continue // a manual run
-		}
-		return r, at, true, nil
-	}
-	return jobs.Run{}, time.Time{}, false, nil
-}
-
 func newScheduleListCmd(g *globals) *cobra.Command {
 	var dir, db string
 	cmd := &cobra.Command{
@@ -192,23 +172,15 @@ func newScheduleListCmd(g *globals) *cobra.Command {
 // loadScheduledSpecs loads every spec of dir, in name order; specs without
 // a schedule are left out.
 func loadScheduledSpecs(dir string) ([]*jobs.Spec, error) {
-	entries, err := os.ReadDir(dir)
+	all, errs, err := scheduler.Dir{Path: dir}.LoadForView(time.Now())
 	if err != nil {
 		return nil, invalid(fmt.Errorf("--jobs: %w", err))
 	}
-	var names []string
-	for _, e := range entries {
-		if ext := filepath.Ext(e.Name()); !e.IsDir() && (ext == ".yaml" || ext == ".yml") {
-			names = append(names, e.Name())
-		}
+	if len(errs) > 0 {
+		return nil, invalid(errs[0])
 	}
-	sort.Strings(names)
 	var specs []*jobs.Spec
-	for _, name := range names {
-		spec, err := loadScheduledSpec(filepath.Join(dir, name))
-		if err != nil {
-			return nil, err
-		}
+	for _, spec := range all {
 		if spec.Schedule != "" {
 			specs = append(specs, spec)
 		}
@@ -241,7 +213,7 @@ func writeScheduleList(ctx context.Context, w io.Writer, specs []*jobs.Spec, now
 		}
 		last, stale := "-", "-"
 		if led != nil {
-			run, at, ok, err := lastScheduledRun(ctx, led, spec.Name)
+			run, at, ok, err := scheduler.LastScheduledRun(ctx, led, spec.Name)
 			if err != nil {
 				return err
 			}

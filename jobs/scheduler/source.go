@@ -74,9 +74,18 @@ func (d Dir) now() time.Time {
 }
 
 func (d Dir) files() ([]string, error) {
-	entries, err := os.ReadDir(d.Path)
+	out, err := d.specFiles()
 	if err != nil {
 		return nil, fmt.Errorf("--jobs %s: %w", d.Path, err)
+	}
+	return out, nil
+}
+
+// specFiles lists the directory's spec files in name order.
+func (d Dir) specFiles() ([]string, error) {
+	entries, err := os.ReadDir(d.Path)
+	if err != nil {
+		return nil, err
 	}
 	var out []string
 	for _, e := range entries {
@@ -86,6 +95,28 @@ func (d Dir) files() ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// LoadForView loads every spec of the directory for a view (precog
+// schedule list, the dashboard's jobs page) with jobs.LoadForView: a view
+// never connects to a job's stores, so a sink's ${DATABASE_URL} need not be
+// set and is never expanded into it. Templates get the params of a tick
+// at now. dirErr is the directory's own error (unreadable); errs name the
+// specs that do not load, the others are returned in name order.
+func (d Dir) LoadForView(now time.Time) (specs []*jobs.Spec, errs []error, dirErr error) {
+	names, err := d.specFiles()
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, f := range names {
+		spec, err := jobs.LoadForView(f, schedule.Params(now, time.UTC))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		specs = append(specs, spec)
+	}
+	return specs, errs, nil
 }
 
 // Stamp is a cheap fingerprint of the directory (names, sizes, mtimes): a
