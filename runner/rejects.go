@@ -2,12 +2,14 @@ package runner
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 
 	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
 )
 
 // rejectFile collects one shard attempt's rejected rows: in memory, up to
@@ -98,5 +100,38 @@ func (f *rejectFile) abort() {
 		f.tmp.Close()
 		os.Remove(f.tmp.Name())
 		f.tmp = nil
+	}
+}
+
+// RejectsPage is how many rows `precog rejects` reads from the ledger at a
+// time, so that a run's 100k stored rejects stream instead of loading at once.
+const RejectsPage = 5000
+
+// EachReject reads a run's stored rejects page by page into emit, at
+// most limit (0: all); it returns how many it emitted, how many the ledger
+// stores and its cap.
+func EachReject(ctx context.Context, rj ledger.Rejects, runID string, limit int, emit func(jobs.Reject) error) (n int, stored int64, cap int, err error) {
+	for {
+		size := RejectsPage
+		if limit > 0 {
+			size = min(size, limit-n)
+		}
+		if size == 0 {
+			return n, stored, cap, nil
+		}
+		p, err := rj.Rejects(ctx, runID, n, size)
+		if err != nil {
+			return n, stored, cap, fmt.Errorf("rejects of run %s: %w", runID, err)
+		}
+		stored, cap = p.Stored, p.Cap
+		for _, r := range p.Rows {
+			if err := emit(r); err != nil {
+				return n, stored, cap, err
+			}
+			n++
+		}
+		if len(p.Rows) < size {
+			return n, stored, cap, nil
+		}
 	}
 }

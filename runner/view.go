@@ -3,6 +3,8 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/precog-ml/precog/jobs"
@@ -48,4 +50,50 @@ func LocalView(stateDir string, r jobs.Run, shards []jobs.Shard, v runview.Run, 
 		resume = CommandLine(r.Params, args...)
 	}
 	return v.Interrupted(resume)
+}
+
+// SnapshotProgress is a followed run (ledger.Follow) as precog run's
+// progress bar draws it, start being when the following began.
+func SnapshotProgress(s ledger.RunSnapshot, start time.Time) Progress {
+	p := Progress{RunID: s.Run.ID, RowsDone: s.Run.Counts.RowsIn, ShardsTotal: len(s.Shards),
+		Rejected: s.Run.Counts.Rejected, Elapsed: time.Since(start), Rate: s.Rate}
+	for _, sh := range s.Shards {
+		p.RowsTotal += sh.EstRows
+		if sh.State == jobs.ShardCommitted {
+			p.ShardsDone++
+		}
+	}
+	if p.Rate > 0 && p.RowsTotal > p.RowsDone {
+		p.ETA = time.Duration(float64(p.RowsTotal-p.RowsDone) / p.Rate * float64(time.Second))
+	}
+	return p
+}
+
+// RunFailure is the error of a run that ended without succeeding: its
+// error and the first failed shards' errors.
+func RunFailure(r jobs.Run, shards []jobs.Shard) error {
+	var b strings.Builder
+	switch {
+	case strings.HasPrefix(r.Error, "run "+r.ID+" "+string(r.State)):
+		// It says so itself ("run … held by its checks: …", as precog run
+		// says it).
+		b.WriteString(r.Error)
+	case r.Error != "":
+		fmt.Fprintf(&b, "run %s %s: %s", r.ID, r.State, r.Error)
+	default:
+		fmt.Fprintf(&b, "run %s %s", r.ID, r.State)
+	}
+	n := 0
+	for _, s := range shards {
+		if s.State != jobs.ShardFailed {
+			continue
+		}
+		if n == runview.DefaultMaxFailed {
+			fmt.Fprintf(&b, "\n  … more failed shards: precog status %s", r.ID)
+			break
+		}
+		fmt.Fprintf(&b, "\n  shard %d (%d attempts): %s", s.Index, s.Attempts, s.Error)
+		n++
+	}
+	return errors.New(b.String())
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -13,11 +12,8 @@ import (
 
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/runner"
 )
-
-// rejectsPage is how many rows `precog rejects` reads from the ledger at a
-// time, so that a run's 100k stored rejects stream instead of loading at once.
-const rejectsPage = 5000
 
 func newRejectsCmd(g *globals) *cobra.Command {
 	var (
@@ -67,7 +63,7 @@ rows (0: all).`,
 				return err
 			}
 			w := newRejectWriter(cmd.OutOrStdout(), asJSON, asCSV)
-			n, stored, _, err := streamRejects(ctx, led, r.ID, limit, w.write)
+			n, stored, _, err := runner.EachReject(ctx, led, r.ID, limit, w.write)
 			if err != nil {
 				return err
 			}
@@ -90,35 +86,6 @@ rows (0: all).`,
 	cmd.Flags().IntVar(&limit, "limit", 0, "at most N rows (0: all)")
 	addDBFlag(cmd, &db)
 	return cmd
-}
-
-// streamRejects reads a run's stored rejects page by page into emit, at
-// most limit (0: all); it returns how many it emitted, how many the ledger
-// stores and its cap.
-func streamRejects(ctx context.Context, rj ledger.Rejects, runID string, limit int, emit func(jobs.Reject) error) (n int, stored int64, cap int, err error) {
-	for {
-		size := rejectsPage
-		if limit > 0 {
-			size = min(size, limit-n)
-		}
-		if size == 0 {
-			return n, stored, cap, nil
-		}
-		p, err := rj.Rejects(ctx, runID, n, size)
-		if err != nil {
-			return n, stored, cap, fmt.Errorf("rejects of run %s: %w", runID, err)
-		}
-		stored, cap = p.Stored, p.Cap
-		for _, r := range p.Rows {
-			if err := emit(r); err != nil {
-				return n, stored, cap, err
-			}
-			n++
-		}
-		if len(p.Rows) < size {
-			return n, stored, cap, nil
-		}
-	}
 }
 
 // rejectWriter prints rejects as text lines, CSV or one JSON array.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -134,7 +133,7 @@ func waitRun(ctx context.Context, g *globals, led ledger.RunReader, id string, p
 	r, err := ledger.Follow(ctx, led, id, ledger.FollowOptions{
 		OnPoll: func(s ledger.RunSnapshot) {
 			last = s
-			bar.update(progressOf(s, start))
+			bar.update(runner.SnapshotProgress(s, start))
 		},
 		OnError: func(err error) { g.log.Warn("reading the run from the ledger failed; retrying", "run", id, "err", err) },
 	})
@@ -144,55 +143,10 @@ func waitRun(ctx context.Context, g *globals, led ledger.RunReader, id string, p
 	}
 	v := runview.From(r, last.Shards)
 	if r.State != jobs.RunSucceeded {
-		return runFailure(r, last.Shards)
+		return runner.RunFailure(r, last.Shards)
 	}
 	fmt.Fprintf(os.Stderr, "run %s succeeded (version %s, model %s)\n  rows:      %d in, %d out, %d rejected\n  duration:  %s since it was created (%s rows/s)\n",
 		r.ID, r.Version, r.ModelVersion, r.Counts.RowsIn, r.Counts.RowsOut, r.Counts.Rejected,
 		runview.Duration(time.Duration(v.DurationS*float64(time.Second))), runview.Human(int64(v.RowsPerS)))
 	return nil
-}
-
-// progressOf is a followed run as precog run's progress bar draws it.
-func progressOf(s ledger.RunSnapshot, start time.Time) runner.Progress {
-	p := runner.Progress{RunID: s.Run.ID, RowsDone: s.Run.Counts.RowsIn, ShardsTotal: len(s.Shards),
-		Rejected: s.Run.Counts.Rejected, Elapsed: time.Since(start), Rate: s.Rate}
-	for _, sh := range s.Shards {
-		p.RowsTotal += sh.EstRows
-		if sh.State == jobs.ShardCommitted {
-			p.ShardsDone++
-		}
-	}
-	if p.Rate > 0 && p.RowsTotal > p.RowsDone {
-		p.ETA = time.Duration(float64(p.RowsTotal-p.RowsDone) / p.Rate * float64(time.Second))
-	}
-	return p
-}
-
-// runFailure is the error of a run that ended without succeeding: its
-// error and the first failed shards' errors.
-func runFailure(r jobs.Run, shards []jobs.Shard) error {
-	var b strings.Builder
-	switch {
-	case strings.HasPrefix(r.Error, "run "+r.ID+" "+string(r.State)):
-		// It says so itself ("run … held by its checks: …", as precog run
-		// says it).
-		b.WriteString(r.Error)
-	case r.Error != "":
-		fmt.Fprintf(&b, "run %s %s: %s", r.ID, r.State, r.Error)
-	default:
-		fmt.Fprintf(&b, "run %s %s", r.ID, r.State)
-	}
-	n := 0
-	for _, s := range shards {
-		if s.State != jobs.ShardFailed {
-			continue
-		}
-		if n == runview.DefaultMaxFailed {
-			fmt.Fprintf(&b, "\n  … more failed shards: precog status %s", r.ID)
-			break
-		}
-		fmt.Fprintf(&b, "\n  shard %d (%d attempts): %s", s.Index, s.Attempts, s.Error)
-		n++
-	}
-	return errors.New(b.String())
 }
