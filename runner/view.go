@@ -97,3 +97,35 @@ func RunFailure(r jobs.Run, shards []jobs.Shard) error {
 	}
 	return errors.New(b.String())
 }
+
+// StillHeld drops from each lost worker's list of shards (its last
+// heartbeat's) those it no longer holds: committed, failed, taken over by
+// another worker, or of a finished run. A live worker's list is its own
+// (it heartbeats what it holds).
+func StillHeld(ctx context.Context, led ledger.Ledger, ws []ledger.WorkerInfo) ([]ledger.WorkerInfo, error) {
+	shardsOf := map[string][]jobs.Shard{}
+	for i, w := range ws {
+		if !w.Lost || len(w.Current) == 0 {
+			continue
+		}
+		var kept []ledger.ShardRef
+		for _, c := range w.Current {
+			shards, ok := shardsOf[c.Run]
+			if !ok {
+				var err error
+				shards, err = led.Shards(ctx, c.Run)
+				if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+					return nil, fmt.Errorf("shards of run %s: %w", c.Run, err)
+				}
+				shardsOf[c.Run] = shards
+			}
+			for _, s := range shards {
+				if s.Index == c.Shard && s.State == jobs.ShardRunning && ledger.WorkerOf(s.Worker) == w.ID {
+					kept = append(kept, c)
+				}
+			}
+		}
+		ws[i].Current = kept
+	}
+	return ws, nil
+}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/runview"
+	"github.com/precog-ml/precog/runner"
 )
 
 // workerJSON is one worker as `precog workers --json` prints it.
@@ -72,7 +72,7 @@ none), started_at, heartbeat_at, heartbeat_age_s, lease_s, lost, state}.`,
 			defer led.Close()
 			ws, err := listWorkers(ctx, led, pool)
 			if err == nil {
-				ws, err = stillHeld(ctx, led, ws)
+				ws, err = runner.StillHeld(ctx, led, ws)
 			}
 			if err != nil {
 				return err
@@ -94,38 +94,6 @@ func listWorkers(ctx context.Context, led ledger.Store, pool string) ([]ledger.W
 	ws, err := led.ListWorkers(ctx, pool)
 	if err != nil {
 		return nil, fmt.Errorf("list workers: %w", err)
-	}
-	return ws, nil
-}
-
-// stillHeld drops from each lost worker's list of shards (its last
-// heartbeat's) those it no longer holds: committed, failed, taken over by
-// another worker, or of a finished run. A live worker's list is its own
-// (it heartbeats what it holds).
-func stillHeld(ctx context.Context, led ledger.Ledger, ws []ledger.WorkerInfo) ([]ledger.WorkerInfo, error) {
-	shardsOf := map[string][]jobs.Shard{}
-	for i, w := range ws {
-		if !w.Lost || len(w.Current) == 0 {
-			continue
-		}
-		var kept []ledger.ShardRef
-		for _, c := range w.Current {
-			shards, ok := shardsOf[c.Run]
-			if !ok {
-				var err error
-				shards, err = led.Shards(ctx, c.Run)
-				if err != nil && !errors.Is(err, ledger.ErrNotFound) {
-					return nil, fmt.Errorf("shards of run %s: %w", c.Run, err)
-				}
-				shardsOf[c.Run] = shards
-			}
-			for _, s := range shards {
-				if s.Index == c.Shard && s.State == jobs.ShardRunning && ledger.WorkerOf(s.Worker) == w.ID {
-					kept = append(kept, c)
-				}
-			}
-		}
-		ws[i].Current = kept
 	}
 	return ws, nil
 }
