@@ -53,7 +53,7 @@ PRECOG_DATABASE_URL) when one is named, else in the state directory's.`,
 			}
 			res, err := runner.Rollback(cmd.Context(), runner.RollbackParams{Spec: spec, To: to, Only: onlySinks, List: list,
 				OpenLedger: func(ctx context.Context) (ledger.Ledger, error) { return publishingLedger(ctx, g, db) }})
-			printRollback(cmd.OutOrStdout(), res, list)
+			printRollback(cmd.OutOrStdout(), res, list && err == nil)
 			return err
 		},
 	}
@@ -66,7 +66,8 @@ PRECOG_DATABASE_URL) when one is named, else in the state directory's.`,
 }
 
 // printRollback says what a rollback saw and did: the sinks left out,
-// then (--list) each store's versions, or each move.
+// then (list: --list, and every store read) each store's versions, or
+// each move.
 func printRollback(w io.Writer, res runner.RollbackResult, list bool) {
 	for _, st := range res.Stores {
 		switch st.Skipped {
