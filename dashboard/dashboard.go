@@ -16,9 +16,11 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/ledger/open"
 	"github.com/precog-ml/precog/jobs/runview"
+	"github.com/precog-ml/precog/runner"
 )
 
 //go:embed templates/*.html
@@ -92,6 +94,11 @@ type Options struct {
 	// --tokens-file). Empty is refused unless InsecureNoAuth.
 	Tokens         []string
 	InsecureNoAuth bool
+	// StateDir is the embedded ledger's state directory when the source is
+	// one: a run there whose process is gone is shown interrupted, with the
+	// command that resumes it, as precog status shows it ("": the Postgres
+	// ledger, whose workers' leases say who works on a run).
+	StateDir string
 	// JobsDir is a directory of job specs for /jobs ("" hides schedules).
 	JobsDir string
 	// Poll is how often pages refresh their live parts (default 1.5s).
@@ -232,4 +239,17 @@ func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
 		defer cancel()
 		return srv.Shutdown(sctx)
 	}
+}
+
+// viewFunc is how a page views a run with its shards at now.
+type viewFunc func(r jobs.Run, shards []jobs.Shard, now time.Time) runview.Run
+
+// view is the run's view as precog status shows it: a run of the embedded
+// ledger whose process is gone is interrupted, not running.
+func (s *Server) view(r jobs.Run, shards []jobs.Shard, now time.Time) runview.Run {
+	v := runview.FromAt(r, shards, now)
+	if s.opts.StateDir == "" {
+		return v
+	}
+	return runner.LocalView(s.opts.StateDir, r, shards, v, now)
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/jobs/runview"
 	"github.com/precog-ml/precog/jobs/schedule"
 	"github.com/precog-ml/precog/jobs/scheduler"
 )
@@ -67,7 +66,7 @@ func (s *Server) jobsPage(w http.ResponseWriter, r *http.Request, v viewer) {
 		var rows []jobRow
 		for _, spec := range specs {
 			have[spec.Name] = true
-			row, err := jobOf(ctx, led, spec, now)
+			row, err := jobOf(ctx, led, s.view, spec, now)
 			if err != nil {
 				return err
 			}
@@ -81,7 +80,7 @@ func (s *Server) jobsPage(w http.ResponseWriter, r *http.Request, v viewer) {
 			if err != nil {
 				return err
 			}
-			row, err := jobOf(ctx, led, spec, now)
+			row, err := jobOf(ctx, led, s.view, spec, now)
 			if err != nil {
 				return err
 			}
@@ -117,7 +116,7 @@ func recordedSpec(ctx context.Context, led ledger.Ledger, job string) (*jobs.Spe
 	return &jobs.Spec{Name: job}, "", nil
 }
 
-func jobOf(ctx context.Context, led ledger.Ledger, spec *jobs.Spec, now time.Time) (jobRow, error) {
+func jobOf(ctx context.Context, led ledger.Ledger, view viewFunc, spec *jobs.Spec, now time.Time) (jobRow, error) {
 	row := jobRow{Name: spec.Name, File: spec.File, Cron: spec.Schedule, Zone: spec.Timezone, MaxStaleness: "-"}
 	if row.Zone == "" {
 		row.Zone = "UTC"
@@ -147,7 +146,7 @@ func jobOf(ctx context.Context, led ledger.Ledger, spec *jobs.Spec, now time.Tim
 		if err != nil {
 			return row, fmt.Errorf("run %s: shards: %w", runs[0].ID, err)
 		}
-		last := rowOf(runview.FromAt(runs[0], shards, now), runs[0])
+		last := rowOf(view(runs[0], shards, now), runs[0])
 		row.LastRun = &last
 	}
 	var durs []time.Duration

@@ -82,7 +82,7 @@ func (s *Server) withLedger(w http.ResponseWriter, r *http.Request, v viewer, fn
 }
 
 // loadRows reads the newest runs, filtered by job and public state.
-func loadRows(ctx context.Context, led ledger.Ledger, job, state string, now time.Time) ([]runRow, error) {
+func loadRows(ctx context.Context, led ledger.Ledger, view viewFunc, job, state string, now time.Time) ([]runRow, error) {
 	runs, err := led.Runs(ctx, job, maxRuns)
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)
@@ -93,7 +93,7 @@ func loadRows(ctx context.Context, led ledger.Ledger, job, state string, now tim
 		if err != nil {
 			return nil, fmt.Errorf("run %s: shards: %w", r.ID, err)
 		}
-		v := runview.FromAt(r, shards, now)
+		v := view(r, shards, now)
 		if state != "" && v.State != state {
 			continue
 		}
@@ -106,7 +106,7 @@ func (s *Server) runsPage(w http.ResponseWriter, r *http.Request, v viewer) {
 	q := r.URL.Query()
 	job, state := q.Get("job"), q.Get("state")
 	s.withLedger(w, r, v, func(led ledger.Store) error {
-		rows, err := loadRows(r.Context(), led, job, state, s.opts.Now())
+		rows, err := loadRows(r.Context(), led, s.view, job, state, s.opts.Now())
 		if err != nil {
 			return err
 		}
@@ -194,7 +194,7 @@ type shardRow struct {
 	Updated time.Time
 }
 
-func loadDetail(ctx context.Context, led ledger.Ledger, id string, page int, now time.Time) (runDetail, error) {
+func loadDetail(ctx context.Context, led ledger.Ledger, view viewFunc, id string, page int, now time.Time) (runDetail, error) {
 	run, err := led.Run(ctx, id)
 	if err != nil {
 		return runDetail{}, fmt.Errorf("run %s: %w", id, err)
@@ -205,7 +205,7 @@ func loadDetail(ctx context.Context, led ledger.Ledger, id string, page int, now
 	}
 	// The spec as recorded keeps ${…} unexpanded, but a credential may be
 	// written literally: the view never shows one.
-	d := runDetail{Row: rowOf(runview.FromAt(run, shards, now), run), Spec: jobs.RedactSecrets(string(run.Spec)), SpecFile: run.SpecFile}
+	d := runDetail{Row: rowOf(view(run, shards, now), run), Spec: jobs.RedactSecrets(string(run.Spec)), SpecFile: run.SpecFile}
 	workers := map[string]bool{}
 	d.Page = pagerOf(page, len(shards))
 	for i, sh := range shards {
@@ -240,7 +240,7 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request, v viewer) {
 	id := r.PathValue("id")
 	s.withLedger(w, r, v, func(led ledger.Store) error {
 		page := pageParam(r)
-		d, err := loadDetail(r.Context(), led, id, page, s.opts.Now())
+		d, err := loadDetail(r.Context(), led, s.view, id, page, s.opts.Now())
 		if err != nil {
 			return err
 		}
@@ -268,7 +268,7 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request, v viewer) {
 func (s *Server) apiRuns(w http.ResponseWriter, r *http.Request, v viewer) {
 	q := r.URL.Query()
 	s.withLedger(w, r, v, func(led ledger.Store) error {
-		rows, err := loadRows(r.Context(), led, q.Get("job"), q.Get("state"), s.opts.Now())
+		rows, err := loadRows(r.Context(), led, s.view, q.Get("job"), q.Get("state"), s.opts.Now())
 		if err != nil {
 			return err
 		}
@@ -283,7 +283,7 @@ func (s *Server) apiRuns(w http.ResponseWriter, r *http.Request, v viewer) {
 
 func (s *Server) apiRun(w http.ResponseWriter, r *http.Request, v viewer) {
 	s.withLedger(w, r, v, func(led ledger.Store) error {
-		d, err := loadDetail(r.Context(), led, r.PathValue("id"), pageParam(r), s.opts.Now())
+		d, err := loadDetail(r.Context(), led, s.view, r.PathValue("id"), pageParam(r), s.opts.Now())
 		if err != nil {
 			return err
 		}

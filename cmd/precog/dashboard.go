@@ -76,7 +76,7 @@ token. Without tokens the dashboard refuses to start unless
 				opts.Source = dashboard.Shared{L: led.Store, Name: led.where}
 				opts.Actions = clusterActions(led, drain, g.log)
 			} else {
-				opts.Source = dashboard.BoltDir{StateDir: g.stateDir}
+				opts.Source, opts.StateDir = dashboard.BoltDir{StateDir: g.stateDir}, g.stateDir
 				// While a local backfill holds the ledger, the busy page
 				// lists the runs of its snapshot.
 				opts.BusySnapshot = func() (dashboard.BusySnapshot, bool) {
@@ -185,7 +185,7 @@ func serveRunUI(ctx context.Context, g *globals, addr string, lopts *runner.Loca
 		return nil, invalid(fmt.Errorf("--ui %s: set PRECOG_API_TOKENS, or listen on a loopback address (127.0.0.1:4040) to serve without authentication", addr))
 	}
 	srv, err := dashboard.New(dashboard.Options{Source: dashboard.Shared{L: led, Name: "this run (" + g.stateDir + ")"},
-		Actions: dashboard.Actions{}, Tokens: tokens, InsecureNoAuth: len(tokens) == 0, Logger: g.log})
+		StateDir: g.stateDir, Actions: dashboard.Actions{}, Tokens: tokens, InsecureNoAuth: len(tokens) == 0, Logger: g.log})
 	if err != nil {
 		led.Close()
 		return nil, invalid(err)

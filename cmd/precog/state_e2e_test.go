@@ -6,7 +6,10 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +20,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/precog-ml/precog/dashboard"
 	"github.com/precog-ml/precog/internal/testservers"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
@@ -112,6 +116,37 @@ func TestKilledRunShownInterrupted(t *testing.T) {
 	if got := list[0]; got.State != runview.StateInterrupted || got.RowsPerS != 0 || got.Shards.Running != 0 || !strings.Contains(got.Resume, "run "+k.spec) {
 		t.Fatalf("runs --json after kill -9: state %q, rows/s %v, running shards %d, resume %q; want interrupted, 0, 0 and the run command",
 			got.State, got.RowsPerS, got.Shards.Running, got.Resume)
+	}
+	// The dashboard over the same state directory says the same (it said
+	// running, as runview alone does, before it asked whether the run's
+	// process is alive).
+	stateDir := filepath.Join(k.dir, k.state)
+	dash, err := dashboard.New(dashboard.Options{Source: dashboard.BoltDir{StateDir: stateDir}, StateDir: stateDir, InsecureNoAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(dash)
+	defer hs.Close()
+	for _, path := range []string{"/api/runs", "/api/runs/" + id} {
+		resp, err := http.Get(hs.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var one struct{ Run runview.Run }
+		var many []runview.Run
+		if path == "/api/runs" {
+			err = json.Unmarshal(body, &many)
+			if len(many) == 1 {
+				one.Run = many[0]
+			}
+		} else {
+			err = json.Unmarshal(body, &one)
+		}
+		if err != nil || one.Run.State != runview.StateInterrupted || !strings.Contains(one.Run.Resume, "run "+k.spec) {
+			t.Errorf("dashboard %s after kill -9: %v, state %q, resume %q; want interrupted with the run command\n%s", path, err, one.Run.State, one.Run.Resume, body)
+		}
 	}
 	js := precogState(t, k.dir, k.state, "status", id, "--json")
 	var status runview.Status
