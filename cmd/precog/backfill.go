@@ -152,6 +152,7 @@ func runBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags) e
 	vr := backfill.RunLocal(ctx, led, b, byValue, backfill.LocalOptions{
 		StateDir: g.stateDir, Parallel: f.parallel, ShardParallel: f.shardParallel, Logger: g.log,
 		OnProgress:    func(v string, p runner.Progress) { bar.update(agg.Update(v, p, time.Now())) },
+		OnDone:        func(r backfill.ValueResult) { bar.update(agg.Finish(r.Value, r.Res, time.Now())) },
 		ProgressEvery: bar.every(),
 	})
 	bar.finish()

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/precog-ml/precog/jobs"
@@ -260,7 +261,11 @@ type LocalOptions struct {
 	Parallel, ShardParallel int
 	Logger                  *slog.Logger
 	// OnProgress, when set, receives each value's progress.
-	OnProgress    func(value string, p runner.Progress)
+	OnProgress func(value string, p runner.Progress)
+	// OnDone, when set, receives each value's result once it is final: a
+	// value that needed no run (ended before) at the start, the others as
+	// their runs end, so a progress bar over the range counts them done.
+	OnDone        func(ValueResult)
 	ProgressEvery time.Duration
 }
 
@@ -281,15 +286,24 @@ type ValueResult struct {
 // others; after ctx ends no further value starts.
 func RunLocal(ctx context.Context, led ledger.Store, b ledger.Backfill, specs map[string]*jobs.Spec, o LocalOptions) []ValueResult {
 	results := make([]ValueResult, len(b.Dates))
+	var doneMu sync.Mutex
+	final := func(i int, r ValueResult) {
+		results[i] = r
+		if o.OnDone != nil {
+			doneMu.Lock()
+			defer doneMu.Unlock()
+			o.OnDone(r)
+		}
+	}
 	var todo []int
 	for i, d := range b.Dates {
 		results[i].Value = d.Value
 		if res, ok := settled(ctx, led, d); ok {
-			results[i] = res
+			final(i, res)
 			continue
 		}
 		if specs[d.Value] == nil {
-			results[i] = ValueResult{Value: d.Value, Err: fmt.Errorf("no spec loaded for %s", d.Value), Started: true}
+			final(i, ValueResult{Value: d.Value, Err: fmt.Errorf("no spec loaded for %s", d.Value), Started: true})
 			continue
 		}
 		todo = append(todo, i)
@@ -315,7 +329,7 @@ func RunLocal(ctx context.Context, led ledger.Store, b ledger.Backfill, specs ma
 			// A date cancelled while it waited for its turn (precog cancel
 			// from another process) stays cancelled: no new run of it.
 			if res, ok := settled(ctx, led, b.Dates[i]); ok {
-				results[i] = res
+				final(i, res)
 				return
 			}
 			opts := runner.LocalOptions{StateDir: o.StateDir, Parallel: o.ShardParallel, Logger: o.Logger, Ledger: led, ProgressEvery: o.ProgressEvery}
@@ -323,10 +337,11 @@ func RunLocal(ctx context.Context, led ledger.Store, b ledger.Backfill, specs ma
 				opts.OnProgress = func(p runner.Progress) { o.OnProgress(v, p) }
 			}
 			res, err := runner.RunLocal(ctx, specs[v], opts)
-			results[i] = ValueResult{Value: v, Res: res, Err: err, Started: true}
+			vr := ValueResult{Value: v, Res: res, Err: err, Started: true}
 			if sr, ok := settled(ctx, led, b.Dates[i]); err != nil && ok && sr.Res.Run.State == jobs.RunCancelled {
-				results[i] = sr // cancelled mid-run: say so, not how its shards stopped
+				vr = sr // cancelled mid-run: say so, not how its shards stopped
 			}
+			final(i, vr)
 		}(i)
 	}
 	for range pending {

@@ -3,12 +3,14 @@ package backfill
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/ledger/bolt"
+	"github.com/precog-ml/precog/runner"
 )
 
 // TestCancelAndRunsOf: Find tells a backfill from a run id; Cancel marks
@@ -64,5 +66,53 @@ func TestCancelAndRunsOf(t *testing.T) {
 	}
 	if after, err := bl.Backfill(ctx, b.ID); err != nil || !after.Cancelled {
 		t.Errorf("after Cancel the backfill is %+v, %v; want cancelled", after, err)
+	}
+}
+
+// TestRunLocalReportsEveryValueDone: RunLocal hands OnDone every value's
+// final result, those that needed no run (ended before) included, so the
+// range's progress counts them done (RangeProgress.Finish was called by
+// no one: "backfill 0/3 done" until the end).
+func TestRunLocalReportsEveryValueDone(t *testing.T) {
+	ctx := context.Background()
+	led, err := bolt.OpenIn(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer led.Close()
+	var add []ledger.BackfillRun
+	values := []string{"2026-11-01", "2026-11-02", "2026-11-03"}
+	for i, v := range values {
+		id := "r" + v
+		add = append(add, ledger.BackfillRun{Value: v,
+			Run:    jobs.Run{ID: id, Job: "j", Version: "v" + v, ParamsKey: "date=" + v, State: jobs.RunPending, Shards: 1, CreatedAt: time.Now().Add(time.Duration(i-10) * time.Minute)},
+			Shards: []jobs.Shard{{RunID: id, State: jobs.ShardPending}}})
+	}
+	b := ledger.Backfill{ID: "j-bf-1", Job: "j", Param: "date", From: values[0], To: values[2], Step: "1d", Parallel: 1}
+	if err := led.CreateBackfill(ctx, b, add); err != nil {
+		t.Fatal(err)
+	}
+	// Two values ended before this process; the third has no spec loaded.
+	for _, v := range values[:2] {
+		if err := led.SetRunState(ctx, "r"+v, jobs.RunSucceeded, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, got, _, err := Find(ctx, led, b.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agg := NewRangeProgress("date", values, time.Now())
+	var done []string
+	var last runner.Progress
+	RunLocal(ctx, led, got, map[string]*jobs.Spec{}, LocalOptions{OnDone: func(r ValueResult) {
+		done = append(done, r.Value)
+		last = agg.Finish(r.Value, r.Res, time.Now())
+	}})
+	if !slices.Equal(done, values) {
+		t.Fatalf("OnDone saw %v, want every value %v", done, values)
+	}
+	if !strings.HasPrefix(last.RunID, "backfill 3/3 done") {
+		t.Errorf("the range's progress after every value: %q, want 3/3 done", last.RunID)
 	}
 }
