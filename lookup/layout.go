@@ -340,3 +340,11 @@ func appendNum(b array.Builder, f float64) {
 		vb.Append(int64(f))
 	}
 }
+
+func (l *layout) colNamesList() []string {
+	s := make([]string, len(l.cols))
+	for i, c := range l.cols {
+		s[i] = c.name
+	}
+	return s
+}

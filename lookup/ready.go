@@ -129,3 +129,10 @@ func misconfigured(err error) bool {
 	}
 	return false
 }
+
+func status(err error) string {
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return "ok"
+}

@@ -3,7 +3,10 @@ package lookup
 import (
 	"encoding/json"
 	"errors"
+	"net/http"
 	"sort"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/precog-ml/precog/internal/jsontext"
@@ -250,4 +253,30 @@ func pgRecord(m map[string]any) ([]byte, string, error) {
 		}
 	}
 	return append(b, '}'), "", nil
+}
+
+// jsonContentType is shared by every response: setting the header map
+// entry directly skips canonicalising the name and allocating the slice.
+var jsonContentType = []string{"application/json"}
+
+// bufPool recycles response buffers.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// writeBody sends a JSON body built in b, with its length (so that a large
+// batchGet answer is not sent chunked).
+func writeBody(w http.ResponseWriter, status int, b []byte) {
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	h["Content-Length"] = []string{strconv.Itoa(len(b))}
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "encoding the response: "+err.Error())
+		return
+	}
+	writeBody(w, status, append(b, '\n'))
 }

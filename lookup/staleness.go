@@ -2,37 +2,28 @@ package lookup
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
+	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/precog-ml/precog/jobs"
 )
 
-// resolveGood resolves the batch's good keys into ans; keys refused on
-// their own (req.KeyErrs) are left unanswered, for their "error" result.
-func (s *Server) resolveGood(ctx context.Context, n *namespace, req batchGetRequest, ans []answer) error {
-	if req.KeyErrs == nil {
-		return s.resolve(ctx, n, n.live.Load(), req.Keys, nil, ans)
+// StaleAgeHeader carries the age in seconds of a served record older than
+// its job's max_staleness: precomputed predictions go stale silently, this
+// makes it visible to the application.
+const StaleAgeHeader = "X-Precog-Stale-Age"
+
+// markStale sets StaleAgeHeader when the record's computed_at (raw JSON
+// value) is older than spec's max_staleness.
+func markStale(w http.ResponseWriter, spec *jobs.Spec, computedAt []byte, now time.Time) {
+	if spec == nil || spec.MaxStaleness.Duration <= 0 {
+		return
 	}
-	var keys []string
-	var at []int
-	for i, err := range req.KeyErrs {
-		if err == nil {
-			keys = append(keys, req.Keys[i])
-			at = append(at, i)
-		}
+	if age, ok := recordAge(computedAt, now); ok && age > spec.MaxStaleness.Duration {
+		w.Header().Set(StaleAgeHeader, strconv.FormatInt(int64(age.Seconds()), 10))
 	}
-	if len(keys) == 0 {
-		return nil
-	}
-	sub := make([]answer, len(keys))
-	err := s.resolve(ctx, n, n.live.Load(), keys, nil, sub)
-	for j, i := range at {
-		ans[i] = sub[j]
-	}
-	return err
 }
 
 // recordAge is how old a record is by its computed_at (raw JSON value);
