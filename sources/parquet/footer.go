@@ -1,17 +1,24 @@
 package parquet
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"strings"
+	"sync"
 
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/precog-ml/precog/sources/parquet/internal/tcompact"
 )
 
-// This file reads footers whose schema carries a logical type newer than
+// This file also reads footers whose schema carries a logical type newer than
 // arrow-go knows. The Parquet format says a reader ignores an unknown
 // logical type and uses the physical type, but arrow-go's schema builder
 // panics on one ("invalid logical type"). arrow-go's Thrift types are
@@ -153,4 +160,140 @@ func knownLogicalType(union tcompact.Struct) bool {
 		}
 	}
 	return false
+}
+
+// footerConcurrency bounds how many file footers are read at once when a
+// dataset has many files (Schema and Plan read every footer).
+const footerConcurrency = 16
+
+// warnedZeroRows remembers the files whose zero row count was warned about
+// (Schema and Plan both read every footer).
+var warnedZeroRows sync.Map
+
+// footer is what planning needs from one file.
+type footer struct {
+	fp        fingerprint
+	rowGroups []int64 // rows per row group
+	schema    *arrow.Schema
+}
+
+func (s *Source) readFooter(ctx context.Context, path string) (ft footer, err error) {
+	of, fp, err := s.openAny(ctx, path, nil)
+	if err != nil {
+		return footer{}, fmt.Errorf("parquet file %s: %w", path, err)
+	}
+	defer of.Close()
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("parquet file %s: corrupt metadata: %v", path, r)
+		}
+	}()
+	md := of.rdr.MetaData()
+	sc, err := arrowSchema(md)
+	if err != nil {
+		return footer{}, fmt.Errorf("parquet file %s: schema: %w", path, err)
+	}
+	ft = footer{fp: fp, schema: sc, rowGroups: make([]int64, md.NumRowGroups())}
+	var total int64
+	for i := range ft.rowGroups {
+		n := md.RowGroup(i).NumRows()
+		if n < 0 || total+n < total {
+			return footer{}, fmt.Errorf("parquet file %s: row group %d: bad row count %d", path, i, n)
+		}
+		ft.rowGroups[i] = n
+		total += n
+	}
+	if err := checkColumnChunks(md, fp.Size); err != nil {
+		return footer{}, fmt.Errorf("parquet file %s: %w", path, err)
+	}
+	if total != md.NumRows {
+		return footer{}, fmt.Errorf("parquet file %s: corrupt footer: row groups hold %d rows but the file says %d", path, total, md.NumRows)
+	}
+	if of.zeroRows {
+		if _, dup := warnedZeroRows.LoadOrStore(path, true); !dup {
+			slog.Warn("parquet file says it holds 0 rows but its row groups hold more; reading the row groups", "file", path, "rows", total)
+		}
+	}
+	return ft, nil
+}
+
+// checkColumnChunks checks every column chunk of the footer before any is
+// read. A chunk whose byte range lies outside the file is corrupt (arrow-go
+// panics on a negative length, on a goroutine of its own for the children
+// of a struct column, where it cannot be recovered). A chunk compressed
+// with a codec this reader cannot decode (LZO, or a codec id newer than
+// the format it knows) fails naming every such column and codec. It runs
+// at plan time, from the footer, so that validate and run refuse such a
+// file (exit 2) before anything runs instead of failing when the shard is
+// opened.
+func checkColumnChunks(md *metadata.FileMetaData, size int64) error {
+	type bad struct {
+		column string
+		codec  compress.Compression
+	}
+	var found []bad
+	seen := make(map[bad]bool)
+	for rg := range md.NumRowGroups() {
+		g := md.RowGroup(rg)
+		for c := range g.NumColumns() {
+			cc, err := g.ColumnChunk(c)
+			if err != nil {
+				return fmt.Errorf("row group %d, column %d: %w", rg, c, err)
+			}
+			start, n := chunkRange(cc)
+			if start < 0 || n < 0 || start > size || n > size-start {
+				return fmt.Errorf("row group %d, column %q: corrupt footer: column chunk at offset %d, %d bytes, outside the file (%d bytes)",
+					rg, cc.PathInSchema().String(), start, n, size)
+			}
+			codec := cc.Compression()
+			if _, err := compress.GetCodec(codec); err == nil {
+				continue
+			}
+			b := bad{column: cc.PathInSchema().String(), codec: codec}
+			if !seen[b] {
+				seen[b] = true
+				found = append(found, b)
+			}
+		}
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	parts := make([]string, len(found))
+	for i, b := range found {
+		parts[i] = fmt.Sprintf("column %q is compressed with %s (codec %d)", b.column, codecName(b.codec), int32(b.codec))
+	}
+	return fmt.Errorf("unsupported compression: %s; this reader decodes UNCOMPRESSED, SNAPPY, GZIP, BROTLI, ZSTD, LZ4 and LZ4_RAW: rewrite the file with one of them", strings.Join(parts, ", "))
+}
+
+// codecName is the codec's name in parquet.thrift, or "an unknown codec".
+func codecName(c compress.Compression) string {
+	if s := c.String(); s != "" && s != "<UNSET>" {
+		return s
+	}
+	return "an unknown codec"
+}
+
+// readFooters reads every file's footer with bounded concurrency.
+func (s *Source) readFooters(ctx context.Context) ([]footer, error) {
+	out := make([]footer, len(s.files))
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(footerConcurrency)
+	for i, p := range s.files {
+		g.Go(func() error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			ft, err := s.readFooter(ctx, p)
+			if err != nil {
+				return err
+			}
+			out[i] = ft
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
