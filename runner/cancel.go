@@ -227,7 +227,7 @@ func AbortSinks(ctx context.Context, run jobs.Run, o AbortOptions) ([]string, er
 			s.Close()
 		}
 	}()
-	info := sinks.RunInfo{Job: run.Job, RunID: run.ID, Version: run.Version, Params: run.Params}
+	info := sinks.NewRunInfo(spec, run, nil)
 	var cleaned []string
 	var errs []error
 	for _, s := range snks {

@@ -248,7 +248,7 @@ func PublishHeld(ctx context.Context, o HeldOptions) (jobs.Run, error) {
 		return run, err
 	}
 	defer job.Close()
-	info := sinks.RunInfo{Job: spec.Name, RunID: run.ID, Version: run.Version, Params: spec.Params, Schema: job.Output, Key: spec.Source.Key}
+	info := sinks.NewRunInfo(spec, run, job.Output)
 	p := &publisher{led: o.Ledger, snks: snks, info: info, spec: spec, log: o.Log, accepted: true}
 	if err := p.Publish(ctx, run); err != nil {
 		if pe := (*publishError)(nil); errors.As(err, &pe) && pe.step == "stage" {
@@ -276,7 +276,7 @@ func DiscardHeld(ctx context.Context, o HeldOptions) (jobs.Run, error) {
 		return run, err
 	}
 	runFinished(run.Job, jobs.RunCancelled)
-	info := sinks.RunInfo{Job: spec.Name, RunID: run.ID, Version: run.Version, Params: spec.Params}
+	info := sinks.NewRunInfo(spec, run, nil)
 	for _, s := range snks {
 		if err := s.Abort(ctx, info); err != nil {
 			o.Log.Warn("abort sink", "sink", s.Name(), "run", run.ID, "err", err)

@@ -85,7 +85,7 @@ func GC(ctx context.Context, spec *jobs.Spec, led ledger.Ledger, opts GCOptions)
 			s.Close()
 		}
 	}()
-	target := sinks.RunInfo{Job: spec.Name, Params: spec.Params, Key: spec.Source.Key}
+	target := sinks.TargetInfo(spec)
 	host, _ := os.Hostname()
 	holder := sinks.Holder{Job: spec.Name, RunID: fmt.Sprintf("gc-%s-%d", host, os.Getpid()), Host: host, PID: os.Getpid(), Since: time.Now().UTC().Truncate(time.Second)}
 	var errs []error

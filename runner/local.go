@@ -213,7 +213,7 @@ func RunLocal(ctx context.Context, spec *jobs.Spec, opts LocalOptions) (Result, 
 	defer unhold()
 	res := Result{Run: run, Resumed: resumed, RejectsDir: filepath.Join(opts.StateDir, "rejects", run.ID), Stages: &StageStats{}}
 	lr := &localRun{job: job, led: led, snks: snks, opts: opts, log: opts.Logger, res: &res, start: start,
-		info: sinks.RunInfo{Job: spec.Name, RunID: run.ID, Version: run.Version, Params: spec.Params, Schema: job.Output, Key: spec.Source.Key}}
+		info: sinks.NewRunInfo(spec, run, job.Output)}
 	err = lr.runAndPublish(ctx, run)
 	res.Duration = time.Since(start)
 	return res, err
@@ -473,7 +473,7 @@ func openOrCreateRun(ctx context.Context, led ledger.Store, job *Job, snks []sin
 	run, err := led.OpenRun(ctx, spec.Name, paramsKey)
 	switch {
 	case err == nil && opts.Restart:
-		info := sinks.RunInfo{Job: spec.Name, RunID: run.ID, Version: run.Version, Params: run.Params, Schema: job.Output, Key: spec.Source.Key}
+		info := sinks.NewRunInfo(spec, run, job.Output)
 		log.Info("abandoning the unfinished run (--restart)", "run", run.ID)
 		runStores{led: led, snks: snks, info: info, log: log}.end(ctx, jobs.RunCancelled, errors.New("abandoned by --restart"))
 	case err == nil:

@@ -91,7 +91,7 @@ func Rollback(ctx context.Context, p RollbackParams) (RollbackResult, error) {
 			}
 		}()
 	}
-	info := sinks.RunInfo{Job: p.Spec.Name, Params: p.Spec.Params, Key: p.Spec.Source.Key}
+	info := sinks.TargetInfo(p.Spec)
 	res, err := rollbackStores(ctx, p, snks, info)
 	if err != nil || p.List {
 		return res, err

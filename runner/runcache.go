@@ -131,7 +131,7 @@ func openRunFor(ctx context.Context, run jobs.Run, device string, load modelLoad
 		o.close()
 		return nil, fmt.Errorf("run %s: %w", run.ID, err)
 	}
-	o.info = sinks.RunInfo{Job: spec.Name, RunID: run.ID, Version: run.Version, Params: spec.Params, Schema: job.Output, Key: spec.Source.Key}
+	o.info = sinks.NewRunInfo(spec, run, job.Output)
 	policy := policyOf(spec)
 	for _, s := range o.snks {
 		if err := policy.Do(ctx, func(ctx context.Context) error { return s.Prepare(ctx, o.info) }); err != nil {

@@ -43,6 +43,22 @@ type RunInfo struct {
 	Key string
 }
 
+// NewRunInfo is what the sinks are told of run, a run of spec: the job,
+// id, version and params the run recorded (a run's params are what it ran
+// with, and name its target, whatever params the spec at hand was loaded
+// with), spec's key column, and output, the job's output schema (nil where
+// the run is only aborted or cleaned). Every RunInfo of a run is built
+// here, so that no caller picks the params of its own.
+func NewRunInfo(spec *jobs.Spec, run jobs.Run, output *arrow.Schema) RunInfo {
+	return RunInfo{Job: run.Job, RunID: run.ID, Version: run.Version, Params: run.Params, Schema: output, Key: spec.Source.Key}
+}
+
+// TargetInfo names spec's target with no run: its job, params and key
+// column, for what acts on the target's versions (rollback, gc).
+func TargetInfo(spec *jobs.Spec) RunInfo {
+	return RunInfo{Job: spec.Name, Params: spec.Params, Key: spec.Source.Key}
+}
+
 // CommittedShard is what the ledger recorded for a committed shard: what
 // Stage verifies the store still holds.
 type CommittedShard struct {

@@ -125,8 +125,9 @@ func Probe(ctx context.Context, p ProbeParams) (ProbeResult, error) {
 		jobsOpen = append(jobsOpen, job)
 	}
 	version := string(jobs.NewVersion(time.Now()))
-	info := sinks.RunInfo{Job: p.Spec.Name, RunID: "probe-" + version, Version: version, Params: p.Spec.Params,
-		Schema: jobsOpen[0].Output, Key: p.Spec.Source.Key}
+	// The probe is a run of the spec as loaded, never recorded.
+	probe := jobs.Run{ID: "probe-" + version, Job: p.Spec.Name, Version: version, Params: p.Spec.Params}
+	info := sinks.NewRunInfo(p.Spec, probe, jobsOpen[0].Output)
 	var snks []sinks.Sink
 	if p.Sinks {
 		var err error
