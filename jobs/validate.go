@@ -40,7 +40,7 @@ const (
 	DefaultRedisTimeout        = 5 * time.Second
 	DefaultPostgresSchema      = "public"
 	DefaultPostgresMode        = PostgresReplace
-	DefaultCompression         = "snappy"
+	DefaultCompression         = CompressionSnappy
 	DefaultMaxAttempts         = 3
 	DefaultMaxRejectedFraction = 0.01
 	DefaultDuplicateKeys       = "fail"
@@ -417,7 +417,7 @@ func (d *decoder) validateSinks(s *Spec) {
 			d.fail("sinks.parquet.path", "required: the output directory")
 		}
 		switch p.Compression {
-		case "snappy", "zstd", "gzip", "none":
+		case CompressionSnappy, CompressionZstd, CompressionGzip, CompressionNone:
 		default:
 			d.fail("sinks.parquet.compression", "must be snappy, zstd, gzip or none (got %q)", p.Compression)
 		}
