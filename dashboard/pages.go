@@ -22,7 +22,7 @@ import (
 const maxRuns = 100
 
 // runStates are the filterable states (runview's public ones).
-var runStates = []string{"pending", "running", "succeeded", "failed", "cancelled"}
+var runStates = []string{string(jobs.RunPending), string(jobs.RunRunning), string(jobs.RunSucceeded), string(jobs.RunFailed), string(jobs.RunCancelled)}
 
 // runRow is one run as the pages show it; every number is runview's, so
 // the pages and `precog status` agree.

@@ -58,12 +58,12 @@ func (d *decoder) validateInputForm(m *ModelSpec, p string, in InputSpec) {
 // validatePooling checks model.pooling and model.normalize.
 func (d *decoder) validatePooling(m *ModelSpec) {
 	switch m.Pooling {
-	case "", "none", "mean", "cls", "max":
+	case "", PoolingNone, PoolingMean, PoolingCLS, PoolingMax:
 	default:
 		d.fail("model.pooling", "%q is not mean, cls, max or none", m.Pooling)
 	}
 	switch m.Normalize {
-	case "", "none", "l2":
+	case "", NormalizeNone, NormalizeL2:
 	default:
 		d.fail("model.normalize", "%q is not l2 or none", m.Normalize)
 	}

@@ -124,20 +124,12 @@ type CleanupPendingError struct {
 func (e *CleanupPendingError) Error() string {
 	then := fmt.Sprintf("run precog cancel %s again where the sinks' environment is set", e.Run.ID)
 	if e.Recorded {
-		then = fmt.Sprintf("a worker of pool %s finishes it, or %s", poolOf(e.Run), then)
+		then = fmt.Sprintf("a worker of pool %s finishes it, or %s", jobs.PoolOrDefault(e.Run.Pool), then)
 	}
 	return fmt.Sprintf("run %s cancelled; sink cleanup pending: %v (%s)", e.Run.ID, e.Err, then)
 }
 
 func (e *CleanupPendingError) Unwrap() error { return e.Err }
-
-// poolOf is the run's pool ("" reads as the default).
-func poolOf(r jobs.Run) string {
-	if r.Pool == "" {
-		return jobs.DefaultPool
-	}
-	return r.Pool
-}
 
 // cleanupPending records, where the ledger can, that the cancelled run's
 // sinks still hold its data, and returns the *CleanupPendingError.

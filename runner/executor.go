@@ -279,7 +279,7 @@ func (e *executor) letGo(ctx context.Context, runID string, shard int, worker st
 // report counts a settled attempt in the metrics and passes it on.
 func (e *executor) report(ev ShardEvent) {
 	shardsTotal.WithLabelValues(ev.Outcome).Inc()
-	if ev.Outcome == "committed" {
+	if ev.Outcome == outCommitted.label() {
 		shardSeconds.Observe(ev.Duration.Seconds())
 		rowsTotal.WithLabelValues("read").Add(float64(ev.Counts.RowsIn))
 		rowsTotal.WithLabelValues("written").Add(float64(ev.Counts.RowsOut))

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/runner/model"
 )
 
@@ -19,10 +20,10 @@ func printText(w io.Writer, m *model.Model) {
 		t.Input, strings.Join(t.Columns, "+"), t.Kind, t.VocabSize, t.MaxLength)
 	fmt.Fprintf(w, "  padded shape per bucket: [≤%d, longest row ≤ %d], ≤%d tokens (rows sorted by token length, each bucket padded to its own longest row)\n",
 		t.BucketRows, t.MaxLength, t.BucketTokens)
-	if p := m.Spec().Pooling; p != "" && p != "none" {
+	if p := m.Spec().Pooling; p != "" && p != jobs.PoolingNone {
 		n := m.Spec().Normalize
 		if n == "" {
-			n = "none"
+			n = jobs.NormalizeNone
 		}
 		where := "in the ONNX graph (a run returns one vector per row)"
 		if why := m.GoPooling(); why != "" {

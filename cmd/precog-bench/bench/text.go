@@ -398,7 +398,7 @@ func (h *harness) rawTextORTWith(modelPath string, tok *tokenizer.Tokenizer, row
 			sorted[j] = len(row)
 		}
 		start := 0
-		for _, end := range model.TextBucketEnds(sorted, "cpu", batchSize) {
+		for _, end := range model.TextBucketEnds(sorted, jobs.DeviceCPU, batchSize) {
 			bucket := ids[start:end]
 			start = end
 			T := len(bucket[len(bucket)-1])
