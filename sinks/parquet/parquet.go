@@ -106,12 +106,9 @@ func New(job string, spec jobs.ParquetSinkSpec) (*Sink, error) {
 			return nil, fmt.Errorf("sinks.parquet.path %q: %w", spec.Path, err)
 		}
 	}
+	spec.Normalize(nil) // jobs owns the defaults (compression, retain)
 	var codec compress.Compression
-	comp := spec.Compression
-	if comp == "" {
-		comp = jobs.DefaultCompression
-	}
-	switch comp {
+	switch spec.Compression {
 	case jobs.CompressionZstd:
 		codec = compress.Codecs.Zstd
 	case jobs.CompressionSnappy:
@@ -126,7 +123,6 @@ func New(job string, spec jobs.ParquetSinkSpec) (*Sink, error) {
 	if spec.Retain < 0 {
 		return nil, fmt.Errorf("sinks.parquet.retain: must be >= 1 (got %d)", spec.Retain)
 	}
-	spec.Normalize(nil) // jobs owns the defaults (retain)
 	return &Sink{job: job, spec: spec, codec: codec, RowGroupRows: DefaultRowGroupRows, RowGroupBytes: DefaultRowGroupBytes,
 		retain: spec.Retain, lease: sinks.DefaultLockLease, held: map[string]*leaseLock{}}, nil
 }
