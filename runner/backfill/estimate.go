@@ -124,7 +124,7 @@ func Probe(ctx context.Context, p ProbeParams) (ProbeResult, error) {
 		}
 		jobsOpen = append(jobsOpen, job)
 	}
-	version := string(jobs.NewVersion(time.Now()))
+	version := jobs.NewVersion(time.Now()).String()
 	// The probe is a run of the spec as loaded, never recorded.
 	probe := jobs.Run{ID: "probe-" + version, Job: p.Spec.Name, Version: version, Params: p.Spec.Params}
 	info := sinks.NewRunInfo(p.Spec, probe, jobsOpen[0].Output)
