@@ -9,6 +9,7 @@ import (
 
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/runner"
+	"github.com/precog-ml/precog/runner/model"
 )
 
 // loadSpec loads a job spec with --param values, refusing a param that
@@ -67,6 +68,11 @@ fails only when they exceed max_rejected_fraction (default 0.01).`,
   precog run jobs/scores.yaml --param date=2026-11-01 --restart   # spec changed: start over`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// ONNX Runtime's library (tens of MB to map and relocate) loads
+			// while the spec, the ledger and the source open; the first model
+			// load waits for it (model.Init is once), so an error of its own
+			// still surfaces there, after the spec's and the ledger's.
+			go func() { _ = model.Init() }()
 			spec, err := loadSpec(args[0], params)
 			if err != nil {
 				return err
