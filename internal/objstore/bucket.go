@@ -262,14 +262,36 @@ var wholeBytes atomic.Int64
 // (models, tokenizers, small objects).
 func FetchedBytesWhole() int64 { return wholeBytes.Load() }
 
-// ReadAll returns a small object's content (at most limit bytes).
+// ReadAll returns a small object's content (at most limit bytes). A read
+// whose content does not match the object's checksum (a store that
+// overwrites an object in place, as versitygw's posix backend does, can
+// serve a GET torn by a concurrent PUT) is read again, at most
+// tornReadTries times in all, after a short jittered pause.
 func (b *Bucket) ReadAll(ctx context.Context, key string, limit int64) ([]byte, error) {
-	var buf limitedBuffer
-	if _, err := b.Download(ctx, key, &buf, limit); err != nil {
-		return nil, err
+	for try := 1; ; try++ {
+		var buf limitedBuffer
+		_, err := b.Download(ctx, key, &buf, limit)
+		if err == nil {
+			return buf.b, nil
+		}
+		if !tornRead(err) || try == tornReadTries {
+			return nil, err
+		}
+		t := time.NewTimer(time.Duration(rand.Int64N(int64(20*time.Millisecond))) + 5*time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
 	}
-	return buf.b, nil
 }
+
+// tornReadTries bounds ReadAll's reads of one object.
+const tornReadTries = 8
+
+// tornRead reports whether err is the SDK's response checksum check failing.
+func tornRead(err error) bool { return strings.Contains(err.Error(), "checksum did not match") }
 
 type limitedBuffer struct{ b []byte }
 
