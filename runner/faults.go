@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"sync"
@@ -40,8 +41,11 @@ var (
 	midShardStopped bool
 )
 
-// stopMidShard is the fault point EnvStopMidShard arms.
-func stopMidShard() {
+// stopMidShard is the fault point EnvStopMidShard arms. Before it stops,
+// it writes "fault point: stopping mid-shard N" to stderr, so that a test
+// knows which shard the frozen process holds even after another worker
+// took it over.
+func stopMidShard(shard int) {
 	v := os.Getenv(EnvStopMidShard)
 	if v == "" {
 		return
@@ -56,6 +60,7 @@ func stopMidShard() {
 	midShardStopped = midShardStopped || stop
 	midShardMu.Unlock()
 	if stop {
+		fmt.Fprintf(os.Stderr, "fault point: stopping mid-shard %d\n", shard)
 		stopSelf()
 	}
 }

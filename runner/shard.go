@@ -333,7 +333,7 @@ func (p *shardPipeline) write(ctx context.Context, i int, in <-chan arrow.Record
 // one hold a complete copy of the shard, which the retry replaces, so
 // aborting the rest suffices.
 func (p *shardPipeline) commit(ctx context.Context) error {
-	stopMidShard()
+	stopMidShard(p.t.Shard.Index)
 	for i, w := range p.writers {
 		start := time.Now()
 		err := w.Commit(ctx)
