@@ -265,8 +265,11 @@ type LocalOptions struct {
 	// OnDone, when set, receives each value's result once it is final: a
 	// value that needed no run (ended before) at the start, the others as
 	// their runs end, so a progress bar over the range counts them done.
-	OnDone        func(ValueResult)
-	ProgressEvery time.Duration
+	OnDone func(ValueResult)
+	// OnRangeProgress, when set, receives the progress of the whole range
+	// (RangeProgress) at each value's progress and end, for one bar.
+	OnRangeProgress func(runner.Progress)
+	ProgressEvery   time.Duration
 }
 
 // ValueResult is how one value's run ended on this machine.
@@ -285,6 +288,7 @@ type ValueResult struct {
 // embedded ledger, shared by the values). A failed value does not stop the
 // others; after ctx ends no further value starts.
 func RunLocal(ctx context.Context, led ledger.Store, b ledger.Backfill, specs map[string]*jobs.Spec, o LocalOptions) []ValueResult {
+	o = o.foldRange(b)
 	results := make([]ValueResult, len(b.Dates))
 	var doneMu sync.Mutex
 	final := func(i int, r ValueResult) {
@@ -348,6 +352,33 @@ func RunLocal(ctx context.Context, led ledger.Store, b ledger.Backfill, specs ma
 		<-done
 	}
 	return results
+}
+
+// foldRange has o.OnProgress and o.OnDone also feed o.OnRangeProgress
+// the range's progress, folded over b's values (RangeProgress).
+func (o LocalOptions) foldRange(b ledger.Backfill) LocalOptions {
+	if o.OnRangeProgress == nil {
+		return o
+	}
+	values := make([]string, len(b.Dates))
+	for i, d := range b.Dates {
+		values[i] = d.Value
+	}
+	agg := NewRangeProgress(b.Param, values, time.Now())
+	onProgress, onDone, onRange := o.OnProgress, o.OnDone, o.OnRangeProgress
+	o.OnProgress = func(v string, p runner.Progress) {
+		if onProgress != nil {
+			onProgress(v, p)
+		}
+		onRange(agg.Update(v, p, time.Now()))
+	}
+	o.OnDone = func(r ValueResult) {
+		if onDone != nil {
+			onDone(r)
+		}
+		onRange(agg.Finish(r.Value, r.Res, time.Now()))
+	}
+	return o
 }
 
 // settled is the result of date d when its run needs no execution: it
