@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -88,7 +87,7 @@ func runBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags) e
 		return err
 	}
 	if f.dryRun {
-		return dryRunBackfill(cmd, g, path, f, rg)
+		return dryRunBackfill(cmd, g, f, rg)
 	}
 	if rg.Refused != nil {
 		return rg.Refused
@@ -115,10 +114,7 @@ func runBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags) e
 	defer ol.Close()
 	var led ledger.Store = ol.Store
 	out, err := backfill.Ensure(ctx, led, req)
-	var open *ledger.OpenRunError
-	if errors.As(err, &open) {
-		return invalid(err)
-	} else if err != nil {
+	if err != nil {
 		return err
 	}
 	b := out.Backfill
@@ -160,9 +156,9 @@ func waitBackfill(ctx context.Context, led backfill.Ledger, id string, w *os.Fil
 // dryRunBackfill lists every partition (backfill.PlanDryRun) and estimates
 // the wall time from a short probe of the model on the first found
 // partition's first shard; nothing is recorded. It exits 2 with the
-// backfill's own error when the backfill would refuse the range, after
-// the listing.
-func dryRunBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags, rg backfill.Range) error {
+// backfill's own error when the backfill would refuse the range (or every
+// partition is missing), after the listing.
+func dryRunBackfill(cmd *cobra.Command, g *globals, f backfillFlags, rg backfill.Range) error {
 	d := backfill.PlanDryRun(cmd.Context(), rg)
 	w := cmd.OutOrStdout()
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -181,14 +177,7 @@ func dryRunBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags
 			return err
 		}
 	}
-	if rg.Refused != nil {
-		return invalid(fmt.Errorf("the backfill would refuse this range: %w", rg.Refused))
-	}
-	if d.Probe == nil {
-		return invalid(fmt.Errorf("%s: every partition is missing: nothing to estimate", path))
-	}
-	g.log.Debug("dry run: the backfill would accept this range", "values", len(rg.Values))
-	return nil
+	return d.Refused
 }
 
 // reportRange prints one line per value (backfill.Summarize) and returns

@@ -41,9 +41,7 @@ func printBackfillStatus(ctx context.Context, bl backfill.Ledger, id string, w i
 // they run here.
 func retryBackfill(ctx context.Context, g *globals, led *openedLedger, bl ledger.Store, b ledger.Backfill, parallel int, out io.Writer) error {
 	values, err := backfill.Retry(ctx, bl, b.ID, os.LookupEnv, nil)
-	if se := (*jobs.SpecError)(nil); errors.As(err, &se) {
-		return invalid(err) // a spec that does not load here (an unset variable): a config error
-	} else if err != nil {
+	if err != nil {
 		return err
 	}
 	fmt.Fprintln(out, backfill.RetryMessage(b.ID, values))
@@ -66,9 +64,5 @@ func cancelIfBackfill(ctx context.Context, g *globals, db, id string, o cancelOp
 	if err != nil || !ok {
 		return err != nil, err
 	}
-	err = c.Report(o.out)
-	if errors.Is(err, ledger.ErrPublishing) || errors.Is(err, ledger.ErrNotFound) {
-		return true, invalid(err)
-	}
-	return true, err
+	return true, c.Report(o.out)
 }

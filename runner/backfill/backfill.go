@@ -133,7 +133,7 @@ func Ensure(ctx context.Context, led Ledger, req Request) (Outcome, error) {
 			Priority: priority, Pool: first.Pool,
 		}
 		if err := led.CreateBackfill(ctx, b, add); err != nil {
-			return Outcome{}, err
+			return Outcome{}, refuseOpen(err)
 		}
 		out.Backfill, err = led.Backfill(ctx, b.ID)
 		return out, err
@@ -144,11 +144,21 @@ func Ensure(ctx context.Context, led Ledger, req Request) (Outcome, error) {
 	}
 	if len(add) > 0 {
 		if err := led.AddBackfillRuns(ctx, prev.ID, add); err != nil {
-			return Outcome{}, err
+			return Outcome{}, refuseOpen(err)
 		}
 	}
 	out.Backfill, err = led.Backfill(ctx, prev.ID)
 	return out, err
+}
+
+// refuseOpen makes the ledger's refusal of a value whose (job, params)
+// got an open run meanwhile (another process) a *runner.RefusedError:
+// nothing was recorded, and the error names the run.
+func refuseOpen(err error) error {
+	if open := (*ledger.OpenRunError)(nil); errors.As(err, &open) {
+		return &runner.RefusedError{Err: err}
+	}
+	return err
 }
 
 // otherParams is the params key of every param but the backfilled one.
@@ -402,7 +412,8 @@ func settled(ctx context.Context, led Ledger, d ledger.BackfillDate) (ValueResul
 // cancelled a new run (a new attempt of the partition, planned again from
 // the spec its run recorded, with this environment's ${ENV} values), and
 // takes the backfill up again (no longer cancelled). It returns the values
-// retried.
+// retried. A recorded spec that does not load here (a variable unset) is a
+// *runner.RefusedError, and nothing changes.
 func Retry(ctx context.Context, led Ledger, id string, lookupEnv func(string) (string, bool), plan PlanFunc) ([]string, error) {
 	if plan == nil {
 		plan = NewPlanner().Plan
@@ -421,8 +432,8 @@ func Retry(ctx context.Context, led Ledger, id string, lookupEnv func(string) (s
 			continue
 		}
 		spec, err := jobs.Parse(r.Spec, r.SpecFile, r.Params, lookupEnv)
-		if err != nil {
-			return nil, fmt.Errorf("%s=%s: the spec run %s recorded (%s): %w", b.Param, d.Value, r.ID, r.SpecFile, err)
+		if err != nil { // a configuration error here (an unset variable)
+			return nil, &runner.RefusedError{Err: fmt.Errorf("%s=%s: the spec run %s recorded (%s): %w", b.Param, d.Value, r.ID, r.SpecFile, err)}
 		}
 		add = append(add, BackfillRunSpec{Value: d.Value, Spec: spec, Priority: r.Priority, File: r.SpecFile})
 	}

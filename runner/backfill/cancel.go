@@ -87,7 +87,8 @@ func CancelByID(ctx context.Context, p CancelParams) (c Cancelled, ok bool, err 
 
 // Report writes what the cancel did for people, one line per run and the
 // sinks cleaned, then the backfill's line; it returns the runs' errors
-// joined (a cleanup the pool's workers finish is not one).
+// joined (a cleanup the pool's workers finish is not one; a run in its
+// publish step is a *runner.RefusedError).
 func (c Cancelled) Report(w io.Writer) error {
 	var errs []error
 	for _, rc := range c.Runs {
@@ -105,7 +106,7 @@ func (rc RunCancel) report(w io.Writer, shared bool) error {
 	var pending *runner.CleanupPendingError
 	switch {
 	case errors.Is(rc.Err, ledger.ErrPublishing):
-		return fmt.Errorf("run %s is publishing (its results are being made visible in every sink): cancelling now could leave the sinks on different versions; it finishes in moments: %w", rc.ID, rc.Err)
+		return &runner.RefusedError{Err: fmt.Errorf("run %s is publishing (its results are being made visible in every sink): cancelling now could leave the sinks on different versions; it finishes in moments: %w", rc.ID, rc.Err)}
 	case !shared && rc.Err != nil:
 		return rc.Err
 	case !shared:

@@ -59,7 +59,8 @@ func TestCancelByIDEmbedded(t *testing.T) {
 
 // TestCancelByIDShared: on the Postgres ledger each open run is cancelled
 // through the ledger the backfill was read from; a run in its publish
-// step is refused (ledger.ErrPublishing, named in the report's error)
+// step is refused (a *runner.RefusedError, exit 2, of ledger.ErrPublishing,
+// named in the report's error)
 // while the others are cancelled and the backfill is marked cancelled.
 func TestCancelByIDShared(t *testing.T) {
 	ctx := context.Background()
@@ -89,7 +90,8 @@ func TestCancelByIDShared(t *testing.T) {
 	}
 	var out strings.Builder
 	err = c.Report(&out)
-	if !errors.Is(err, ledger.ErrPublishing) || !strings.Contains(err.Error(), "run r2026-11-02 is publishing") {
+	var refused *runner.RefusedError
+	if !errors.Is(err, ledger.ErrPublishing) || !errors.As(err, &refused) || !strings.Contains(err.Error(), "run r2026-11-02 is publishing") {
 		t.Errorf("Report's error = %v, want the publishing run named", err)
 	}
 	if want := "run r2026-11-01 cancelled\nthe run recorded no spec: its sinks were not cleaned\nbackfill j-bf-1 cancelled: 2 open value(s) cancelled\n"; out.String() != want {

@@ -2,8 +2,10 @@ package backfill
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/runner"
 	"github.com/precog-ml/precog/sources"
 )
 
@@ -20,6 +22,10 @@ type DryRun struct {
 	// every partition is missing (nothing to estimate).
 	Probe      *jobs.Spec
 	ProbePlans []sources.ShardPlan
+	// Refused is why the dry run ends in refusal (a *runner.RefusedError,
+	// after the listing): the backfill would refuse the range, or every
+	// partition is missing; nil when the backfill would accept it.
+	Refused error
 }
 
 // PlanDryRun plans every partition of rg without reading data or
@@ -37,6 +43,12 @@ func PlanDryRun(ctx context.Context, rg Range) DryRun {
 		if d.Probe == nil {
 			d.Probe, d.ProbePlans = rg.Partitions[i].Spec, plans[p.Value]
 		}
+	}
+	switch {
+	case rg.Refused != nil:
+		d.Refused = &runner.RefusedError{Err: fmt.Errorf("the backfill would refuse this range: %w", rg.Refused)}
+	case d.Probe == nil:
+		d.Refused = &runner.RefusedError{Err: fmt.Errorf("%s: every partition is missing: nothing to estimate", rg.req.SpecFile)}
 	}
 	return d
 }

@@ -2,16 +2,20 @@ package backfill
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/precog-ml/precog/internal/testgen"
+	"github.com/precog-ml/precog/runner"
 )
 
 // TestPlanDryRun: a dry run lists every partition, sums the found ones'
 // rows and shards, counts the missing one, and probes the first found
-// partition with its own plans; the range it plans is recorded as its
+// partition with its own plans; it ends refused, after the listing, where
+// the backfill would refuse the range or nothing is found; the range it plans is recorded as its
 // first and last values (Range.Request).
 func TestPlanDryRun(t *testing.T) {
 	dir := t.TempDir()
@@ -42,6 +46,18 @@ func TestPlanDryRun(t *testing.T) {
 	p := d.EstimateParams(2, dir)
 	if p.Spec != d.Probe || p.Rows != 1200 || p.Runs != 2 || p.Shards != d.Shards || p.Parallel != 2 || p.StateDir != dir {
 		t.Errorf("EstimateParams = %+v", p)
+	}
+	var refused *runner.RefusedError
+	if !errors.As(d.Refused, &refused) || !strings.Contains(d.Refused.Error(), "the backfill would refuse this range: ") || !strings.Contains(d.Refused.Error(), "dt=2026-11-01") {
+		t.Errorf("Refused = %v, want the range's refusal naming the missing partition", d.Refused)
+	}
+	none, err := PlanRange(RangeRequest{SpecFile: spec, Param: "dt", From: "2026-10-01", To: "2026-10-02", Step: "1d", Parallel: 1, ShardParallel: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	none.Refused = nil // a source the range's checks cannot see missing (a Postgres query)
+	if d := PlanDryRun(context.Background(), none); d.Probe != nil || !errors.As(d.Refused, &refused) || !strings.Contains(d.Refused.Error(), "every partition is missing") {
+		t.Errorf("every partition missing: probe %v, %v", d.Probe, d.Refused)
 	}
 	req := rg.Request()
 	if req.SpecFile != spec || req.Param != "dt" || req.From != "2026-11-01" || req.To != "2026-11-03" || req.Step != "1d" || req.Parallel != 2 || len(req.Partitions) != 3 {
