@@ -177,6 +177,9 @@ func dryRunBackfill(cmd *cobra.Command, g *globals, f backfillFlags, rg backfill
 			return err
 		}
 	}
+	if d.Refused == nil {
+		g.log.Debug("dry run: the backfill would accept this range", "values", len(rg.Values))
+	}
 	return d.Refused
 }
 

@@ -106,7 +106,11 @@ func (rc RunCancel) report(w io.Writer, shared bool) error {
 	var pending *runner.CleanupPendingError
 	switch {
 	case errors.Is(rc.Err, ledger.ErrPublishing):
-		return &runner.RefusedError{Err: fmt.Errorf("run %s is publishing (its results are being made visible in every sink): cancelling now could leave the sinks on different versions; it finishes in moments: %w", rc.ID, rc.Err)}
+		then := "it finishes in moments"
+		if shared {
+			then += " (a worker takes over a publish whose worker died)"
+		}
+		return &runner.RefusedError{Err: fmt.Errorf("run %s is publishing (its results are being made visible in every sink): cancelling now could leave the sinks on different versions; %s: %w", rc.ID, then, rc.Err)}
 	case !shared && rc.Err != nil:
 		return rc.Err
 	case !shared:
