@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"time"
@@ -270,4 +271,15 @@ func CancelLocal(ctx context.Context, stateDir, runID string, o CancelOptions) (
 		}
 	}
 	return Cancel(ctx, led, runID, o)
+}
+
+// WriteCleaned says which sinks the cancelled run's data was removed from
+// (for people: precog cancel, the dashboard).
+func (r CancelResult) WriteCleaned(w io.Writer) {
+	if r.NoSpec {
+		fmt.Fprintf(w, "the run recorded no spec: its sinks were not cleaned\n")
+	}
+	for _, name := range r.Cleaned {
+		fmt.Fprintf(w, "  %s: removed the data of version %s\n", name, r.Run.Version)
+	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,8 +13,6 @@ import (
 
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/jobs/ledger/open"
-	"github.com/precog-ml/precog/jobs/runview"
 	"github.com/precog-ml/precog/runner"
 	"github.com/precog-ml/precog/runner/backfill"
 )
@@ -90,51 +87,40 @@ func runBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags) e
 		return err
 	}
 	if f.dryRun {
-		return dryRunBackfill(cmd, g, path, f, rg)
+		return dryRunBackfill(cmd, g, f, rg)
 	}
 	if rg.Refused != nil {
 		return rg.Refused
 	}
 	values, byValue := rg.Values, rg.Specs()
 	ctx := cmd.Context()
-	req := backfill.Request{SpecFile: path, Param: f.paramName, From: values[0], To: values[len(values)-1], Step: f.step,
-		Parallel: f.parallel, Force: f.force}
+	req := rg.Request()
+	req.Force = f.force
 	if cmd.Flags().Changed("priority") {
 		req.Priority = &f.priority
 	}
-	req.Partitions = rg.Partitions
-	dsn := databaseURL(f.db)
-	var led ledger.Store
-	if dsn != "" {
-		pl, err := openCluster(ctx, dsn, cliLedgerOptions(g.log))
-		if err != nil {
-			return err
-		}
-		led = pl
-	} else {
+	cluster := databaseURL(f.db) != ""
+	if !cluster { // one process runs a job's runs on this machine
 		release, err := runner.LockJob(g.stateDir, rg.Partitions[0].Spec.Name)
 		if err != nil {
 			return err
 		}
 		defer release()
-		bl, err := open.Open(ctx, open.Location{StateDir: g.stateDir}, open.Options{})
-		if err != nil {
-			return err
-		}
-		led = bl
 	}
-	defer led.Close()
+	ol, err := openLedger(ctx, g, f.db)
+	if err != nil {
+		return err
+	}
+	defer ol.Close()
+	var led ledger.Store = ol.Store
 	out, err := backfill.Ensure(ctx, led, req)
-	var open *ledger.OpenRunError
-	if errors.As(err, &open) {
-		return invalid(err)
-	} else if err != nil {
+	if err != nil {
 		return err
 	}
 	b := out.Backfill
 	fmt.Fprintln(cmd.OutOrStdout(), b.ID)
 	g.log.Info("backfill", "id", b.ID, "values", len(values), "new_runs", out.Created, "done_before", out.Skipped, "open", out.Open, "resumed", out.Resumed, "parallel", f.parallel)
-	if dsn != "" {
+	if cluster {
 		if !f.wait {
 			return nil
 		}
@@ -147,136 +133,71 @@ func runBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags) e
 	defer snaps.Stop()
 	led = kickingLedger{Store: led, s: snaps}
 	bar := newProgressBar(os.Stderr, !f.noProgress, g.log)
-	agg := backfill.NewRangeProgress(f.paramName, values, time.Now())
 	start := time.Now()
-	vr := backfill.RunLocal(ctx, led, b, byValue, backfill.LocalOptions{
-		StateDir: g.stateDir, Parallel: f.parallel, ShardParallel: f.shardParallel, Logger: g.log,
-		OnProgress:    func(v string, p runner.Progress) { bar.update(agg.Update(v, p, time.Now())) },
-		OnDone:        func(r backfill.ValueResult) { bar.update(agg.Finish(r.Value, r.Res, time.Now())) },
-		ProgressEvery: bar.every(),
-	})
+	vr := backfill.RunLocal(ctx, led, b, byValue, backfill.LocalOptions{StateDir: g.stateDir, Parallel: f.parallel,
+		ShardParallel: f.shardParallel, Logger: g.log, OnRangeProgress: bar.update, ProgressEvery: bar.every()})
 	bar.finish()
 	return reportRange(cmd.ErrOrStderr(), f.paramName, values, vr, time.Since(start))
 }
 
-// waitBackfill follows a cluster backfill until every value's run ended:
-// one line per change (or a bar on a terminal) with the overall rows and
-// ETA. A value that did not succeed is an error (exit 1).
+// waitBackfill follows a cluster backfill until every value's run ended
+// (backfill.Wait): a bar with the overall rows and ETA, then the table. A
+// value that did not succeed is an error (exit 1).
 func waitBackfill(ctx context.Context, led backfill.Ledger, id string, w *os.File, progress bool, g *globals) error {
 	bar := newProgressBar(w, progress, g.log)
-	defer bar.finish()
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		v, _, err := backfill.Status(ctx, led, id, time.Now())
-		if err != nil {
-			return err
-		}
-		bar.update(runner.Progress{RunID: fmt.Sprintf("backfill %s %s", id, v.State), RowsDone: v.RowsDone, RowsTotal: v.RowsTotal,
-			Rejected: v.Rejected, ShardsDone: v.Shards.Committed, ShardsTotal: v.Shards.All(),
-			Elapsed: time.Duration(v.DurationS * float64(time.Second)), Rate: v.RowsPerS, ETA: time.Duration(v.ETAS * float64(time.Second))})
-		if jobs.RunState(v.State).Terminal() {
-			bar.finish()
-			_ = v.Table(w)
-			if v.State != string(jobs.RunSucceeded) {
-				return fmt.Errorf("backfill %s %s: %s", id, v.State, v.Error)
-			}
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("backfill %s: stopped following (it goes on in the ledger): %w", id, ctx.Err())
-		case <-tick.C:
-		}
+	v, err := backfill.Wait(ctx, led, id, backfill.FollowOptions{OnRead: func(v backfill.View, _ bool) { bar.update(v.Progress()) }})
+	bar.finish()
+	if jobs.RunState(v.State).Terminal() {
+		_ = v.Table(w)
 	}
+	return err
 }
 
-// dryRunBackfill lists every partition (found or missing, rows and shards
-// from metadata) and estimates the wall time from a short probe of the
-// model on the first found partition's first shard; nothing is recorded.
-// It exits 2 with the backfill's own error when the backfill would refuse
-// the range (checkBackfill), after the listing.
-func dryRunBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags, rg backfill.Range) error {
-	ctx := cmd.Context()
-	parts, refused := rg.Partitions, rg.Refused
-	list, plans := backfill.PlanPartitions(ctx, parts)
+// dryRunBackfill lists every partition (backfill.PlanDryRun) and estimates
+// the wall time from a short probe of the model on the first found
+// partition's first shard; nothing is recorded. It exits 2 with the
+// backfill's own error when the backfill would refuse the range (or every
+// partition is missing), after the listing.
+func dryRunBackfill(cmd *cobra.Command, g *globals, f backfillFlags, rg backfill.Range) error {
+	d := backfill.PlanDryRun(cmd.Context(), rg)
 	w := cmd.OutOrStdout()
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "%s\tPARTITION\tROWS\tSHARDS\n", strings.ToUpper(f.paramName))
-	var rows int64
-	missing := 0
-	var probeSpec *jobs.Spec
-	found, shards := 0, 0
-	for i, p := range list {
+	for _, p := range d.List {
 		if !p.Found {
-			missing++
 			fmt.Fprintf(tw, "%s\tMISSING\t-\t-\t%s\n", p.Value, p.Error)
-			continue
+		} else {
+			fmt.Fprintf(tw, "%s\tfound\t%d\t%d\n", p.Value, p.Rows, p.Shards)
 		}
-		rows += p.Rows
-		found, shards = found+1, shards+p.Shards
-		if probeSpec == nil {
-			probeSpec = parts[i].Spec
-		}
-		fmt.Fprintf(tw, "%s\tfound\t%d\t%d\n", p.Value, p.Rows, p.Shards)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "%d partitions, %d missing, %d rows\n", len(list), missing, rows)
-	if probeSpec != nil {
-		if err := printEstimate(ctx, w, backfill.EstimateParams{Spec: probeSpec, Plans: plans[probeSpec.Params[f.paramName]],
-			Rows: rows, Runs: found, Shards: shards, Parallel: f.parallel, StateDir: g.stateDir}); err != nil {
+	fmt.Fprintf(w, "%d partitions, %d missing, %d rows\n", len(d.List), d.Missing, d.Rows)
+	if d.Probe != nil {
+		if err := backfill.WriteEstimate(cmd.Context(), w, d.EstimateParams(f.parallel, g.stateDir)); err != nil {
 			return err
 		}
 	}
-	if refused != nil {
-		return invalid(fmt.Errorf("the backfill would refuse this range: %w", refused))
+	if d.Refused == nil {
+		g.log.Debug("dry run: the backfill would accept this range", "values", len(rg.Values))
 	}
-	if probeSpec == nil {
-		return invalid(fmt.Errorf("%s: every partition is missing: nothing to estimate", path))
-	}
-	g.log.Debug("dry run: the backfill would accept this range", "values", len(rg.Values))
-	return nil
+	return d.Refused
 }
 
-// reportRange prints one line per value and returns the error the command
-// ends with: interrupted (exit 130), some values failed or cancelled (1),
-// or nil.
+// reportRange prints one line per value (backfill.Summarize) and returns
+// the error the command ends with: interrupted (exit 130), some values
+// failed or cancelled (1), or nil.
 func reportRange(w io.Writer, name string, values []string, results []backfill.ValueResult, took time.Duration) error {
+	lines, err := backfill.Summarize(name, values, results, time.Now())
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	var failed, cancelled []string
-	unfinished := 0
-	for i, r := range results {
-		v := name + "=" + values[i]
-		switch {
-		case !r.Started:
-			unfinished++
-			fmt.Fprintf(tw, "%s\tnot started\n", v)
-		case errors.Is(r.Err, context.Canceled) || errors.Is(r.Err, runner.ErrInterrupted):
-			unfinished++
-			fmt.Fprintf(tw, "%s\tinterrupted (resumes on the same command)\n", v)
-		case r.Res.Run.State == jobs.RunCancelled:
-			cancelled = append(cancelled, v)
-			fmt.Fprintf(tw, "%s\tcancelled\trun %s: %s\n", v, r.Res.Run.ID, r.Res.Run.Error)
-		case r.Err != nil:
-			failed = append(failed, v)
-			fmt.Fprintf(tw, "%s\tFAILED\t%v\n", v, r.Err)
-		case r.Res.AlreadyDone:
-			fmt.Fprintf(tw, "%s\talready done\trun %s (--force recomputes)\n", v, r.Res.Run.ID)
-		default:
-			c := r.Res.Run.Counts
-			fmt.Fprintf(tw, "%s\tsucceeded\trun %s, version %s, %d rows in, %d out, %d rejected, %s\n",
-				v, r.Res.Run.ID, r.Res.Run.Version, c.RowsIn, c.RowsOut, c.Rejected, runview.RunDuration(r.Res.Run, time.Now()).Round(time.Millisecond))
+	for _, l := range lines {
+		if l.Detail != "" {
+			l.Status += "\t" + l.Detail
 		}
+		fmt.Fprintf(tw, "%s\t%s\n", l.Value, l.Status)
 	}
 	tw.Flush()
-	switch {
-	case unfinished > 0:
-		return fmt.Errorf("backfill interrupted (%d of %d values not finished, %d failed): %w", unfinished, len(values), len(failed), context.Canceled)
-	case len(failed) > 0:
-		return fmt.Errorf("backfill: %d of %d values failed: %s", len(failed), len(values), strings.Join(failed, ", "))
-	case len(cancelled) > 0:
-		return fmt.Errorf("backfill: %d of %d values cancelled (precog retry BACKFILL runs them again): %s", len(cancelled), len(values), strings.Join(cancelled, ", "))
+	if err == nil {
+		fmt.Fprintf(w, "backfill of %d values done in %s\n", len(values), took.Round(time.Millisecond))
 	}
-	fmt.Fprintf(w, "backfill of %d values done in %s\n", len(values), took.Round(time.Millisecond))
-	return nil
+	return err
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -21,7 +20,7 @@ import (
 func backfillActions(g *globals, db string, drain time.Duration) dashboard.BackfillActions {
 	return dashboard.BackfillActions{
 		Cancel: func(ctx context.Context, id string) (string, error) {
-			var out bytes.Buffer
+			var out strings.Builder
 			ok, err := cancelIfBackfill(ctx, g, db, id, cancelOptions{drain: drain, out: &out, log: g.log})
 			if !ok && err == nil {
 				return "", fmt.Errorf("backfill %s: %w", id, ledger.ErrNotFound)
@@ -34,14 +33,7 @@ func backfillActions(g *globals, db string, drain time.Duration) dashboard.Backf
 				return "", err
 			}
 			defer led.Close()
-			bl, _, ok, err := backfill.Find(ctx, led.Store, id)
-			if err != nil {
-				return "", err
-			}
-			if !ok {
-				return "", fmt.Errorf("backfill %s: %w", id, ledger.ErrNotFound)
-			}
-			values, err := backfill.Retry(ctx, bl, id, os.LookupEnv, nil)
+			values, err := backfill.Retry(ctx, led.Store, id, os.LookupEnv, nil)
 			if err != nil {
 				return "", err
 			}

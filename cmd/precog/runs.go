@@ -132,7 +132,7 @@ value is done, on either ledger; on the embedded ledger the watch ends (exit
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if watch && databaseURL(db) == "" {
-				read := localBackfillRead(g.stateDir, args[0])
+				read := backfill.LocalReader(g.stateDir, args[0])
 				if _, found, _, err := read(ctx); err == nil && found {
 					return watchBackfill(ctx, read, args[0], cmd.OutOrStdout(), asJSON)
 				}
@@ -147,7 +147,7 @@ value is done, on either ledger; on the embedded ledger the watch ends (exit
 			if bl, _, ok, err := backfill.Find(ctx, led.Store, args[0]); err != nil {
 				return err
 			} else if ok && watch {
-				return watchBackfill(ctx, clusterBackfillRead(bl, args[0]), args[0], cmd.OutOrStdout(), asJSON)
+				return watchBackfill(ctx, backfill.ClusterReader(bl, args[0]), args[0], cmd.OutOrStdout(), asJSON)
 			} else if ok {
 				return printBackfillStatus(ctx, bl, args[0], cmd.OutOrStdout(), asJSON)
 			}

@@ -77,7 +77,7 @@ size and prints the estimated wall time of the run, as backfill --dry-run does.`
 				fmt.Fprintln(w, "note: the dataset has zero rows; a run would publish an empty result")
 			}
 			if estimate && len(plans) > 0 {
-				return printEstimate(cmd.Context(), w, backfill.EstimateParams{Spec: spec, Plans: plans, Rows: total, Runs: 1, Shards: len(plans), Parallel: 1, StateDir: g.stateDir})
+				return backfill.WriteEstimate(cmd.Context(), w, backfill.EstimateParams{Spec: spec, Plans: plans, Rows: total, Runs: 1, Shards: len(plans), Parallel: 1, StateDir: g.stateDir})
 			}
 			return nil
 		},

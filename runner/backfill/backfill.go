@@ -133,7 +133,7 @@ func Ensure(ctx context.Context, led Ledger, req Request) (Outcome, error) {
 			Priority: priority, Pool: first.Pool,
 		}
 		if err := led.CreateBackfill(ctx, b, add); err != nil {
-			return Outcome{}, err
+			return Outcome{}, refuseOpen(err)
 		}
 		out.Backfill, err = led.Backfill(ctx, b.ID)
 		return out, err
@@ -144,11 +144,21 @@ func Ensure(ctx context.Context, led Ledger, req Request) (Outcome, error) {
 	}
 	if len(add) > 0 {
 		if err := led.AddBackfillRuns(ctx, prev.ID, add); err != nil {
-			return Outcome{}, err
+			return Outcome{}, refuseOpen(err)
 		}
 	}
 	out.Backfill, err = led.Backfill(ctx, prev.ID)
 	return out, err
+}
+
+// refuseOpen makes the ledger's refusal of a value whose (job, params)
+// got an open run meanwhile (another process) a *runner.RefusedError:
+// nothing was recorded, and the error names the run.
+func refuseOpen(err error) error {
+	if open := (*ledger.OpenRunError)(nil); errors.As(err, &open) {
+		return &runner.RefusedError{Err: err}
+	}
+	return err
 }
 
 // otherParams is the params key of every param but the backfilled one.
@@ -265,8 +275,11 @@ type LocalOptions struct {
 	// OnDone, when set, receives each value's result once it is final: a
 	// value that needed no run (ended before) at the start, the others as
 	// their runs end, so a progress bar over the range counts them done.
-	OnDone        func(ValueResult)
-	ProgressEvery time.Duration
+	OnDone func(ValueResult)
+	// OnRangeProgress, when set, receives the progress of the whole range
+	// (RangeProgress) at each value's progress and end, for one bar.
+	OnRangeProgress func(runner.Progress)
+	ProgressEvery   time.Duration
 }
 
 // ValueResult is how one value's run ended on this machine.
@@ -285,6 +298,7 @@ type ValueResult struct {
 // embedded ledger, shared by the values). A failed value does not stop the
 // others; after ctx ends no further value starts.
 func RunLocal(ctx context.Context, led ledger.Store, b ledger.Backfill, specs map[string]*jobs.Spec, o LocalOptions) []ValueResult {
+	o = o.foldRange(b)
 	results := make([]ValueResult, len(b.Dates))
 	var doneMu sync.Mutex
 	final := func(i int, r ValueResult) {
@@ -350,6 +364,33 @@ func RunLocal(ctx context.Context, led ledger.Store, b ledger.Backfill, specs ma
 	return results
 }
 
+// foldRange has o.OnProgress and o.OnDone also feed o.OnRangeProgress
+// the range's progress, folded over b's values (RangeProgress).
+func (o LocalOptions) foldRange(b ledger.Backfill) LocalOptions {
+	if o.OnRangeProgress == nil {
+		return o
+	}
+	values := make([]string, len(b.Dates))
+	for i, d := range b.Dates {
+		values[i] = d.Value
+	}
+	agg := NewRangeProgress(b.Param, values, time.Now())
+	onProgress, onDone, onRange := o.OnProgress, o.OnDone, o.OnRangeProgress
+	o.OnProgress = func(v string, p runner.Progress) {
+		if onProgress != nil {
+			onProgress(v, p)
+		}
+		onRange(agg.Update(v, p, time.Now()))
+	}
+	o.OnDone = func(r ValueResult) {
+		if onDone != nil {
+			onDone(r)
+		}
+		onRange(agg.Finish(r.Value, r.Res, time.Now()))
+	}
+	return o
+}
+
 // settled is the result of date d when its run needs no execution: it
 // ended (succeeded, failed or cancelled) or cannot be read.
 func settled(ctx context.Context, led Ledger, d ledger.BackfillDate) (ValueResult, bool) {
@@ -371,7 +412,8 @@ func settled(ctx context.Context, led Ledger, d ledger.BackfillDate) (ValueResul
 // cancelled a new run (a new attempt of the partition, planned again from
 // the spec its run recorded, with this environment's ${ENV} values), and
 // takes the backfill up again (no longer cancelled). It returns the values
-// retried.
+// retried. A recorded spec that does not load here (a variable unset) is a
+// *runner.RefusedError, and nothing changes.
 func Retry(ctx context.Context, led Ledger, id string, lookupEnv func(string) (string, bool), plan PlanFunc) ([]string, error) {
 	if plan == nil {
 		plan = NewPlanner().Plan
@@ -390,8 +432,8 @@ func Retry(ctx context.Context, led Ledger, id string, lookupEnv func(string) (s
 			continue
 		}
 		spec, err := jobs.Parse(r.Spec, r.SpecFile, r.Params, lookupEnv)
-		if err != nil {
-			return nil, fmt.Errorf("%s=%s: the spec run %s recorded (%s): %w", b.Param, d.Value, r.ID, r.SpecFile, err)
+		if err != nil { // a configuration error here (an unset variable)
+			return nil, &runner.RefusedError{Err: fmt.Errorf("%s=%s: the spec run %s recorded (%s): %w", b.Param, d.Value, r.ID, r.SpecFile, err)}
 		}
 		add = append(add, BackfillRunSpec{Value: d.Value, Spec: spec, Priority: r.Priority, File: r.SpecFile})
 	}

@@ -22,6 +22,16 @@ func Find(ctx context.Context, led ledger.Store, id string) (ledger.Store, ledge
 	return led, b, err == nil, err
 }
 
+// RunsByID lists every run of backfill id (RunsOf); an id that names no
+// backfill is the ledger's ledger.ErrNotFound.
+func RunsByID(ctx context.Context, led Ledger, id string) ([]jobs.Run, error) {
+	b, err := led.Backfill(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return RunsOf(ctx, led, b)
+}
+
 // RunsOf lists every run of b (each value's runs, retries included),
 // newest first.
 func RunsOf(ctx context.Context, led Ledger, b ledger.Backfill) ([]jobs.Run, error) {

@@ -2,6 +2,7 @@ package backfill
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -69,9 +70,27 @@ func TestCancelAndRunsOf(t *testing.T) {
 	}
 }
 
+// TestByIDNotFound: RunsByID and Retry of an id that names no backfill
+// are ledger.ErrNotFound naming it (the dashboard's Retry tells it from a
+// failure); RunsByID of a backfill lists its runs.
+func TestByIDNotFound(t *testing.T) {
+	ctx := context.Background()
+	led := boltLedger(t, t.TempDir())
+	b := seedBackfill(t, led, "j-bf-1", "2026-11-01", "2026-11-02")
+	if rs, err := RunsByID(ctx, led, b.ID); err != nil || len(rs) != 2 || rs[0].ID != "r2026-11-02" {
+		t.Errorf("RunsByID = %v, %v; want both runs, newest first", rs, err)
+	}
+	if _, err := RunsByID(ctx, led, "nope"); !errors.Is(err, ledger.ErrNotFound) || !strings.Contains(err.Error(), "backfill nope") {
+		t.Errorf("RunsByID(nope) = %v", err)
+	}
+	if _, err := Retry(ctx, led, "nope", nil, nil); !errors.Is(err, ledger.ErrNotFound) || !strings.Contains(err.Error(), "backfill nope") {
+		t.Errorf("Retry(nope) = %v", err)
+	}
+}
+
 // TestRunLocalReportsEveryValueDone: RunLocal hands OnDone every value's
-// final result, those that needed no run (ended before) included, so the
-// range's progress counts them done (RangeProgress.Finish was called by
+// final result, those that needed no run (ended before) included, and
+// OnRangeProgress the range's progress, which counts them done (RangeProgress.Finish was called by
 // no one: "backfill 0/3 done" until the end).
 func TestRunLocalReportsEveryValueDone(t *testing.T) {
 	ctx := context.Background()
@@ -102,13 +121,11 @@ func TestRunLocalReportsEveryValueDone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agg := NewRangeProgress("date", values, time.Now())
 	var done []string
 	var last runner.Progress
 	RunLocal(ctx, led, got, map[string]*jobs.Spec{}, LocalOptions{OnDone: func(r ValueResult) {
 		done = append(done, r.Value)
-		last = agg.Finish(r.Value, r.Res, time.Now())
-	}})
+	}, OnRangeProgress: func(p runner.Progress) { last = p }})
 	if !slices.Equal(done, values) {
 		t.Fatalf("OnDone saw %v, want every value %v", done, values)
 	}

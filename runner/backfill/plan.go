@@ -42,6 +42,8 @@ type Range struct {
 	// *runner.RefusedError; nil when it accepts it. A dry run lists the
 	// range anyway.
 	Refused error
+	// req is what the range was planned from.
+	req RangeRequest
 }
 
 // PlanRange lists the values of a range and loads the spec once per value,
@@ -69,7 +71,7 @@ func PlanRange(req RangeRequest) (Range, error) {
 	if err != nil {
 		return Range{}, &runner.RefusedError{Err: err}
 	}
-	rg := Range{Values: values, Partitions: make([]Partition, len(values))}
+	rg := Range{Values: values, Partitions: make([]Partition, len(values)), req: req}
 	for i, v := range values {
 		rg.Partitions[i] = Partition{Value: v, Spec: specs[i]}
 	}
@@ -86,6 +88,14 @@ func (rg Range) Specs() map[string]*jobs.Spec {
 		out[p.Value] = p.Spec
 	}
 	return out
+}
+
+// Request is the backfill of rg for Ensure: its range recorded as the
+// first and last values (so the same range, however written, resumes the
+// same backfill), at the parallelism it was planned for.
+func (rg Range) Request() Request {
+	return Request{SpecFile: rg.req.SpecFile, Param: rg.req.Param, From: rg.Values[0], To: rg.Values[len(rg.Values)-1],
+		Step: rg.req.Step, Partitions: rg.Partitions, Parallel: rg.req.Parallel}
 }
 
 // valueRange lists the values from from to to inclusive, every step ("1d",

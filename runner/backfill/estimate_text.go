@@ -1,4 +1,4 @@
-package main
+package backfill
 
 import (
 	"context"
@@ -8,14 +8,15 @@ import (
 	"time"
 
 	"github.com/precog-ml/precog/jobs"
-	"github.com/precog-ml/precog/runner/backfill"
 )
 
-// printEstimate prints backfill.Estimate's wall time of p on this
-// machine, with the probe it comes from: the same lines for `backfill
-// --dry-run` and `validate --estimate` (one run).
-func printEstimate(ctx context.Context, w io.Writer, p backfill.EstimateParams) error {
-	e, err := backfill.Estimate(ctx, p)
+// WriteEstimate estimates p (Estimate) and writes the wall time on this
+// machine with the probe it comes from: the same lines for `backfill
+// --dry-run` and `validate --estimate` (one run). Nothing is written when
+// the first probe failed (its error is returned); a failed parallel probe
+// is returned after the lines of one run at a time.
+func WriteEstimate(ctx context.Context, w io.Writer, p EstimateParams) error {
+	e, err := Estimate(ctx, p)
 	if e.Probes == 0 {
 		return err
 	}
@@ -69,7 +70,7 @@ func estDuration(d time.Duration) string {
 
 // margin says the estimate's range at the probe's fastest and slowest
 // third, or why there is none.
-func margin(r backfill.ProbeResult, t backfill.WallTime) string {
+func margin(r ProbeResult, t WallTime) string {
 	if r.Low <= 0 {
 		return fmt.Sprintf("no margin: the probe saw %d units, too few to compare its thirds", r.Units)
 	}
