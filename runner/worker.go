@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/precog-ml/precog/internal/buildinfo"
 	"github.com/precog-ml/precog/internal/retry"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
@@ -38,7 +39,7 @@ type WorkerOptions struct {
 	// ledger, not here).
 	StateDir string
 	// Version is the worker binary's version, shown in the ledger's list
-	// of workers.
+	// of workers. Default: this binary's (buildinfo's short form).
 	Version string
 	// RejectsPerRun bounds the rejects of one shard attempt kept for the
 	// ledger (which stores at most its own per-run cap). Default
@@ -96,6 +97,9 @@ func (o WorkerOptions) withDefaults() WorkerOptions {
 	}
 	if o.StateDir == "" {
 		o.StateDir = ".precog"
+	}
+	if o.Version == "" {
+		o.Version = buildinfo.Current(buildinfo.Runtime{}).Short()
 	}
 	if o.OpenRuns <= 0 {
 		o.OpenRuns = 4

@@ -70,7 +70,6 @@ body says why. precog_pool_ledger_up follows the same rule.`,
 			}
 			defer led.Close()
 			opts.Logger, opts.StateDir = g.log, g.stateDir
-			opts.Version = workerVersion()
 			var running atomic.Bool
 			w := runner.NewWorker(led, opts)
 			// Ready means able to work: not draining, and able to claim
