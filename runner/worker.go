@@ -134,6 +134,8 @@ type Worker struct {
 	unable *unableRuns
 	// cleaner finishes cancelled runs' pending sink cleanups.
 	cleaner cleaner
+	// working is true from Run's start until its context ends (Probe).
+	working atomic.Bool
 }
 
 // NewWorker builds a worker over led.
@@ -149,9 +151,12 @@ func NewWorker(led ledger.Store, opts WorkerOptions) *Worker {
 // what is left and returns nil.
 func (w *Worker) Run(ctx context.Context) error {
 	defer w.runs.closeAll()
+	w.working.Store(ctx.Err() == nil)
+	defer w.working.Store(false)
 	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
 	stopDrain := context.AfterFunc(ctx, func() {
+		w.working.Store(false)
 		w.log.Info("draining: no new shards; in-flight shards finish or are released", "drain_timeout", w.opts.DrainTimeout)
 		time.AfterFunc(w.opts.DrainTimeout, stopWork)
 	})

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -53,13 +50,9 @@ body says why. precog_pool_ledger_up follows the same rule.`,
 			if err := jobs.ValidatePool(opts.Pool); err != nil {
 				return invalid(fmt.Errorf("--pool: %w", err))
 			}
-			for _, d := range strings.Split(devices, ",") {
-				if d = strings.TrimSpace(d); d != "" {
-					if err := model.CheckDevice(d); err != nil {
-						return invalid(fmt.Errorf("--devices: %w", err))
-					}
-					opts.Devices = append(opts.Devices, d)
-				}
+			var err error
+			if opts.Devices, err = model.CheckDevices(devices); err != nil {
+				return invalid(fmt.Errorf("--devices: %w", err))
 			}
 			if opts.RejectsPerRun <= 0 {
 				return invalid(errors.New("--max-stored-rejects must be > 0"))
@@ -70,24 +63,14 @@ body says why. precog_pool_ledger_up follows the same rule.`,
 			}
 			defer led.Close()
 			opts.Logger, opts.StateDir = g.log, g.stateDir
-			var running atomic.Bool
 			w := runner.NewWorker(led, opts)
-			// Ready means able to work: not draining, and able to claim
-			// (the ledger answers, its role may claim, claims succeed).
-			ready := func(ctx context.Context) error {
-				if !running.Load() || cmd.Context().Err() != nil {
-					return errors.New("not running (starting or draining)")
-				}
-				return w.Ready(ctx)
-			}
-			stop, err := serveOps(cmd.Context(), "--addr", addr, g.log, ready, w.Metrics()...)
+			// Ready means able to work: not draining, and able to claim.
+			stop, err := serveOps(cmd.Context(), "--addr", addr, g.log, w.Probe, w.Metrics()...)
 			if err != nil {
 				return err
 			}
 			defer stop()
-			running.Store(true)
 			err = w.Run(cmd.Context())
-			running.Store(false)
 			g.log.Info("worker stopped")
 			return err
 		},
