@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/precog-ml/precog/internal/opsserver"
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/ledger/open"
 	pgledger "github.com/precog-ml/precog/jobs/ledger/postgres"
@@ -71,9 +72,9 @@ restart right before that tick does not lose it. --addr serves /healthz, /readyz
 				return invalid(errors.Join(errs...))
 			}
 			// Leader or standby, a replica is ready.
-			stop, err := serveOps(ctx, "--addr", addr, g.log, nil, scheduler.Metrics()...)
+			stop, err := opsserver.Serve(ctx, opsserver.Params{Addr: addr, Flag: "--addr", Log: g.log, Collectors: scheduler.Metrics()})
 			if err != nil {
-				return err
+				return invalid(err)
 			}
 			defer stop()
 			go scheduler.Watch(ctx, scheduler.WatchParams{Stamp: src.Stamp, Reload: s.Reload})

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/precog-ml/precog/internal/opsserver"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
 	pgledger "github.com/precog-ml/precog/jobs/ledger/postgres"
@@ -65,9 +66,9 @@ body says why. precog_pool_ledger_up follows the same rule.`,
 			opts.Logger, opts.StateDir = g.log, g.stateDir
 			w := runner.NewWorker(led, opts)
 			// Ready means able to work: not draining, and able to claim.
-			stop, err := serveOps(cmd.Context(), "--addr", addr, g.log, w.Probe, w.Metrics()...)
+			stop, err := opsserver.Serve(cmd.Context(), opsserver.Params{Addr: addr, Flag: "--addr", Log: g.log, Ready: w.Probe, Collectors: w.Metrics()})
 			if err != nil {
-				return err
+				return invalid(err)
 			}
 			defer stop()
 			err = w.Run(cmd.Context())
