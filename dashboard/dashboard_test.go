@@ -73,8 +73,8 @@ func TestPages(t *testing.T) {
 					t.Errorf("runs page lacks run %s", id)
 				}
 			}
-			for _, st := range runStates {
-				if !strings.Contains(body, `">`+st+`</span>`) {
+			for _, st := range []jobs.RunState{jobs.RunPending, jobs.RunRunning, jobs.RunSucceeded, jobs.RunFailed, jobs.RunCancelled} {
+				if !strings.Contains(body, `">`+string(st)+`</span>`) {
 					t.Errorf("runs page lacks the state %q in text", st)
 				}
 			}
@@ -416,5 +416,40 @@ func TestBoltBusy(t *testing.T) {
 	code, body, _ = get(t, ts, "/", token)
 	if code != 200 || !strings.Contains(body, r.ID) {
 		t.Errorf("released ledger: %d, run %s missing", code, r.ID)
+	}
+}
+
+// TestRunStateFilter: the runs page's state filter offers every state a
+// run's view shows, held and interrupted included (they come from
+// jobs.RunStates through runview, not a list of the page's own), and
+// each filters to its runs: on the embedded ledger a running run whose
+// process is gone shows interrupted.
+func TestRunStateFilter(t *testing.T) {
+	dir := t.TempDir()
+	led, err := bolt.OpenIn(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { led.Close() })
+	s := seed(t, led)
+	held := mustCreate(t, led, "recs", 1).ID
+	if err := led.Hold(context.Background(), held, "check failed"); err != nil {
+		t.Fatal(err)
+	}
+	gone := mustCreate(t, led, "recs", 1).ID
+	setState(t, led, gone, jobs.RunRunning, "") // no holder, no lease: its process is gone
+	ts := newServer(t, Options{Source: Shared{L: led, Name: "test bolt"}, StateDir: dir})
+
+	_, body, _ := get(t, ts, "/", token)
+	for _, st := range []string{"pending", "running", "held", "succeeded", "failed", "cancelled", "interrupted"} {
+		if !strings.Contains(body, `<option value="`+st+`">`+st+`</option>`) {
+			t.Errorf("the state filter lacks %q", st)
+		}
+	}
+	for st, want := range map[string]string{"held": held, "interrupted": gone, "failed": s.Failed} {
+		_, body, _ := get(t, ts, "/?part=rows&state="+st, token)
+		if n := strings.Count(body, `data-run="`); n != 1 || !strings.Contains(body, `data-run="`+want+`"`) {
+			t.Errorf("state=%s: %d rows, want only run %s:\n%s", st, n, want, body)
+		}
 	}
 }

@@ -21,8 +21,9 @@ import (
 // maxRuns bounds the runs page (newest first).
 const maxRuns = 100
 
-// runStates are the filterable states (runview's public ones).
-var runStates = []string{string(jobs.RunPending), string(jobs.RunRunning), string(jobs.RunSucceeded), string(jobs.RunFailed), string(jobs.RunCancelled)}
+// runStates are the filterable states: every state a run's view shows
+// (runview's, derived from jobs.RunStates), held and interrupted included.
+var runStates = runview.PublicStates()
 
 // runRow is one run as the pages show it; every number is runview's, so
 // the pages and `precog status` agree.

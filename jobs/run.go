@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 )
 
@@ -23,6 +24,13 @@ const (
 	// staged data is kept until `precog publish --accept` or `cancel`.
 	RunHeld RunState = "held"
 )
+
+// runStates are every state a ledger stores, in lifecycle order.
+var runStates = []RunState{RunPending, RunRunning, RunPublishing, RunHeld, RunSucceeded, RunFailed, RunCancelled}
+
+// RunStates are every state a ledger stores, in lifecycle order: the one
+// list of them that views and filters derive theirs from.
+func RunStates() []RunState { return slices.Clone(runStates) }
 
 // Terminal reports whether the run's work is over: no claims, no resume,
 // not open for overlap policies. A held run is terminal in this sense; only

@@ -135,6 +135,21 @@ func TokensFromEnv() []string {
 	return splitTokens(os.Getenv("PRECOG_API_TOKENS"), ",")
 }
 
+// LoadTokens are the tokens of PRECOG_API_TOKENS and, when file is not
+// "", of ReadTokensFile(file): what precog serve and precog dashboard
+// accept.
+func LoadTokens(file string) ([]string, error) {
+	tokens := TokensFromEnv()
+	if file == "" {
+		return tokens, nil
+	}
+	more, err := ReadTokensFile(file)
+	if err != nil {
+		return nil, err
+	}
+	return append(tokens, more...), nil
+}
+
 // ReadTokensFile reads one token per line (blank lines and # comments
 // ignored), for --tokens-file.
 func ReadTokensFile(path string) ([]string, error) {

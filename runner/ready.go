@@ -25,6 +25,16 @@ func (w *Worker) Ready(ctx context.Context) error {
 	return w.unable.err()
 }
 
+// Probe is /readyz of precog worker: not ready while the worker is not
+// working (before Run, once its context ends and it drains, after Run),
+// else Ready's answer.
+func (w *Worker) Probe(ctx context.Context) error {
+	if !w.working.Load() {
+		return errors.New("not running (starting or draining)")
+	}
+	return w.Ready(ctx)
+}
+
 // noteClaim records the outcome of a claim attempt for Ready: an error
 // other than "nothing to claim" makes the worker unready until a claim
 // attempt succeeds again.

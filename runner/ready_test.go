@@ -106,3 +106,30 @@ func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) 
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestProbeFollowsRun: precog worker's /readyz is not ready before Run,
+// Ready's answer while it works, and not ready again as soon as its
+// context ends (draining) and after Run returns.
+func TestProbeFollowsRun(t *testing.T) {
+	ctx := context.Background()
+	w := NewWorker(clusterLedger(t), WorkerOptions{StateDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	notRunning := func() bool {
+		err := w.Probe(ctx)
+		return err != nil && strings.Contains(err.Error(), "not running (starting or draining)")
+	}
+	if !notRunning() {
+		t.Fatalf("Probe before Run = %v, want not running", w.Probe(ctx))
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx) }()
+	waitFor(t, "ready while running", time.Minute, func() bool { return w.Probe(ctx) == nil })
+	stop()
+	waitFor(t, "not ready once draining", time.Minute, notRunning)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !notRunning() {
+		t.Errorf("Probe after Run = %v, want not running", w.Probe(ctx))
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/precog-ml/precog/internal/buildinfo"
 	"github.com/precog-ml/precog/internal/retry"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
@@ -38,7 +39,7 @@ type WorkerOptions struct {
 	// ledger, not here).
 	StateDir string
 	// Version is the worker binary's version, shown in the ledger's list
-	// of workers.
+	// of workers. Default: this binary's (buildinfo's short form).
 	Version string
 	// RejectsPerRun bounds the rejects of one shard attempt kept for the
 	// ledger (which stores at most its own per-run cap). Default
@@ -97,6 +98,9 @@ func (o WorkerOptions) withDefaults() WorkerOptions {
 	if o.StateDir == "" {
 		o.StateDir = ".precog"
 	}
+	if o.Version == "" {
+		o.Version = buildinfo.Current(buildinfo.Runtime{}).Short()
+	}
 	if o.OpenRuns <= 0 {
 		o.OpenRuns = 4
 	}
@@ -130,6 +134,8 @@ type Worker struct {
 	unable *unableRuns
 	// cleaner finishes cancelled runs' pending sink cleanups.
 	cleaner cleaner
+	// working is true from Run's start until its context ends (Probe).
+	working atomic.Bool
 }
 
 // NewWorker builds a worker over led.
@@ -145,9 +151,12 @@ func NewWorker(led ledger.Store, opts WorkerOptions) *Worker {
 // what is left and returns nil.
 func (w *Worker) Run(ctx context.Context) error {
 	defer w.runs.closeAll()
+	w.working.Store(ctx.Err() == nil)
+	defer w.working.Store(false)
 	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
 	stopDrain := context.AfterFunc(ctx, func() {
+		w.working.Store(false)
 		w.log.Info("draining: no new shards; in-flight shards finish or are released", "drain_timeout", w.opts.DrainTimeout)
 		time.AfterFunc(w.opts.DrainTimeout, stopWork)
 	})

@@ -3,10 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"time"
 
@@ -55,13 +53,9 @@ token. Without tokens the dashboard refuses to start unless
 		Example: "  PRECOG_API_TOKENS=s3cret precog dashboard --addr :8081 --db postgres://precog@db/precog --jobs jobs/",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			tokens := lookup.TokensFromEnv()
-			if tokensFile != "" {
-				t, err := lookup.ReadTokensFile(tokensFile)
-				if err != nil {
-					return invalid(fmt.Errorf("--tokens-file: %w", err))
-				}
-				tokens = append(tokens, t...)
+			tokens, err := lookup.LoadTokens(tokensFile)
+			if err != nil {
+				return invalid(fmt.Errorf("--tokens-file: %w", err))
 			}
 			ctx := cmd.Context()
 			opts := dashboard.Options{Tokens: tokens, InsecureNoAuth: insecure, JobsDir: jobsDir, Logger: g.log}
@@ -83,14 +77,14 @@ token. Without tokens the dashboard refuses to start unless
 					snap, ok := readSnapshot(g.stateDir)
 					return dashboard.BusySnapshot{PID: snap.PID, WrittenAt: snap.WrittenAt, Runs: snap.Runs}, ok
 				}
-				opts.Actions = localActions(g)
+				opts.Actions = dashboard.LocalActions(g.stateDir, g.log)
 			}
 			opts.BackfillActions = backfillActions(g, db, drain)
 			srv, err := dashboard.New(opts)
 			if err != nil {
 				return invalid(err)
 			}
-			g.log.Info("dashboard", "url", dashboardURL(addr), "ledger", opts.Source.Where(), "auth", len(tokens) > 0)
+			g.log.Info("dashboard", "url", dashboard.URL(addr), "ledger", opts.Source.Where(), "auth", len(tokens) > 0)
 			return srv.ListenAndServe(ctx, addr)
 		},
 	}
@@ -104,14 +98,6 @@ token. Without tokens the dashboard refuses to start unless
 	return cmd
 }
 
-// dashboardURL is the address people open: ":8081" is localhost's.
-func dashboardURL(addr string) string {
-	if strings.HasPrefix(addr, ":") {
-		return "http://localhost" + addr + "/"
-	}
-	return "http://" + addr + "/"
-}
-
 // clusterActions are the buttons over the Postgres ledger: the code of
 // precog cancel and precog retry, their output as the message.
 func clusterActions(led *openedLedger, drain time.Duration, log *slog.Logger) dashboard.Actions {
@@ -121,83 +107,23 @@ func clusterActions(led *openedLedger, drain time.Duration, log *slog.Logger) da
 			err := cancelCluster(ctx, led, id, cancelOptions{drain: drain, out: &out, log: log})
 			return strings.TrimSpace(out.String()), err
 		},
-		Retry: func(ctx context.Context, id string) (string, error) { return retryAction(ctx, led, id) },
+		Retry: dashboard.LedgerRetry(led.Store, true, led.where),
 	}
-}
-
-// localActions are the buttons over the embedded ledger: cancel as precog
-// cancel does; retry puts failed shards of an open run back to pending
-// (the next precog run of the job executes them; the dashboard runs
-// nothing itself).
-func localActions(g *globals) dashboard.Actions {
-	return dashboard.Actions{
-		Cancel: func(ctx context.Context, id string) (string, error) {
-			res, err := runner.CancelLocal(ctx, g.stateDir, id, runner.CancelOptions{Log: g.log})
-			if pe := (*runner.CleanupPendingError)(nil); errors.As(err, &pe) {
-				return pe.Error(), nil // cancelled: the page says what is left
-			}
-			if err != nil {
-				return "", err
-			}
-			return fmt.Sprintf("run %s %s", res.Run.ID, res.Run.State), nil
-		},
-		Retry: func(ctx context.Context, id string) (string, error) {
-			led, err := openLedger(ctx, g, "")
-			if err != nil {
-				return "", err
-			}
-			defer led.Close()
-			return retryAction(ctx, led, id)
-		},
-	}
-}
-
-// retryAction is the Retry button: runner.Retry as precog retry RUN calls
-// it, except that on the embedded ledger it runs nothing (the next precog
-// run of the job executes the shards put back to pending).
-func retryAction(ctx context.Context, led *openedLedger, id string) (string, error) {
-	r, _, err := loadRun(ctx, led, id)
-	if err != nil {
-		return "", err
-	}
-	res, err := runner.Retry(ctx, runner.RetryParams{Ledger: led.Store, Run: r, Cluster: led.cluster != nil})
-	if err != nil {
-		return "", err
-	}
-	return res.String(), nil
 }
 
 // serveRunUI serves the dashboard over the embedded ledger of a local run
-// while it executes (precog run --ui ADDR, as the Spark UI on :4040): the
-// run's process opens the ledger once and both use it. Tokens come from PRECOG_API_TOKENS; without any the pages are
-// served without authentication only on a loopback address.
+// while it executes (precog run --ui ADDR): the run's process opens the
+// ledger once and both use it. Tokens come from PRECOG_API_TOKENS.
 func serveRunUI(ctx context.Context, g *globals, addr string, lopts *runner.LocalOptions) (stop func(), err error) {
 	led, err := open.Open(ctx, open.Location{StateDir: g.stateDir}, open.Options{})
 	if err != nil {
 		return nil, err
 	}
-	lopts.Ledger = led
-	tokens := lookup.TokensFromEnv()
-	host, _, _ := net.SplitHostPort(addr)
-	loopback := host == "localhost" || (net.ParseIP(host) != nil && net.ParseIP(host).IsLoopback())
-	if len(tokens) == 0 && !loopback {
-		led.Close()
-		return nil, invalid(fmt.Errorf("--ui %s: set PRECOG_API_TOKENS, or listen on a loopback address (127.0.0.1:4040) to serve without authentication", addr))
-	}
-	srv, err := dashboard.New(dashboard.Options{Source: dashboard.Shared{L: led, Name: "this run (" + g.stateDir + ")"},
-		StateDir: g.stateDir, Actions: dashboard.Actions{}, Tokens: tokens, InsecureNoAuth: len(tokens) == 0, Logger: g.log})
+	stopUI, err := dashboard.ServeRunUI(ctx, dashboard.RunUIParams{Addr: addr, Ledger: led, StateDir: g.stateDir, Tokens: lookup.TokensFromEnv(), Logger: g.log})
 	if err != nil {
 		led.Close()
 		return nil, invalid(err)
 	}
-	uctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.ListenAndServe(uctx, addr); err != nil {
-			g.log.Warn("--ui server", "err", err)
-		}
-	}()
-	g.log.Info("dashboard for this run", "url", dashboardURL(addr))
-	return func() { cancel(); <-done; led.Close() }, nil
+	lopts.Ledger = led
+	return func() { stopUI(); led.Close() }, nil
 }

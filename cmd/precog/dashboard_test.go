@@ -11,7 +11,6 @@ import (
 	"github.com/precog-ml/precog/internal/testservers"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/jobs/ledger/bolt"
 	"github.com/precog-ml/precog/jobs/ledger/postgres"
 )
 
@@ -40,7 +39,8 @@ func dashRun(t *testing.T, led ledger.Ledger, id string, n int, failOne bool) {
 }
 
 // TestDashboardActions: the dashboard's buttons run precog cancel's and
-// precog retry's code on both ledgers.
+// precog retry's code on the Postgres ledger (the embedded ledger's are
+// dashboard.LocalActions, tested there).
 func TestDashboardActions(t *testing.T) {
 	ctx := context.Background()
 	log := slog.New(slog.DiscardHandler)
@@ -75,38 +75,6 @@ func TestDashboardActions(t *testing.T) {
 		}
 		if r, _ := l.Run(ctx, "r-failed"); r.State.Terminal() {
 			t.Errorf("retried run is still %s", r.State)
-		}
-	})
-	t.Run("bolt", func(t *testing.T) {
-		g := &globals{stateDir: t.TempDir(), log: log}
-		l, err := bolt.OpenIn(g.stateDir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dashRun(t, l, "r-open", 3, true)
-		dashRun(t, l, "r-cancel", 1, false)
-		l.Close()
-		acts := localActions(g)
-		msg, err := acts.Retry(ctx, "r-open")
-		if err != nil || !strings.Contains(msg, "1 failed shard(s) back to pending") {
-			t.Fatalf("retry = %q, %v", msg, err)
-		}
-		if msg, err := acts.Cancel(ctx, "r-cancel"); err != nil || msg != "run r-cancel cancelled" {
-			t.Fatalf("cancel = %q, %v", msg, err)
-		}
-		if _, err := acts.Retry(ctx, "r-cancel"); err == nil || !strings.Contains(err.Error(), "cancelled") {
-			t.Errorf("retry of a cancelled run = %v, want a refusal", err)
-		}
-		l, err = bolt.OpenIn(g.stateDir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		if r, _ := l.Run(ctx, "r-cancel"); r.State != jobs.RunCancelled {
-			t.Errorf("cancelled run is %s", r.State)
-		}
-		if sh, _ := l.Shards(ctx, "r-open"); sh[0].State != jobs.ShardPending {
-			t.Errorf("retried shard is %s", sh[0].State)
 		}
 	})
 }

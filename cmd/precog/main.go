@@ -142,7 +142,7 @@ later), 130 interrupted (committed work kept; the same command resumes).`,
 	root.Flags().BoolVar(&showVersion, "version", false, "print the version, commit, Go and ONNX Runtime versions")
 	root.RunE = func(cmd *cobra.Command, _ []string) error {
 		if showVersion {
-			currentVersion().print(cmd.OutOrStdout())
+			currentVersion().WriteText(cmd.OutOrStdout())
 			return nil
 		}
 		return cmd.Help()

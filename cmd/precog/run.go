@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/precog-ml/precog/internal/opsserver"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/runner"
 	"github.com/precog-ml/precog/runner/model"
@@ -86,9 +87,9 @@ fails only when they exceed max_rejected_fraction (default 0.01).`,
 			if db != "" {
 				return runOnCluster(cmd, g, spec, clusterRun{specPath: args[0], dsn: db, parallel: parallel, progress: !noProgress})
 			}
-			stopMetrics, err := serveMetrics(cmd.Context(), metrics, g.log)
+			stopMetrics, err := opsserver.Serve(cmd.Context(), opsserver.Params{Addr: metrics, Flag: "--metrics-addr", Log: g.log, Collectors: runner.Metrics()})
 			if err != nil {
-				return err
+				return invalid(err)
 			}
 			defer stopMetrics()
 			g.runningJob()

@@ -4,17 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"strconv"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/ledger/open"
-	"github.com/precog-ml/precog/jobs/schedule"
 	"github.com/precog-ml/precog/jobs/scheduler"
 )
 
@@ -66,9 +61,9 @@ once, at its first occurrence, except for expressions whose hour field is *
 			if n < 1 || n > maxScheduleNext {
 				return invalid(fmt.Errorf("-n: must be between 1 and %d (got %d)", maxScheduleNext, n))
 			}
-			sched, _, err := loadSchedule(args[0])
+			sched, _, err := scheduler.LoadScheduled(args[0], time.Now())
 			if err != nil {
-				return err
+				return invalid(err)
 			}
 			w := cmd.OutOrStdout()
 			for t, i := after, 0; i < n; i++ {
@@ -83,35 +78,6 @@ once, at its first occurrence, except for expressions whose hour field is *
 	cmd.Flags().StringVar(&from, "from", "", "list fire times after this RFC 3339 time (default now)")
 	cmd.Flags().IntVarP(&n, "n", "n", 10, "how many fire times")
 	return cmd
-}
-
-// loadScheduledSpec loads a job spec with the params a scheduled run gets
-// (date and scheduled_for, here of the current time): a spec whose
-// templates need others could never run from a schedule.
-func loadScheduledSpec(path string) (*jobs.Spec, error) {
-	// A view: it needs none of the sinks' secrets (jobs.LoadForView).
-	spec, err := jobs.LoadForView(path, schedule.Params(time.Now(), time.UTC))
-	if err != nil {
-		return nil, invalid(err)
-	}
-	return spec, nil
-}
-
-// loadSchedule loads a job spec and its schedule; a spec without one is
-// invalid input naming the field.
-func loadSchedule(path string) (*schedule.Schedule, *jobs.Spec, error) {
-	spec, err := loadScheduledSpec(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	sched, err := schedule.FromSpec(spec)
-	if errors.Is(err, schedule.ErrNoSchedule) {
-		return nil, nil, invalid(fmt.Errorf("%s: schedule: the job has no schedule; add a 5-field cron expression (e.g. schedule: \"0 */4 * * *\")", path))
-	}
-	if err != nil {
-		return nil, nil, invalid(fmt.Errorf("%s: %w", path, err))
-	}
-	return sched, spec, nil
 }
 
 // scheduleLedger opens the ledger `schedule list` reads each job's last
@@ -148,9 +114,9 @@ func newScheduleListCmd(g *globals) *cobra.Command {
 			if dir == "" {
 				return invalid(errors.New("--jobs: required (the directory of job specs)"))
 			}
-			specs, err := loadScheduledSpecs(dir)
+			specs, err := scheduler.Dir{Path: dir}.Scheduled(time.Now())
 			if err != nil {
-				return err
+				return invalid(err)
 			}
 			led, done, err := scheduleLedger(g, db)
 			if err != nil {
@@ -161,73 +127,10 @@ func newScheduleListCmd(g *globals) *cobra.Command {
 			if led != nil {
 				runs = led
 			}
-			return writeScheduleList(cmd.Context(), cmd.OutOrStdout(), specs, time.Now(), runs)
+			return scheduler.WriteList(cmd.Context(), cmd.OutOrStdout(), scheduler.ListParams{Specs: specs, Now: time.Now(), Runs: runs})
 		},
 	}
 	cmd.Flags().StringVar(&dir, "jobs", "", "directory of job specs (*.yaml, *.yml)")
 	addDBFlag(cmd, &db)
 	return cmd
-}
-
-// loadScheduledSpecs loads every spec of dir, in name order; specs without
-// a schedule are left out.
-func loadScheduledSpecs(dir string) ([]*jobs.Spec, error) {
-	all, errs, err := scheduler.Dir{Path: dir}.LoadForView(time.Now())
-	if err != nil {
-		return nil, invalid(fmt.Errorf("--jobs: %w", err))
-	}
-	if len(errs) > 0 {
-		return nil, invalid(errs[0])
-	}
-	var specs []*jobs.Spec
-	for _, spec := range all {
-		if spec.Schedule != "" {
-			specs = append(specs, spec)
-		}
-	}
-	return specs, nil
-}
-
-// writeScheduleList prints one line per job; led may be nil (no ledger:
-// LAST_RUN and STALE print "-"). STALE is scheduler.StalenessOf's, the
-// same words as the dashboard's jobs page.
-func writeScheduleList(ctx context.Context, w io.Writer, specs []*jobs.Spec, now time.Time, led scheduler.RunLister) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tSCHEDULE\tTIMEZONE\tNEXT\tCATCHUP\tCONCURRENCY\tMAX_STALENESS\tLAST_RUN\tSTALE")
-	for _, spec := range specs {
-		sched, err := schedule.FromSpec(spec)
-		if err != nil {
-			return invalid(fmt.Errorf("%s: %w", spec.File, err))
-		}
-		next := "-"
-		if t := sched.Next(now); !t.IsZero() {
-			next = t.Format(time.RFC3339)
-		}
-		catchup := string(spec.Catchup)
-		if spec.Catchup == jobs.CatchupAll {
-			catchup += " (max " + strconv.Itoa(int(spec.MaxCatchup)) + ")"
-		}
-		staleness := "-"
-		if d := spec.MaxStaleness.Duration; d > 0 {
-			staleness = d.String()
-		}
-		last, stale := "-", "-"
-		if led != nil {
-			run, at, ok, err := scheduler.LastScheduledRun(ctx, led, spec.Name)
-			if err != nil {
-				return err
-			}
-			if ok {
-				last = at.In(sched.Location()).Format(time.RFC3339) + " " + string(run.State)
-			}
-			st, err := scheduler.StalenessOf(ctx, led, spec, now)
-			if err != nil {
-				return err
-			}
-			stale = st.String()
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", spec.Name, spec.Schedule, spec.Timezone, next,
-			catchup, spec.Concurrency, staleness, last, stale)
-	}
-	return tw.Flush()
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/ledger/bolt"
 	"github.com/precog-ml/precog/jobs/ledger/postgres"
+	"github.com/precog-ml/precog/jobs/scheduler"
 )
 
 // TestScheduleNext drives `precog schedule next` through the binary across
@@ -143,7 +144,7 @@ func TestScheduleListLastRun(t *testing.T) {
 			now := lastOK.UpdatedAt.Add(30 * time.Hour)
 			specs := []*jobs.Spec{mk("daily", 24*time.Hour), mk("loose", 0), mk("never", time.Hour)}
 			var b bytes.Buffer
-			if err := writeScheduleList(ctx, &b, specs, now, l); err != nil {
+			if err := scheduler.WriteList(ctx, &b, scheduler.ListParams{Specs: specs, Now: now, Runs: l}); err != nil {
 				t.Fatal(err)
 			}
 			list := b.String()

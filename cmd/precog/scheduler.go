@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/precog-ml/precog/internal/opsserver"
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/ledger/open"
 	pgledger "github.com/precog-ml/precog/jobs/ledger/postgres"
@@ -74,12 +72,12 @@ restart right before that tick does not lose it. --addr serves /healthz, /readyz
 				return invalid(errors.Join(errs...))
 			}
 			// Leader or standby, a replica is ready.
-			stop, err := serveOps(ctx, "--addr", addr, g.log, nil, scheduler.Metrics()...)
+			stop, err := opsserver.Serve(ctx, opsserver.Params{Addr: addr, Flag: "--addr", Log: g.log, Collectors: scheduler.Metrics()})
 			if err != nil {
-				return err
+				return invalid(err)
 			}
 			defer stop()
-			go watchSpecs(ctx, s, src)
+			go scheduler.Watch(ctx, scheduler.WatchParams{Stamp: src.Stamp, Reload: s.Reload})
 			return s.Run(ctx)
 		},
 	}
@@ -105,27 +103,4 @@ func openSchedulerLedger(ctx context.Context, g *globals, dsn string) (ledger.St
 		return nil, false, nil, fmt.Errorf("scheduler: %w (one scheduler per state directory)", err)
 	}
 	return l, true, func() { l.Close() }, nil
-}
-
-// watchSpecs reloads the specs on SIGHUP and when the directory changes.
-func watchSpecs(ctx context.Context, s *scheduler.Scheduler, src scheduler.Dir) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	stamp := src.Stamp()
-	t := time.NewTicker(2 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-hup:
-			s.Reload()
-		case <-t.C:
-			if now := src.Stamp(); now != stamp {
-				stamp = now
-				s.Reload()
-			}
-		}
-	}
 }

@@ -57,13 +57,8 @@ separated) or --tokens-file. Without tokens the server refuses to start unless
 				return invalid(err)
 			}
 			cfg.Params = p
-			cfg.Tokens = lookup.TokensFromEnv()
-			if tokensFile != "" {
-				t, err := lookup.ReadTokensFile(tokensFile)
-				if err != nil {
-					return invalid(fmt.Errorf("--tokens-file: %w", err))
-				}
-				cfg.Tokens = append(cfg.Tokens, t...)
+			if cfg.Tokens, err = lookup.LoadTokens(tokensFile); err != nil {
+				return invalid(fmt.Errorf("--tokens-file: %w", err))
 			}
 			cfg.Logger = g.log
 			srv, err := lookup.New(cfg)

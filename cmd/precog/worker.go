@@ -1,15 +1,13 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/precog-ml/precog/internal/opsserver"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
 	pgledger "github.com/precog-ml/precog/jobs/ledger/postgres"
@@ -53,13 +51,9 @@ body says why. precog_pool_ledger_up follows the same rule.`,
 			if err := jobs.ValidatePool(opts.Pool); err != nil {
 				return invalid(fmt.Errorf("--pool: %w", err))
 			}
-			for _, d := range strings.Split(devices, ",") {
-				if d = strings.TrimSpace(d); d != "" {
-					if err := model.CheckDevice(d); err != nil {
-						return invalid(fmt.Errorf("--devices: %w", err))
-					}
-					opts.Devices = append(opts.Devices, d)
-				}
+			var err error
+			if opts.Devices, err = model.CheckDevices(devices); err != nil {
+				return invalid(fmt.Errorf("--devices: %w", err))
 			}
 			if opts.RejectsPerRun <= 0 {
 				return invalid(errors.New("--max-stored-rejects must be > 0"))
@@ -70,25 +64,14 @@ body says why. precog_pool_ledger_up follows the same rule.`,
 			}
 			defer led.Close()
 			opts.Logger, opts.StateDir = g.log, g.stateDir
-			opts.Version = workerVersion()
-			var running atomic.Bool
 			w := runner.NewWorker(led, opts)
-			// Ready means able to work: not draining, and able to claim
-			// (the ledger answers, its role may claim, claims succeed).
-			ready := func(ctx context.Context) error {
-				if !running.Load() || cmd.Context().Err() != nil {
-					return errors.New("not running (starting or draining)")
-				}
-				return w.Ready(ctx)
-			}
-			stop, err := serveOps(cmd.Context(), "--addr", addr, g.log, ready, w.Metrics()...)
+			// Ready means able to work: not draining, and able to claim.
+			stop, err := opsserver.Serve(cmd.Context(), opsserver.Params{Addr: addr, Flag: "--addr", Log: g.log, Ready: w.Probe, Collectors: w.Metrics()})
 			if err != nil {
-				return err
+				return invalid(err)
 			}
 			defer stop()
-			running.Store(true)
 			err = w.Run(cmd.Context())
-			running.Store(false)
 			g.log.Info("worker stopped")
 			return err
 		},

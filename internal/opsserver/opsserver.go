@@ -24,6 +24,9 @@ const readyTimeout = 2 * time.Second
 // Params say what to serve where.
 type Params struct {
 	Addr string
+	// Flag is the option that set Addr (--addr, --metrics-addr): Serve's
+	// error names it, as a usage error of the command that serves.
+	Flag string
 	Log  *slog.Logger
 	// Ready says why the process is not ready, in the 503's body; nil:
 	// always ready.
@@ -41,6 +44,9 @@ func Serve(ctx context.Context, p Params) (stop func(), err error) {
 	}
 	ln, err := net.Listen("tcp", p.Addr)
 	if err != nil {
+		if p.Flag != "" {
+			err = fmt.Errorf("%s: %w", p.Flag, err)
+		}
 		return nil, err
 	}
 	return serve(ctx, ln, p), nil

@@ -58,4 +58,8 @@ func TestServe(t *testing.T) {
 	if _, err := Serve(context.Background(), Params{Addr: "256.0.0.1:1", Log: slog.New(slog.DiscardHandler)}); err == nil {
 		t.Error("Serve on a bad address returned no error")
 	}
+	_, err = Serve(context.Background(), Params{Addr: "256.0.0.1:1", Flag: "--addr", Log: slog.New(slog.DiscardHandler)})
+	if err == nil || !strings.HasPrefix(err.Error(), "--addr: listen tcp") {
+		t.Errorf("Serve on a bad address named by --addr = %v, want an error naming the flag", err)
+	}
 }

@@ -7,6 +7,7 @@ package runview
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -183,6 +184,20 @@ func RunDuration(r jobs.Run, now time.Time) time.Duration {
 		end = r.UpdatedAt
 	}
 	return max(end.Sub(r.CreatedAt), 0)
+}
+
+// PublicStates are the states a run's view can show, in lifecycle order:
+// jobs.RunStates as the contract names them (publishing reads as
+// running), then StateInterrupted. The dashboard's state filter offers
+// these.
+func PublicStates() []string {
+	var out []string
+	for _, s := range jobs.RunStates() {
+		if p := publicState(s); !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return append(out, StateInterrupted)
 }
 
 // publicState maps the ledger's states onto the contract's: a run that is

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -148,5 +149,19 @@ func TestStatusRejectSample(t *testing.T) {
 	v.Rejected = 0
 	if err := (Detail{Run: v, Shards: shards}).Write(&buf); err != nil || strings.Contains(buf.String(), "rejects") {
 		t.Errorf("detail of a run without rejects mentions rejects (%v):\n%s", err, buf.String())
+	}
+}
+
+// TestPublicStates: every state a ledger stores shows as itself, except
+// publishing (running), then interrupted: held is among them.
+func TestPublicStates(t *testing.T) {
+	want := []string{"pending", "running", "held", "succeeded", "failed", "cancelled", "interrupted"}
+	if got := PublicStates(); !slices.Equal(got, want) {
+		t.Errorf("PublicStates = %v, want %v", got, want)
+	}
+	for _, s := range jobs.RunStates() {
+		if !slices.Contains(PublicStates(), publicState(s)) {
+			t.Errorf("stored state %s shows as %s, not a public state", s, publicState(s))
+		}
 	}
 }

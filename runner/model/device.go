@@ -50,6 +50,22 @@ func CheckDevice(dev string) error {
 	return appendCUDA(opts, cuda)
 }
 
+// CheckDevices reads a comma-separated list of devices (precog worker
+// --devices: "cpu,cuda:0"), blanks ignored, and checks each with
+// CheckDevice; the first that cannot run is the error.
+func CheckDevices(list string) ([]string, error) {
+	var out []string
+	for _, d := range strings.Split(list, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			if err := CheckDevice(d); err != nil {
+				return nil, err
+			}
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
 func appendCUDA(opts *ort.SessionOptions, device int) error {
 	noCUDA := func(cause error) error {
 		// With the provider beside the core, the usual cause is a CUDA
