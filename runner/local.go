@@ -457,16 +457,14 @@ func checkUnchanged(ctx context.Context, led ledger.Ledger, job *Job, run jobs.R
 // planDiff describes how a fresh plan differs from a run's shards ("" when
 // it is the same plan).
 func planDiff(shards []jobs.Shard, plans []sources.ShardPlan) string {
-	var oldRows, newRows int64
+	var oldRows int64
+	newRows := sources.PlannedRows(plans)
 	differ := len(shards) != len(plans)
 	for i, s := range shards {
 		oldRows += s.EstRows
 		if i < len(plans) && !bytes.Equal(s.Plan, plans[i].Plan) {
 			differ = true
 		}
-	}
-	for _, p := range plans {
-		newRows += p.Rows
 	}
 	if !differ {
 		return ""
