@@ -177,3 +177,24 @@ func (d *decoder) checkParams(params map[string]string) {
 		}
 	}
 }
+
+// LoadArgs loads the spec at path with --param arguments (ParseParams,
+// then Load). With strict, a param that no template uses is refused
+// (CheckParams); callers passing one set of params to several specs
+// (precog serve), each using some of them, are not strict.
+func LoadArgs(path string, args []string, strict bool) (*Spec, error) {
+	p, err := ParseParams(args)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := Load(path, p)
+	if err != nil {
+		return nil, err
+	}
+	if strict {
+		if err := spec.CheckParams(); err != nil {
+			return nil, err
+		}
+	}
+	return spec, nil
+}

@@ -12,14 +12,12 @@ import (
 	"github.com/precog-ml/precog/runner/model"
 )
 
-// loadSpec loads a job spec with --param values, refusing a param that
-// the spec's templates do not use (a typo would otherwise run silently).
+// loadSpec loads a job spec with --param values (jobs.LoadArgs), refusing
+// a param that the spec's templates do not use (a typo would otherwise run
+// silently).
 func loadSpec(path string, params []string) (*jobs.Spec, error) {
-	spec, err := loadSpecAnyParams(path, params)
+	spec, err := jobs.LoadArgs(path, params, true)
 	if err != nil {
-		return nil, err
-	}
-	if err := spec.CheckParams(); err != nil {
 		return nil, invalid(err)
 	}
 	return spec, nil
@@ -28,11 +26,7 @@ func loadSpec(path string, params []string) (*jobs.Spec, error) {
 // loadSpecAnyParams is loadSpec for callers that pass one set of params to
 // several specs (serve), where each spec may use only some of them.
 func loadSpecAnyParams(path string, params []string) (*jobs.Spec, error) {
-	p, err := jobs.ParseParams(params)
-	if err != nil {
-		return nil, invalid(err)
-	}
-	spec, err := jobs.Load(path, p)
+	spec, err := jobs.LoadArgs(path, params, false)
 	if err != nil {
 		return nil, invalid(err)
 	}
