@@ -179,10 +179,9 @@ func (d *decoder) checkParams(params map[string]string) {
 }
 
 // LoadArgs loads the spec at path with --param arguments (ParseParams,
-// then Load). With strict, a param that no template uses is refused
-// (CheckParams); callers passing one set of params to several specs
-// (precog serve), each using some of them, are not strict.
-func LoadArgs(path string, args []string, strict bool) (*Spec, error) {
+// then Load), refusing a param that no template uses (CheckParams): a
+// typo would otherwise run silently.
+func LoadArgs(path string, args []string) (*Spec, error) {
 	p, err := ParseParams(args)
 	if err != nil {
 		return nil, err
@@ -191,10 +190,8 @@ func LoadArgs(path string, args []string, strict bool) (*Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	if strict {
-		if err := spec.CheckParams(); err != nil {
-			return nil, err
-		}
+	if err := spec.CheckParams(); err != nil {
+		return nil, err
 	}
 	return spec, nil
 }

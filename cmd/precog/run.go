@@ -16,17 +16,7 @@ import (
 // a param that the spec's templates do not use (a typo would otherwise run
 // silently).
 func loadSpec(path string, params []string) (*jobs.Spec, error) {
-	spec, err := jobs.LoadArgs(path, params, true)
-	if err != nil {
-		return nil, invalid(err)
-	}
-	return spec, nil
-}
-
-// loadSpecAnyParams is loadSpec for callers that pass one set of params to
-// several specs (serve), where each spec may use only some of them.
-func loadSpecAnyParams(path string, params []string) (*jobs.Spec, error) {
-	spec, err := jobs.LoadArgs(path, params, false)
+	spec, err := jobs.LoadArgs(path, params)
 	if err != nil {
 		return nil, invalid(err)
 	}
