@@ -15,7 +15,7 @@ type JoinParams struct {
 	Ledger ledger.Store
 	Work   OpenOrCreateParams
 	// Parallel is the shards in flight here, each on a device of the
-	// spec's model (at least 1).
+	// spec's model (0: DefaultParallel for it).
 	Parallel int
 	StateDir string
 	Logger   *slog.Logger
@@ -46,7 +46,10 @@ func JoinRun(ctx context.Context, p JoinParams) error {
 	if device == "" {
 		device = jobs.DeviceCPU
 	}
-	devices := make([]string, max(p.Parallel, 1))
+	if p.Parallel <= 0 {
+		p.Parallel = DefaultParallel(device)
+	}
+	devices := make([]string, p.Parallel)
 	for i := range devices {
 		devices[i] = device
 	}

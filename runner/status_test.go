@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -112,5 +113,57 @@ func TestResultSummary(t *testing.T) {
 	}
 	if strings.Contains(b.String(), "rejects:") {
 		t.Errorf("a run without rejects names their directory:\n%s", b.String())
+	}
+}
+
+// TestRejectsShort: a listing of every reject says nothing; one cut by
+// its limit says so; one cut by the ledger's bounded store says that the
+// rest were counted, not stored.
+func TestRejectsShort(t *testing.T) {
+	if got := RejectsShort(5, 5, 5, 0); got != "" {
+		t.Errorf("every reject listed: %q", got)
+	}
+	if got := RejectsShort(2, 5, 5, 2); got != "listed 2 of the run's 5 rejected rows (5 stored): --limit" {
+		t.Errorf("cut by --limit: %q", got)
+	}
+	for _, limit := range []int{0, 200} {
+		got := RejectsShort(100, 100, 900, limit)
+		if !strings.HasPrefix(got, "listed 100 of the run's 900 rejected rows (100 stored): the ledger stores a bounded number") {
+			t.Errorf("limit %d, cut by the store: %q", limit, got)
+		}
+	}
+	if got := RejectsShort(50, 100, 900, 50); !strings.HasSuffix(got, ": --limit") {
+		t.Errorf("cut by --limit below the store: %q", got)
+	}
+}
+
+// TestCancelLocalRefusesAPublishingRun: precog cancel (and the
+// dashboard's button) on a run in its publish step says why it is refused
+// and is a ledger.ErrPublishing; the run stays publishing.
+func TestCancelLocalRefusesAPublishingRun(t *testing.T) {
+	dir, spec := fixture(t, dataset)
+	state := filepath.Join(dir, "state")
+	ctx := context.Background()
+	led, err := open.Open(ctx, open.Location{StateDir: state}, open.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := submit(t, led, spec)
+	for range run.Shards {
+		sh, err := led.Claim(ctx, run.ID, "w", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := led.Complete(ctx, ledger.CompleteParams{RunID: run.ID, Shard: sh.Index, Worker: "w"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := led.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: run.ID, Worker: "w", Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	led.Close()
+	_, err = CancelLocal(ctx, state, run.ID, CancelOptions{})
+	if !errors.Is(err, ledger.ErrPublishing) || !strings.HasPrefix(err.Error(), "run "+run.ID+" is publishing (its results are being made visible in every sink): cancelling now could leave the sinks on different versions") {
+		t.Errorf("cancel of a publishing run: %v", err)
 	}
 }

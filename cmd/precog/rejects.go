@@ -73,13 +73,8 @@ rows (0: all).`,
 			if err := enc.Close(); err != nil {
 				return err
 			}
-			if int64(n) < r.Counts.Rejected {
-				why := "--limit"
-				if stored < r.Counts.Rejected && (limit == 0 || int64(limit) > stored) {
-					why = "the ledger stores a bounded number of rejected rows per run (precog worker --max-stored-rejects, default " +
-						strconv.Itoa(ledger.DefaultRejectsPerRun) + "); the rest were counted, not stored"
-				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "listed %d of the run's %d rejected rows (%d stored): %s\n", n, r.Counts.Rejected, stored, why)
+			if note := runner.RejectsShort(n, stored, r.Counts.Rejected, limit); note != "" {
+				fmt.Fprintln(cmd.ErrOrStderr(), note)
 			}
 			return nil
 		},

@@ -64,9 +64,6 @@ fails only when they exceed max_rejected_fraction (default 0.01).`,
 			if parallel < 0 {
 				return invalid(fmt.Errorf("--parallel: must be >= 0 (got %d; 0 picks by the model's device)", parallel))
 			}
-			if parallel == 0 {
-				parallel = runner.DefaultParallel(spec.Model.Device)
-			}
 			if db != "" {
 				return runOnCluster(cmd, g, spec, clusterRun{specPath: args[0], dsn: db, parallel: parallel, progress: !noProgress})
 			}
