@@ -251,9 +251,7 @@ const localCancelDrain = time.Minute
 // local backfill's date: it holds the job's lock) stops the run's shards,
 // waited for up to localCancelDrain, and goes on with its other runs.
 // When none runs the job, the cancel holds the job's lock itself, so that
-// no `precog run` resumes the run while its sinks are cleaned. A run in
-// its publish step is refused with an error saying why
-// (ledger.ErrPublishing), for the CLI and the dashboard alike.
+// no `precog run` resumes the run while its sinks are cleaned.
 func CancelLocal(ctx context.Context, stateDir, runID string, o CancelOptions) (CancelResult, error) {
 	led, err := open.Open(ctx, open.Location{StateDir: stateDir}, open.Options{})
 	if err != nil {
@@ -272,11 +270,7 @@ func CancelLocal(ctx context.Context, stateDir, runID string, o CancelOptions) (
 			return CancelResult{Run: run}, lerr
 		}
 	}
-	res, err := Cancel(ctx, led, runID, o)
-	if errors.Is(err, ledger.ErrPublishing) {
-		err = fmt.Errorf("run %s is publishing (its results are being made visible in every sink): cancelling now could leave the sinks on different versions; it finishes in moments: %w", runID, err)
-	}
-	return res, err
+	return Cancel(ctx, led, runID, o)
 }
 
 // WriteCleaned says which sinks the cancelled run's data was removed from

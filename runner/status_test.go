@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -134,36 +133,5 @@ func TestRejectsShort(t *testing.T) {
 	}
 	if got := RejectsShort(50, 100, 900, 50); !strings.HasSuffix(got, ": --limit") {
 		t.Errorf("cut by --limit below the store: %q", got)
-	}
-}
-
-// TestCancelLocalRefusesAPublishingRun: precog cancel (and the
-// dashboard's button) on a run in its publish step says why it is refused
-// and is a ledger.ErrPublishing; the run stays publishing.
-func TestCancelLocalRefusesAPublishingRun(t *testing.T) {
-	dir, spec := fixture(t, dataset)
-	state := filepath.Join(dir, "state")
-	ctx := context.Background()
-	led, err := open.Open(ctx, open.Location{StateDir: state}, open.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := submit(t, led, spec)
-	for range run.Shards {
-		sh, err := led.Claim(ctx, run.ID, "w", time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := led.Complete(ctx, ledger.CompleteParams{RunID: run.ID, Shard: sh.Index, Worker: "w"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := led.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: run.ID, Worker: "w", Lease: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
-	led.Close()
-	_, err = CancelLocal(ctx, state, run.ID, CancelOptions{})
-	if !errors.Is(err, ledger.ErrPublishing) || !strings.HasPrefix(err.Error(), "run "+run.ID+" is publishing (its results are being made visible in every sink): cancelling now could leave the sinks on different versions") {
-		t.Errorf("cancel of a publishing run: %v", err)
 	}
 }

@@ -250,9 +250,11 @@ keyspace.`,
 			}
 			res, err := runner.CancelLocal(cmd.Context(), g.stateDir, args[0], runner.CancelOptions{ScanUnindexed: scanUnindexed, Log: g.log})
 			switch {
+			case errors.Is(err, ledger.ErrPublishing):
+				return invalid(fmt.Errorf("run %s is publishing (its results are being made visible in every sink): cancelling now could leave the sinks on different versions; it finishes in moments: %w", args[0], err))
 			case errors.Is(err, ledger.ErrNotFound):
 				return invalid(fmt.Errorf("run %s: not found in %s (see precog runs)", args[0], g.stateDir))
-			case errors.Is(err, ledger.ErrPublishing) || errors.Is(err, runner.ErrNotCancellable):
+			case errors.Is(err, runner.ErrNotCancellable):
 				return invalid(err)
 			case err != nil:
 				return err
