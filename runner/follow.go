@@ -121,7 +121,11 @@ func WatchRun(ctx context.Context, p WatchParams) error {
 func changed(last *string, v runview.Run) bool {
 	v.DurationS, v.RowsPerS = 0, 0
 	b, _ := json.Marshal(v)
-	return runview.Changed(last, string(b))
+	if *last == string(b) {
+		return false
+	}
+	*last = string(b)
+	return true
 }
 
 // WatchLine is one line of a run's progress for logs, at now; rate is the

@@ -67,17 +67,3 @@ func TestRejectEncoder(t *testing.T) {
 		}
 	}
 }
-
-// TestChanged: the same form is no change; another one is, and is
-// remembered.
-func TestChanged(t *testing.T) {
-	last := ""
-	for i, c := range []struct {
-		now  string
-		want bool
-	}{{"a", true}, {"a", false}, {"b", true}, {"b", false}, {"a", true}} {
-		if got := Changed(&last, c.now); got != c.want {
-			t.Errorf("step %d: Changed(%q) = %v, want %v", i, c.now, got, c.want)
-		}
-	}
-}

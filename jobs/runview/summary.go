@@ -15,14 +15,3 @@ func (v Run) WriteSummary(w io.Writer) error {
 		Duration(time.Duration(v.DurationS*float64(time.Second))), Human(int64(v.RowsPerS)))
 	return err
 }
-
-// Changed reports whether now, a watched view's form without its clock
-// fields, differs from *last, and remembers it: a watch prints only what
-// changed.
-func Changed(last *string, now string) bool {
-	if *last == now {
-		return false
-	}
-	*last = now
-	return true
-}
