@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/precog-ml/precog/jobs"
@@ -44,30 +45,48 @@ type StatusParams struct {
 	Now     time.Time
 }
 
-// RunStatus is one run as precog status shows it: its view (RunView), its
-// reject sample, the checks of its stored report, the workers holding its
-// running shards (none for an interrupted run: its holder is gone) and
-// those unable to run it; and the report itself (nil when it has none or
-// it cannot be read: status shows the run without it).
-func RunStatus(ctx context.Context, p StatusParams) (runview.Status, *profile.Report, error) {
+// RunStatus is one run as precog status shows it (see StatusReport).
+func RunStatus(ctx context.Context, p StatusParams) (StatusReport, error) {
 	v, err := RunView(ctx, p.Ledger, p.StateDir, p.Run, p.Shards, p.Now)
 	if err != nil {
-		return runview.Status{}, nil, err
+		return StatusReport{}, err
 	}
 	sample, err := RejectSample(ctx, p.Ledger, v)
 	if err != nil {
-		return runview.Status{}, nil, err
+		return StatusReport{}, err
 	}
-	st := runview.StatusOf(v, sample)
-	var rep *profile.Report
+	sr := StatusReport{Status: runview.StatusOf(v, sample), Shards: p.Shards, Workers: p.Workers}
 	if r, ok, err := CheckReport(ctx, p.Ledger, p.Run.ID); err == nil && ok {
-		rep, st.Checks = &r, r.Checks
+		sr.Report, sr.Status.Checks = &r, r.Checks
 	}
 	if hs := runview.HoldersOf(p.Shards, p.Workers); len(hs) > 0 && v.State != runview.StateInterrupted {
-		st.Holders = hs
+		sr.Status.Holders = hs
 	}
-	st.CannotRun = runview.UnableFor(p.Run.ID, p.Workers)
-	return st, rep, nil
+	sr.Status.CannotRun = runview.UnableFor(p.Run.ID, p.Workers)
+	return sr, nil
+}
+
+// StatusReport is one run as precog status shows it: Status (its --json
+// form) holds its view (RunView), its reject sample, the checks of its
+// stored report, the workers holding its running shards (none for an
+// interrupted run: its holder is gone) and those unable to run it; Report
+// is the stored checks' report (nil when it has none or it cannot be
+// read: status shows the run without it).
+type StatusReport struct {
+	Status  runview.Status
+	Report  *profile.Report
+	Shards  []jobs.Shard
+	Workers []ledger.WorkerInfo
+}
+
+// WriteText prints the report for people: the run's detail view, then its
+// checks' report.
+func (sr StatusReport) WriteText(w io.Writer) error {
+	d := runview.Detail{Run: sr.Status.Run, Shards: sr.Shards, Rejects: sr.Status.RejectSample, Workers: sr.Workers}
+	if err := d.Write(w); err != nil || sr.Report == nil {
+		return err
+	}
+	return sr.Report.WriteText(w)
 }
 
 // RejectSample reads the sample of a run's rejected rows that precog

@@ -44,10 +44,11 @@ func TestRunStatus(t *testing.T) {
 	}
 	ws := []ledger.WorkerInfo{{ID: "w1", Unable: []ledger.Unable{{Run: run.ID, Reason: "no such model"}}}, {ID: "w2", Lost: true, Unable: []ledger.Unable{{Run: run.ID}}}}
 	p := StatusParams{Ledger: led, StateDir: state, Run: run, Shards: shards, Workers: ws, Now: time.Now()}
-	st, rep, err := RunStatus(ctx, p)
+	sr, err := RunStatus(ctx, p)
 	if err != nil {
 		t.Fatal(err)
 	}
+	st, rep := sr.Status, sr.Report
 	if want := min(run.Counts.Rejected, 20); int64(len(st.RejectSample)) != want || st.Rejected != run.Counts.Rejected {
 		t.Errorf("reject sample of %d rows of %d rejected, want %d", len(st.RejectSample), st.Rejected, want)
 	}
@@ -63,18 +64,19 @@ func TestRunStatus(t *testing.T) {
 	if err := led.PutCheckReport(ctx, run.ID, b); err != nil {
 		t.Fatal(err)
 	}
-	st, rep, err = RunStatus(ctx, p)
-	if err != nil {
+	if sr, err = RunStatus(ctx, p); err != nil {
 		t.Fatal(err)
 	}
+	st, rep = sr.Status, sr.Report
 	if rep == nil || rep.Against != "v1" || len(st.Checks) != 1 || st.Checks[0].Name != "rows.min_ratio" {
 		t.Errorf("report %+v, checks %+v, want the stored report", rep, st.Checks)
 	}
 	var text bytes.Buffer
-	if err := rep.WriteText(&text); err != nil {
+	if err := sr.WriteText(&text); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(text.String(), "checks against version v1 (run r1):\n") || !strings.Contains(text.String(), "FAILED") || !strings.HasSuffix(text.String(), "checks failed\n") {
+	if !strings.HasPrefix(text.String(), "run ") || !strings.Contains(text.String(), run.ID) || !strings.Contains(text.String(), "cannot run") ||
+		!strings.Contains(text.String(), "checks against version v1 (run r1):\n") || !strings.Contains(text.String(), "FAILED") || !strings.HasSuffix(text.String(), "checks failed\n") {
 		t.Errorf("report text:\n%s", text.String())
 	}
 

@@ -156,17 +156,14 @@ value is done, on either ledger; on the embedded ledger the watch ends (exit
 			if err != nil {
 				g.log.Warn("list workers for their heartbeats", "err", err)
 			}
-			st, rep, err := runner.RunStatus(ctx, runner.StatusParams{Ledger: led.Store, StateDir: led.stateDir(g), Run: r, Shards: shards, Workers: ws, Now: time.Now()})
+			sr, err := runner.RunStatus(ctx, runner.StatusParams{Ledger: led.Store, StateDir: led.stateDir(g), Run: r, Shards: shards, Workers: ws, Now: time.Now()})
 			if err != nil {
 				return err
 			}
 			if asJSON {
-				return json.NewEncoder(w).Encode(st)
+				return json.NewEncoder(w).Encode(sr.Status)
 			}
-			if err := (runview.Detail{Run: st.Run, Shards: shards, Rejects: st.RejectSample, Workers: ws}.Write(w)); err != nil || rep == nil {
-				return err
-			}
-			return rep.WriteText(w)
+			return sr.WriteText(w)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for machines")

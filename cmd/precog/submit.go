@@ -76,19 +76,16 @@ keeps going on the workers).`,
 				return err
 			}
 			defer c.Close()
-			opts.ModelVersion, opts.Plans = c.Job.Model.Version(), c.Plans
 			led, err := openCluster(ctx, dsn, cliLedgerOptions(g.log))
 			if err != nil {
 				return err
 			}
 			defer led.Close()
-			run, shards := runner.NewRun(spec, opts)
-			if err := led.CreateRun(ctx, run, shards); err != nil {
-				var open *ledger.OpenRunError
-				if errors.As(err, &open) {
-					return invalid(open)
-				}
-				return fmt.Errorf("submit %s: %w", spec.Name, err)
+			run, shards, err := runner.Submit(ctx, led, spec, c, opts)
+			if open := (*ledger.OpenRunError)(nil); errors.As(err, &open) {
+				return invalid(open)
+			} else if err != nil {
+				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), run.ID)
 			warnNoWorkers(ctx, led, run.Pool, cmd.ErrOrStderr(), g.log)
