@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -43,19 +42,16 @@ type histView struct {
 // held).
 func loadChecks(ctx context.Context, led ledger.Store, run jobs.Run) (*checksView, error) {
 	v := &checksView{Held: run.State == jobs.RunHeld}
-	b, err := led.CheckReport(ctx, run.ID)
+	rep, ok, err := runner.CheckReport(ctx, led, run.ID)
 	switch {
-	case errors.Is(err, ledger.ErrNotFound):
-		if !v.Held {
-			return nil, nil
-		}
-		v.Report.Note = "no checks' report is stored for this run"
 	case err != nil:
-		return nil, fmt.Errorf("run %s: checks' report: %w", run.ID, err)
+		return nil, err
+	case ok:
+		v.Report = rep
+	case !v.Held:
+		return nil, nil
 	default:
-		if err := json.Unmarshal(b, &v.Report); err != nil {
-			return nil, fmt.Errorf("run %s: checks' report: %w", run.ID, err)
-		}
+		v.Report.Note = "no checks' report is stored for this run"
 	}
 	if a, err := led.Acceptance(ctx, run.ID); err == nil {
 		v.Accepted = &a

@@ -16,6 +16,7 @@ import (
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/runview"
+	"github.com/precog-ml/precog/runner"
 )
 
 // maxRuns bounds the runs page (newest first).
@@ -227,10 +228,8 @@ func loadDetail(ctx context.Context, led ledger.Ledger, view viewFunc, id string
 		}
 	}
 	d.Workers = len(workers)
-	if d.Row.Rejected > 0 {
-		if d.Rejects, err = led.RejectSample(ctx, id, runview.DefaultRejectSample); err != nil {
-			return runDetail{}, fmt.Errorf("run %s: reject sample: %w", id, err)
-		}
+	if d.Rejects, err = runner.RejectSample(ctx, led, d.Row.Run); err != nil {
+		return runDetail{}, err
 	}
 	d.Timeline, d.BarsShown = timelineSVG(run, shards, now, maxBars)
 	d.Through = throughputSVG(run, shards, now)

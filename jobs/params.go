@@ -177,3 +177,21 @@ func (d *decoder) checkParams(params map[string]string) {
 		}
 	}
 }
+
+// LoadArgs loads the spec at path with --param arguments (ParseParams,
+// then Load), refusing a param that no template uses (CheckParams): a
+// typo would otherwise run silently.
+func LoadArgs(path string, args []string) (*Spec, error) {
+	p, err := ParseParams(args)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := Load(path, p)
+	if err != nil {
+		return nil, err
+	}
+	if err := spec.CheckParams(); err != nil {
+		return nil, err
+	}
+	return spec, nil
+}

@@ -1,6 +1,8 @@
 package jobs
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -165,5 +167,27 @@ func TestDuplicateInputColumns(t *testing.T) {
 	}
 	if got := s.Model.Inputs["features"].Columns; len(got) != 3 || got[2] != "f0" {
 		t.Errorf("columns = %v", got)
+	}
+}
+
+// TestLoadArgs: --param arguments are parsed (a malformed one refused),
+// the spec loaded with them, and a param no template uses refused.
+func TestLoadArgs(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "job.yaml")
+	if err := os.WriteFile(path, []byte(baseSpec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadArgs(path, []string{"date=2026-11-01", "dte=2026-11-02"}); err == nil || !strings.Contains(err.Error(), "--param dte: not used by the job spec") {
+		t.Errorf("LoadArgs with an unused param: %v", err)
+	}
+	s, err := LoadArgs(path, []string{"date=2026-11-01"})
+	if err != nil || s.Params["date"] != "2026-11-01" {
+		t.Errorf("LoadArgs = %v, %v; want the spec with date", s, err)
+	}
+	if _, err := LoadArgs(path, []string{"date"}); err == nil {
+		t.Error("a malformed --param was accepted")
+	}
+	if _, err := LoadArgs(filepath.Join(t.TempDir(), "none.yaml"), nil); err == nil {
+		t.Error("a missing spec file loaded")
 	}
 }

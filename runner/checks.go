@@ -337,3 +337,16 @@ func Diff(ctx context.Context, led ledger.Store, runID, against string) (profile
 	}
 	return profile.Evaluate(spec.Checks, &profile.Baseline{RunID: other.ID, Version: other.Version, RowsOut: oldRows, Profile: old}, cur, rows), nil
 }
+
+// CancelHeld discards run o.RunID when its checks hold it (precog cancel
+// on a held run, DiscardHeld); held is false, and nothing changes, when it
+// is not held or cannot be read (the ordinary cancel goes on and reports
+// that).
+func CancelHeld(ctx context.Context, o HeldOptions) (r jobs.Run, held bool, err error) {
+	r, err = o.Ledger.Run(ctx, o.RunID)
+	if err != nil || r.State != jobs.RunHeld {
+		return r, false, nil
+	}
+	r, err = DiscardHeld(ctx, o)
+	return r, true, err
+}

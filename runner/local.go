@@ -392,10 +392,35 @@ const localPublishLease = 10 * time.Minute
 // cutting over.
 func (lr *localRun) claimPublish(ctx context.Context, runID string) error {
 	host, _ := os.Hostname()
-	if _, err := lr.led.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: runID, Worker: fmt.Sprintf("%s-%d", host, os.Getpid()), Lease: localPublishLease}); err != nil {
+	r, err := lr.led.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: runID, Worker: fmt.Sprintf("%s-%d", host, os.Getpid()), Lease: localPublishLease})
+	switch {
+	case errors.Is(err, ledger.ErrRunFinished) && r.State.Terminal():
+		return endedBeforePublish(r)
+	case err != nil:
 		return fmt.Errorf("run %s: take the publish step: %w", runID, err)
 	}
 	return nil
+}
+
+// endedBeforePublish is the error of a run that another process ended
+// (precog cancel, a dashboard) after its last shard committed and before
+// this one took the publish step: what the ledger says happened, rather
+// than "take the publish step: run finished", which reads as if it
+// published.
+func endedBeforePublish(r jobs.Run) error {
+	var msg string
+	switch r.State {
+	case jobs.RunSucceeded:
+		msg = fmt.Sprintf("run %s succeeded before this process could publish it: another process published it", r.ID)
+	case jobs.RunFailed:
+		msg = fmt.Sprintf("run %s failed after its last shard committed, before its publish: nothing was published", r.ID)
+	default:
+		msg = fmt.Sprintf("run %s was %s after its last shard committed, before its publish: nothing was published", r.ID, r.State)
+	}
+	if r.Error != "" {
+		msg += " (" + r.Error + ")"
+	}
+	return &endedError{msg: msg}
 }
 
 // succeededRun reports whether the newest run of the job with the same
@@ -432,16 +457,14 @@ func checkUnchanged(ctx context.Context, led ledger.Ledger, job *Job, run jobs.R
 // planDiff describes how a fresh plan differs from a run's shards ("" when
 // it is the same plan).
 func planDiff(shards []jobs.Shard, plans []sources.ShardPlan) string {
-	var oldRows, newRows int64
+	var oldRows int64
+	newRows := sources.PlannedRows(plans)
 	differ := len(shards) != len(plans)
 	for i, s := range shards {
 		oldRows += s.EstRows
 		if i < len(plans) && !bytes.Equal(s.Plan, plans[i].Plan) {
 			differ = true
 		}
-	}
-	for _, p := range plans {
-		newRows += p.Rows
 	}
 	if !differ {
 		return ""

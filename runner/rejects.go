@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
@@ -134,4 +135,20 @@ func EachReject(ctx context.Context, rj ledger.Rejects, runID string, limit int,
 			return n, stored, cap, nil
 		}
 	}
+}
+
+// RejectsShort says why a listing of a run's rejects (EachReject, at most
+// limit rows; 0: all) holds fewer rows than the run rejected: the limit,
+// or the ledger's bounded store (the rest were counted, not stored). It
+// is "" when the listing holds every one.
+func RejectsShort(listed int, stored, rejected int64, limit int) string {
+	if int64(listed) >= rejected {
+		return ""
+	}
+	why := "--limit"
+	if stored < rejected && (limit == 0 || int64(limit) > stored) {
+		why = "the ledger stores a bounded number of rejected rows per run (precog worker --max-stored-rejects, default " +
+			strconv.Itoa(ledger.DefaultRejectsPerRun) + "); the rest were counted, not stored"
+	}
+	return fmt.Sprintf("listed %d of the run's %d rejected rows (%d stored): %s", listed, rejected, stored, why)
 }

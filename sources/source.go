@@ -32,6 +32,15 @@ type ShardPlan struct {
 	Desc string
 }
 
+// PlannedRows is the rows of a shard plan, as its metadata counts them.
+func PlannedRows(plans []ShardPlan) int64 {
+	var n int64
+	for _, p := range plans {
+		n += p.Rows
+	}
+	return n
+}
+
 // ReadOptions narrows what a shard read returns.
 type ReadOptions struct {
 	// Columns to read (projection); nil means all.

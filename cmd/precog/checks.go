@@ -6,13 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/jobs/profile"
 	"github.com/precog-ml/precog/runner"
 )
 
@@ -105,7 +103,7 @@ printed either way), 2 for a run or version that does not exist.`,
 			if asJSON {
 				err = json.NewEncoder(cmd.OutOrStdout()).Encode(rep)
 			} else {
-				err = writeReport(cmd.OutOrStdout(), rep)
+				err = rep.WriteText(cmd.OutOrStdout())
 			}
 			if err == nil && !rep.Passed {
 				err = fmt.Errorf("run %s: checks failed (the report above)", args[0]) // exit 1, as diff(1) when it finds differences
@@ -119,68 +117,18 @@ printed either way), 2 for a run or version that does not exist.`,
 	return cmd
 }
 
-// writeReport prints a checks' report for people.
-func writeReport(w io.Writer, r profile.Report) error {
-	switch {
-	case r.FirstRun:
-		fmt.Fprintf(w, "checks: %s\n", r.Note)
-	default:
-		fmt.Fprintf(w, "checks against version %s (run %s):\n", r.Against, r.AgainstRun)
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CHECK\tVALUE\tTHRESHOLD\tRESULT\tNOTE")
-	for _, c := range r.Checks {
-		res := "passed"
-		if !c.Passed {
-			res = "FAILED"
-		}
-		note := c.Error
-		if c.Note != "" {
-			note = c.Note + " " + note
-		}
-		fmt.Fprintf(tw, "%s\t%.4g\t%v\t%s\t%s\n", c.Name, c.Value, c.Threshold, res, note)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if r.Passed {
-		fmt.Fprintln(w, "all checks passed")
-	} else {
-		fmt.Fprintln(w, "checks failed")
-	}
-	return nil
-}
-
-// runChecks is the stored checks' report of a run for status (nil when
-// none).
-func runChecks(ctx context.Context, led ledger.Checks, runID string) *profile.Report {
-	b, err := led.CheckReport(ctx, runID)
-	if err != nil {
-		return nil
-	}
-	var r profile.Report
-	if json.Unmarshal(b, &r) != nil {
-		return nil
-	}
-	return &r
-}
-
-// cancelHeld discards a held run (`precog cancel RUN` on a held run); ok
-// is false when the run is not held (cancel goes on as before).
-func cancelHeld(ctx context.Context, g *globals, db, id string, w io.Writer) (bool, error) {
+// cancelHeld discards a held run (`precog cancel RUN` on a held run,
+// runner.CancelHeld); held is false when the run is not held (cancel goes
+// on as before).
+func cancelHeld(ctx context.Context, g *globals, db, id string, w io.Writer) (held bool, err error) {
 	led, err := openLedger(ctx, g, db)
 	if err != nil {
 		return false, nil // the ordinary path reports it
 	}
 	defer led.Close()
-	r, err := led.Run(ctx, id)
-	if err != nil || r.State != jobs.RunHeld {
-		return false, nil
+	r, held, err := runner.CancelHeld(ctx, runner.HeldOptions{Ledger: led.Store, RunID: id, By: runner.CurrentUser(), Reason: "precog cancel", Log: g.log})
+	if held && err == nil {
+		fmt.Fprintf(w, "run %s %s\n", r.ID, r.State)
 	}
-	r, err = runner.DiscardHeld(ctx, runner.HeldOptions{Ledger: led.Store, RunID: id, By: runner.CurrentUser(), Reason: "precog cancel", Log: g.log})
-	if err != nil {
-		return true, err
-	}
-	fmt.Fprintf(w, "run %s %s\n", r.ID, r.State)
-	return true, nil
+	return held, err
 }

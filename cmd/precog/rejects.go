@@ -1,17 +1,14 @@
 package main
 
 import (
-	"encoding/csv"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 
 	"github.com/spf13/cobra"
 
-	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/runview"
 	"github.com/precog-ml/precog/runner"
 )
 
@@ -62,21 +59,22 @@ rows (0: all).`,
 			} else if err != nil {
 				return err
 			}
-			w := newRejectWriter(cmd.OutOrStdout(), asJSON, asCSV)
-			n, stored, _, err := runner.EachReject(ctx, led, r.ID, limit, w.write)
+			format := runview.RejectsText
+			if asJSON {
+				format = runview.RejectsJSON
+			} else if asCSV {
+				format = runview.RejectsCSV
+			}
+			enc := runview.NewRejectEncoder(cmd.OutOrStdout(), format)
+			n, stored, _, err := runner.EachReject(ctx, led, r.ID, limit, enc.Encode)
 			if err != nil {
 				return err
 			}
-			if err := w.close(); err != nil {
+			if err := enc.Close(); err != nil {
 				return err
 			}
-			if int64(n) < r.Counts.Rejected {
-				why := "--limit"
-				if stored < r.Counts.Rejected && (limit == 0 || int64(limit) > stored) {
-					why = "the ledger stores a bounded number of rejected rows per run (precog worker --max-stored-rejects, default " +
-						strconv.Itoa(ledger.DefaultRejectsPerRun) + "); the rest were counted, not stored"
-				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "listed %d of the run's %d rejected rows (%d stored): %s\n", n, r.Counts.Rejected, stored, why)
+			if note := runner.RejectsShort(n, stored, r.Counts.Rejected, limit); note != "" {
+				fmt.Fprintln(cmd.ErrOrStderr(), note)
 			}
 			return nil
 		},
@@ -86,74 +84,4 @@ rows (0: all).`,
 	cmd.Flags().IntVar(&limit, "limit", 0, "at most N rows (0: all)")
 	addDBFlag(cmd, &db)
 	return cmd
-}
-
-// rejectWriter prints rejects as text lines, CSV or one JSON array.
-type rejectWriter struct {
-	out     io.Writer
-	json    bool
-	csv     *csv.Writer
-	started bool
-}
-
-func newRejectWriter(out io.Writer, asJSON, asCSV bool) *rejectWriter {
-	w := &rejectWriter{out: out, json: asJSON}
-	if asCSV {
-		w.csv = csv.NewWriter(out)
-	}
-	return w
-}
-
-func (w *rejectWriter) write(r jobs.Reject) error {
-	switch {
-	case w.json:
-		b, err := json.Marshal(r)
-		if err != nil {
-			return err
-		}
-		sep := ",\n"
-		if !w.started {
-			sep = "[\n"
-		}
-		w.started = true
-		_, err = fmt.Fprintf(w.out, "%s%s", sep, b)
-		return err
-	case w.csv != nil:
-		if !w.started {
-			w.started = true
-			if err := w.csv.Write([]string{"shard", "key", "position", "reason"}); err != nil {
-				return err
-			}
-		}
-		return w.csv.Write([]string{strconv.Itoa(r.Shard), r.Key, r.Position, r.Reason})
-	}
-	if !w.started {
-		w.started = true
-		if _, err := io.WriteString(w.out, "KEY\tSHARD\tPOSITION\tREASON\n"); err != nil {
-			return err
-		}
-	}
-	_, err := fmt.Fprintf(w.out, "%s\t%d\t%s\t%s\n", r.Key, r.Shard, r.Position, r.Reason)
-	return err
-}
-
-func (w *rejectWriter) close() error {
-	switch {
-	case w.json:
-		end := "\n]\n"
-		if !w.started {
-			end = "[]\n"
-		}
-		_, err := io.WriteString(w.out, end)
-		return err
-	case w.csv != nil:
-		if !w.started {
-			if err := w.csv.Write([]string{"shard", "key", "position", "reason"}); err != nil {
-				return err
-			}
-		}
-		w.csv.Flush()
-		return w.csv.Error()
-	}
-	return nil
 }

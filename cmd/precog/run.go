@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -13,27 +12,11 @@ import (
 	"github.com/precog-ml/precog/runner/model"
 )
 
-// loadSpec loads a job spec with --param values, refusing a param that
-// the spec's templates do not use (a typo would otherwise run silently).
+// loadSpec loads a job spec with --param values (jobs.LoadArgs), refusing
+// a param that the spec's templates do not use (a typo would otherwise run
+// silently).
 func loadSpec(path string, params []string) (*jobs.Spec, error) {
-	spec, err := loadSpecAnyParams(path, params)
-	if err != nil {
-		return nil, err
-	}
-	if err := spec.CheckParams(); err != nil {
-		return nil, invalid(err)
-	}
-	return spec, nil
-}
-
-// loadSpecAnyParams is loadSpec for callers that pass one set of params to
-// several specs (serve), where each spec may use only some of them.
-func loadSpecAnyParams(path string, params []string) (*jobs.Spec, error) {
-	p, err := jobs.ParseParams(params)
-	if err != nil {
-		return nil, invalid(err)
-	}
-	spec, err := jobs.Load(path, p)
+	spec, err := jobs.LoadArgs(path, params)
 	if err != nil {
 		return nil, invalid(err)
 	}
@@ -81,9 +64,6 @@ fails only when they exceed max_rejected_fraction (default 0.01).`,
 			if parallel < 0 {
 				return invalid(fmt.Errorf("--parallel: must be >= 0 (got %d; 0 picks by the model's device)", parallel))
 			}
-			if parallel == 0 {
-				parallel = runner.DefaultParallel(spec.Model.Device)
-			}
 			if db != "" {
 				return runOnCluster(cmd, g, spec, clusterRun{specPath: args[0], dsn: db, parallel: parallel, progress: !noProgress})
 			}
@@ -121,7 +101,7 @@ fails only when they exceed max_rejected_fraction (default 0.01).`,
 				}
 				return err
 			}
-			printSummary(cmd, res)
+			res.WriteSummary(cmd.OutOrStdout())
 			return nil
 		},
 	}
@@ -133,31 +113,4 @@ fails only when they exceed max_rejected_fraction (default 0.01).`,
 	cmd.Flags().StringVar(&db, "db", "", "use the Postgres ledger at this URL: join the open run of the job and params (workers may be on it) or create one, and work on it here; never printed")
 	cmd.Flags().StringVar(&metrics, "metrics-addr", "", "serve Prometheus metrics (rows, shards, stage busy time) on this address, e.g. :9090")
 	return cmd
-}
-
-func printSummary(cmd *cobra.Command, res runner.Result) {
-	w := cmd.OutOrStdout()
-	r := res.Run
-	rate := 0.0
-	if s := res.Duration.Seconds(); s > 0 {
-		rate = float64(res.RowsThisProcess) / s
-	}
-	fmt.Fprintf(w, "run %s succeeded (version %s, model %s)\n", r.ID, r.Version, r.ModelVersion)
-	if res.Resumed {
-		fmt.Fprintf(w, "  resumed:   %d of %d shards were already committed\n", res.SkippedShards, r.Shards)
-	}
-	fmt.Fprintf(w, "  rows:      %d in, %d out, %d rejected\n", r.Counts.RowsIn, r.Counts.RowsOut, r.Counts.Rejected)
-	if r.Counts.RowsIn == 0 {
-		fmt.Fprintln(w, "  note:      the dataset has zero rows; an empty result was published")
-	}
-	fmt.Fprintf(w, "  duration:  %s (%.0f rows/s)\n", res.Duration.Round(time.Millisecond), rate)
-	if st := res.Stages.String(); st != "" {
-		fmt.Fprintf(w, "  stages:    %s busy, summed over the shards in flight (the busiest bounds the run)\n", st)
-	}
-	if r.Counts.Rejected > 0 {
-		fmt.Fprintf(w, "  rejects:   %s\n", res.RejectsDir)
-	}
-	for _, o := range res.Outputs {
-		fmt.Fprintf(w, "  output:    %s\n", o)
-	}
 }

@@ -275,6 +275,10 @@ func TestRunSemanticsOnBothModes(t *testing.T) {
 				if !strings.Contains(r.stdout+r.stderr, "4000 in, 4000 out, 0 rejected") {
 					t.Errorf("summary lacks the counts:\n%s%s", r.stdout, r.stderr)
 				}
+				// The summary is the command's result: stdout on both modes.
+				if !strings.Contains(r.stdout, "succeeded (version") || strings.Contains(r.stderr, "succeeded (version") {
+					t.Errorf("the summary is not on stdout alone:\nstdout: %s\nstderr: %s", r.stdout, r.stderr)
+				}
 				if got := readScores(t, filepath.Join(e.dir, "out")); len(got) != 4000 {
 					t.Errorf("published %d keys, want 4000", len(got))
 				}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -76,18 +75,9 @@ RUN --json.`,
 			if err != nil {
 				return err
 			}
-			now := time.Now()
-			runs := []runview.Run{}
-			for _, r := range rs {
-				shards, err := led.Shards(ctx, r.ID)
-				if err != nil {
-					return err
-				}
-				v, err := runner.RunView(ctx, led.Store, led.stateDir(g), r, shards, now)
-				if err != nil {
-					return err
-				}
-				runs = append(runs, v)
+			runs, err := runner.RunViews(ctx, led.Store, led.stateDir(g), rs, time.Now())
+			if err != nil {
+				return err
 			}
 			if asJSON {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(runs)
@@ -159,38 +149,21 @@ value is done, on either ledger; on the embedded ledger the watch ends (exit
 				return err
 			}
 			w := cmd.OutOrStdout()
-			if !watch {
-				now := time.Now()
-				v, err := runner.RunView(ctx, led.Store, led.stateDir(g), r, shards, now)
-				if err != nil {
-					return err
-				}
-				sample, err := rejectSample(ctx, led, v)
-				if err != nil {
-					return err
-				}
-				rep := runChecks(ctx, led.Store, r.ID)
-				ws, err := listWorkers(ctx, led, "")
-				if err != nil {
-					g.log.Warn("list workers for their heartbeats", "err", err)
-				}
-				if asJSON {
-					st := runview.StatusOf(v, sample)
-					if rep != nil {
-						st.Checks = rep.Checks
-					}
-					if hs := runview.HoldersOf(shards, ws); len(hs) > 0 && v.State != runview.StateInterrupted {
-						st.Holders = hs
-					}
-					st.CannotRun = runview.UnableFor(r.ID, ws)
-					return json.NewEncoder(w).Encode(st)
-				}
-				if err := (runview.Detail{Run: v, Shards: shards, Rejects: sample, Workers: ws}.Write(w)); err != nil || rep == nil {
-					return err
-				}
-				return writeReport(w, *rep)
+			if watch {
+				return runner.WatchRun(ctx, runner.WatchParams{Ledger: led, RunID: r.ID, Out: w, Format: watchFormat(w, asJSON)})
 			}
-			return watchRun(ctx, led, r.ID, w, asJSON)
+			ws, err := listWorkers(ctx, led, "")
+			if err != nil {
+				g.log.Warn("list workers for their heartbeats", "err", err)
+			}
+			sr, err := runner.RunStatus(ctx, runner.StatusParams{Ledger: led.Store, StateDir: led.stateDir(g), Run: r, Shards: shards, Workers: ws, Now: time.Now()})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(w).Encode(sr.Status)
+			}
+			return sr.WriteText(w)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for machines")
@@ -199,93 +172,16 @@ value is done, on either ledger; on the embedded ledger the watch ends (exit
 	return cmd
 }
 
-// rejectSample reads the sample of a run's rejected rows that status
-// shows; a run without rejects has none to read.
-func rejectSample(ctx context.Context, led ledger.Ledger, v runview.Run) ([]jobs.Reject, error) {
-	if v.Rejected == 0 {
-		return nil, nil
+// watchFormat is how status --watch shows a run on w: JSON objects, a
+// redrawn view on a terminal, else lines.
+func watchFormat(w io.Writer, asJSON bool) runner.WatchFormat {
+	if asJSON {
+		return runner.WatchJSON
 	}
-	sample, err := led.RejectSample(ctx, v.ID, runview.DefaultRejectSample)
-	if err != nil {
-		return nil, fmt.Errorf("run %s: %w", v.ID, err)
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		return runner.WatchRedraw
 	}
-	return sample, nil
-}
-
-// watchRun follows a run until it is terminal: a redrawn detail view on a
-// terminal, else one line (or JSON object) per change. A run that did not
-// succeed is an error (exit 1).
-func watchRun(ctx context.Context, led *openedLedger, id string, w io.Writer, asJSON bool) error {
-	tty := false
-	if f, ok := w.(*os.File); ok {
-		tty = term.IsTerminal(int(f.Fd()))
-	}
-	last := ""
-	r, err := ledger.Follow(ctx, led, id, ledger.FollowOptions{
-		Every: time.Second,
-		OnPoll: func(s ledger.RunSnapshot) {
-			v := runview.FromAt(s.Run, s.Shards, s.At)
-			switch {
-			case asJSON:
-				if changed(&last, stripClock(v)) {
-					// A failed read shows no sample this once; the
-					// next change reads it again.
-					sample, _ := rejectSample(ctx, led, v)
-					b, _ := json.Marshal(runview.StatusOf(v, sample))
-					fmt.Fprintln(w, string(b))
-				}
-			case tty:
-				sample, _ := rejectSample(ctx, led, v) // as above
-				var b strings.Builder
-				_ = runview.Detail{Run: v, Shards: s.Shards, Rate: s.Rate, Rejects: sample}.Write(&b)
-				fmt.Fprint(w, "\033[H\033[2J"+b.String())
-			default:
-				if changed(&last, stripClock(v)) {
-					fmt.Fprintln(w, watchLine(v, s.Rate))
-				}
-			}
-		},
-	})
-	if err != nil {
-		return err
-	}
-	if r.State != jobs.RunSucceeded {
-		return fmt.Errorf("run %s %s: %s", r.ID, r.State, r.Error)
-	}
-	return nil
-}
-
-// stripClock is a view without the fields that change with the clock
-// alone, to tell whether anything happened.
-func stripClock(v runview.Run) string {
-	v.DurationS, v.RowsPerS = 0, 0
-	b, _ := json.Marshal(v)
-	return string(b)
-}
-
-func changed(last *string, now string) bool {
-	if *last == now {
-		return false
-	}
-	*last = now
-	return true
-}
-
-// watchLine is one line of a run's progress for logs.
-func watchLine(v runview.Run, rate float64) string {
-	if rate <= 0 {
-		rate = v.RowsPerS
-	}
-	line := fmt.Sprintf("%s %s rows %d/%d shards committed=%d running=%d pending=%d failed=%d cancelled=%d rows/s=%s",
-		time.Now().UTC().Format(time.RFC3339), v.State, v.RowsDone, v.RowsTotal,
-		v.Shards.Committed, v.Shards.Running, v.Shards.Pending, v.Shards.Failed, v.Shards.Cancelled, runview.Human(int64(rate)))
-	if eta := v.ETA(rate); eta > 0 {
-		line += " eta=" + runview.Duration(eta)
-	}
-	if v.Error != "" {
-		line += " error=" + fmt.Sprintf("%q", v.Error)
-	}
-	return line
+	return runner.WatchLines
 }
 
 func newCancelCmd(g *globals) *cobra.Command {
@@ -425,7 +321,7 @@ shards are retried, the rest of the run executed and published.`,
 			case bar != nil:
 				bar.finish()
 				if err == nil {
-					printSummary(cmd, *res.Resumed)
+					res.Resumed.WriteSummary(cmd.OutOrStdout())
 				}
 				return err
 			case err != nil:
@@ -435,7 +331,7 @@ shards are retried, the rest of the run executed and published.`,
 			if !wait {
 				return nil
 			}
-			return waitRun(ctx, g, led, r.ID, !noProgress)
+			return waitRun(ctx, g, led, r.ID, !noProgress, cmd.OutOrStdout())
 		},
 	}
 	addDBFlag(cmd, &db)

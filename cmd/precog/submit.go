@@ -4,15 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/jobs/runview"
 	"github.com/precog-ml/precog/runner"
 	"github.com/precog-ml/precog/sources"
 )
@@ -77,28 +76,27 @@ keeps going on the workers).`,
 				return err
 			}
 			defer c.Close()
-			opts.ModelVersion, opts.Plans = c.Job.Model.Version(), c.Plans
 			led, err := openCluster(ctx, dsn, cliLedgerOptions(g.log))
 			if err != nil {
 				return err
 			}
 			defer led.Close()
-			run, shards := runner.NewRun(spec, opts)
-			if err := led.CreateRun(ctx, run, shards); err != nil {
-				var open *ledger.OpenRunError
-				if errors.As(err, &open) {
-					return invalid(open)
-				}
-				return fmt.Errorf("submit %s: %w", spec.Name, err)
+			run, shards, err := runner.Submit(ctx, led, spec, c, opts)
+			if open := (*ledger.OpenRunError)(nil); errors.As(err, &open) {
+				return invalid(open)
+			} else if err != nil {
+				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), run.ID)
 			warnNoWorkers(ctx, led, run.Pool, cmd.ErrOrStderr(), g.log)
 			g.log.Info("run submitted", "run", run.ID, "pool", run.Pool, "priority", run.Priority,
-				"shards", len(shards), "rows", planRows(c.Plans))
+				"shards", len(shards), "rows", sources.PlannedRows(c.Plans))
 			if !wait {
 				return nil
 			}
-			return waitRun(ctx, g, led, run.ID, !noProgress)
+			// The run id is submit's result on stdout; the summary goes
+			// with the progress, on stderr.
+			return waitRun(ctx, g, led, run.ID, !noProgress, cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringArrayVar(&params, "param", nil, "run parameter k=v filling {{.k}} in the spec (repeatable)")
@@ -109,44 +107,21 @@ keeps going on the workers).`,
 	return cmd
 }
 
-// planRows is the planned rows of a shard plan.
-func planRows(plans []sources.ShardPlan) int64 {
-	var n int64
-	for _, p := range plans {
-		n += p.Rows
-	}
-	return n
-}
-
-// waitRun follows a cluster run with the progress bar of precog run,
-// polling the ledger every 500ms, and ends as precog run does: nil when it
+// waitRun follows a cluster run with the progress bar of precog run
+// (runner.WaitRun) and ends as precog run does: the summary on out when it
 // succeeded, an error (exit 1) naming the failed shards when it failed or
 // was cancelled, context.Canceled (exit 130) when interrupted: the run
 // keeps going on the workers.
-func waitRun(ctx context.Context, g *globals, led ledger.RunReader, id string, progress bool) error {
+func waitRun(ctx context.Context, g *globals, led ledger.RunReader, id string, progress bool, out io.Writer) error {
 	if g.interrupts != nil {
 		g.interrupts.SetMessage(msgInterruptWait)
 	}
 	bar := newProgressBar(os.Stderr, progress, g.log)
-	start := time.Now()
-	var last ledger.RunSnapshot
-	r, err := ledger.Follow(ctx, led, id, ledger.FollowOptions{
-		OnPoll: func(s ledger.RunSnapshot) {
-			last = s
-			bar.update(runner.SnapshotProgress(s, start))
-		},
-		OnError: func(err error) { g.log.Warn("reading the run from the ledger failed; retrying", "run", id, "err", err) },
-	})
+	v, err := runner.WaitRun(ctx, runner.WaitParams{Ledger: led, RunID: id, OnProgress: bar.update,
+		OnError: func(err error) { g.log.Warn("reading the run from the ledger failed; retrying", "run", id, "err", err) }})
 	bar.finish()
 	if err != nil {
 		return err
 	}
-	v := runview.From(r, last.Shards)
-	if r.State != jobs.RunSucceeded {
-		return runner.RunFailure(r, last.Shards)
-	}
-	fmt.Fprintf(os.Stderr, "run %s succeeded (version %s, model %s)\n  rows:      %d in, %d out, %d rejected\n  duration:  %s since it was created (%s rows/s)\n",
-		r.ID, r.Version, r.ModelVersion, r.Counts.RowsIn, r.Counts.RowsOut, r.Counts.Rejected,
-		runview.Duration(time.Duration(v.DurationS*float64(time.Second))), runview.Human(int64(v.RowsPerS)))
-	return nil
+	return v.WriteSummary(out)
 }
