@@ -334,17 +334,14 @@ func datasetCase(data testgen.Dataset, code int, check func(t *testing.T, e *mod
 	}
 }
 
-// transientSinkErrors: the sink's Postgres goes down in the middle of a
-// run whose spec allows one attempt per shard (the run stops itself after
-// its first commit, the server is stopped, the run goes on) and comes back
-// once the run logged a transient error. The transient errors are retried
-// within retry.transient_window without spending that attempt, on both
-// modes (before the one executor, run --db spent an attempt per transient
-// failure and failed the run), and the output is whole.
-func transientSinkErrors(t *testing.T, e *modeEnv) {
+// sinkDownAfterFirstCommit starts the ranker over 24 shards into Parquet
+// and the Postgres it returns (the spec's extra lines appended), one shard
+// at a time; the run stops itself after its first commit, the server is
+// stopped, and the run goes on without it.
+func sinkDownAfterFirstCommit(t *testing.T, e *modeEnv, extra string) (*testservers.PGServer, *workerProc) {
 	pg := testservers.NewPostgres(t)
 	e.env = append(e.env, "TEST_DATABASE_URL="+pg.DSN)
-	spec := writeSpec(t, e.dir, "job.yaml", smallShards("  postgres: { dsn: \"${TEST_DATABASE_URL}\", table: scores }\nretry: { max_attempts: 1 }\n"))
+	spec := writeSpec(t, e.dir, "job.yaml", smallShards("  postgres: { dsn: \"${TEST_DATABASE_URL}\", table: scores }\n"+extra))
 	p := e.start([]string{runner.EnvStopAfterCommits + "=1"}, "run", spec, "--param", "date=2026-11-01", "--parallel", "1", "--no-progress")
 	e.waitFor("the run to stop itself after its first commit", 2*time.Minute, func() bool {
 		if p.exited() {
@@ -356,6 +353,18 @@ func transientSinkErrors(t *testing.T, e *modeEnv) {
 	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
+	return pg, p
+}
+
+// transientSinkErrors: the sink's Postgres goes down in the middle of a
+// run whose spec allows one attempt per shard (the run stops itself after
+// its first commit, the server is stopped, the run goes on) and comes back
+// once the run logged a transient error. The transient errors are retried
+// within retry.transient_window without spending that attempt, on both
+// modes (before the one executor, run --db spent an attempt per transient
+// failure and failed the run), and the output is whole.
+func transientSinkErrors(t *testing.T, e *modeEnv) {
+	pg, p := sinkDownAfterFirstCommit(t, e, "retry: { max_attempts: 1 }\n")
 	e.waitFor("a transient error of the sink", 2*time.Minute, func() bool {
 		if p.exited() {
 			t.Fatalf("the run ended while its sink was down:\n%s", p.log.String())
@@ -581,20 +590,7 @@ func killAndResume(t *testing.T, e *modeEnv) {
 // kept as it was; `precog run --db` fails the run and aborts its sinks,
 // so the retry recomputes the shard the Parquet sink lost.
 func retryAfterFailure(t *testing.T, e *modeEnv) {
-	pg := testservers.NewPostgres(t)
-	e.env = append(e.env, "TEST_DATABASE_URL="+pg.DSN)
-	spec := writeSpec(t, e.dir, "job.yaml", smallShards("  postgres: { dsn: \"${TEST_DATABASE_URL}\", table: scores }\nretry: { max_attempts: 1, transient_window: 0s }\n"))
-	p := e.start([]string{runner.EnvStopAfterCommits + "=1"}, "run", spec, "--param", "date=2026-11-01", "--parallel", "1", "--no-progress")
-	e.waitFor("the run to stop itself after its first commit", 2*time.Minute, func() bool {
-		if p.exited() {
-			t.Fatalf("the run ended before its first commit:\n%s", p.log.String())
-		}
-		return processStopped(p.cmd.Process.Pid)
-	})
-	pg.Stop(t)
-	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
+	pg, p := sinkDownAfterFirstCommit(t, e, "retry: { max_attempts: 1, transient_window: 0s }\n")
 	if code := procExit(t, p, 2*time.Minute); code != 1 {
 		t.Fatalf("the run without its sink exited %d, want 1:\n%s", code, p.log.String())
 	}
