@@ -116,12 +116,9 @@ func (l *Ledger) Hold(ctx context.Context, runID, msg string) error {
 		return err
 	}
 	err := l.db.Update(func(tx *bbolt.Tx) error {
-		r, err := getRun(tx, runID)
+		r, err := getOpenRun(tx, runID)
 		if err != nil {
 			return err
-		}
-		if r.State.Terminal() {
-			return fmt.Errorf("run %s is %s: %w", runID, r.State, ledger.ErrRunFinished)
 		}
 		if err := tx.Bucket(bucketPublish).Delete([]byte(runID)); err != nil {
 			return err
