@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -69,10 +68,10 @@ func groupBackfills(ctx context.Context, led ledger.Store, rows []runRow, now ti
 func (s *Server) backfillRoutes() {
 	s.mux.Handle("GET /backfills/{id}", s.auth.page(s.backfillPage))
 	s.mux.Handle("POST /backfills/{id}/cancel", s.auth.action(func(w http.ResponseWriter, r *http.Request, v viewer) {
-		s.backfillAction(w, r, v, "Cancel", s.opts.BackfillActions.Cancel)
+		s.action(w, r, v, "backfill", "/backfills/", "Cancel", s.opts.BackfillActions.Cancel)
 	}))
 	s.mux.Handle("POST /backfills/{id}/retry", s.auth.action(func(w http.ResponseWriter, r *http.Request, v viewer) {
-		s.backfillAction(w, r, v, "Retry", s.opts.BackfillActions.Retry)
+		s.action(w, r, v, "backfill", "/backfills/", "Retry", s.opts.BackfillActions.Retry)
 	}))
 }
 
@@ -100,26 +99,4 @@ func (s *Server) backfillPage(w http.ResponseWriter, r *http.Request, v viewer) 
 		}))
 		return nil
 	})
-}
-
-// backfillAction runs a backfill's Cancel or Retry and goes back to its
-// page with the outcome (POST, redirect, GET), or shows the refusal (409).
-func (s *Server) backfillAction(w http.ResponseWriter, r *http.Request, v viewer, name string, fn func(context.Context, string) (string, error)) {
-	id := r.PathValue("id")
-	if fn == nil {
-		http.Error(w, name+" is not available on this dashboard", http.StatusNotFound)
-		return
-	}
-	msg, err := fn(r.Context(), id)
-	if err != nil {
-		s.opts.Logger.Warn("dashboard: backfill "+name+" refused", "backfill", id, "err", err)
-		code := http.StatusConflict
-		if errors.Is(err, ledger.ErrNotFound) {
-			code = http.StatusNotFound
-		}
-		s.renderError(w, r, v, code, name+" of backfill "+id+" did not happen", err.Error())
-		return
-	}
-	s.opts.Logger.Info("dashboard: backfill "+name, "backfill", id, "outcome", msg)
-	http.Redirect(w, r, "/backfills/"+urlq(id)+"?note="+urlq(msg), http.StatusSeeOther)
 }

@@ -311,6 +311,10 @@ func TestAuth(t *testing.T) {
 	if code := post("/runs/"+s.Succeeded+"/cancel", url.Values{"csrf": {csrf[1]}}); code != 409 {
 		t.Errorf("cancel of a succeeded run = %d, want 409", code)
 	}
+	// A run that does not exist is 404, as a backfill's is (it was 409).
+	if code := post("/runs/no-such-run/cancel", url.Values{"csrf": {csrf[1]}}); code != http.StatusNotFound {
+		t.Errorf("cancel of a run that does not exist = %d, want 404", code)
+	}
 	if resp, err := http.PostForm(ts.URL+"/runs/"+s.Pending+"/cancel", url.Values{"csrf": {csrf[1]}}); err != nil || resp.StatusCode != 401 {
 		t.Errorf("cancel without a session = %v %v, want 401", resp.StatusCode, err)
 	}

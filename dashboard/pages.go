@@ -298,9 +298,11 @@ func (s *Server) apiRun(w http.ResponseWriter, r *http.Request, v viewer) {
 	})
 }
 
-// action runs a Cancel or Retry and goes back to the run page with the
-// outcome (POST, redirect, GET), or shows the refusal with 409.
-func (s *Server) action(w http.ResponseWriter, r *http.Request, v viewer, name string, fn func(context.Context, string) (string, error)) {
+// action runs a Cancel or Retry of the run or backfill (kind) named in
+// the path and goes back to its page (under page) with the outcome (POST,
+// redirect, GET), or shows the refusal: 404 for one that does not exist,
+// 409 otherwise.
+func (s *Server) action(w http.ResponseWriter, r *http.Request, v viewer, kind, page, name string, fn func(context.Context, string) (string, error)) {
 	id := r.PathValue("id")
 	if fn == nil {
 		http.Error(w, name+" is not available on this dashboard", http.StatusNotFound)
@@ -308,20 +310,24 @@ func (s *Server) action(w http.ResponseWriter, r *http.Request, v viewer, name s
 	}
 	msg, err := fn(r.Context(), id)
 	if err != nil {
-		s.opts.Logger.Warn("dashboard: "+name+" refused", "run", id, "err", err)
-		s.renderError(w, r, v, http.StatusConflict, name+" of run "+id+" did not happen", err.Error())
+		s.opts.Logger.Warn("dashboard: "+kind+" "+name+" refused", kind, id, "err", err)
+		code := http.StatusConflict
+		if errors.Is(err, ledger.ErrNotFound) {
+			code = http.StatusNotFound
+		}
+		s.renderError(w, r, v, code, name+" of "+kind+" "+id+" did not happen", err.Error())
 		return
 	}
-	s.opts.Logger.Info("dashboard: "+name, "run", id, "outcome", msg)
-	http.Redirect(w, r, "/runs/"+urlq(id)+"?note="+urlq(msg), http.StatusSeeOther)
+	s.opts.Logger.Info("dashboard: "+kind+" "+name, kind, id, "outcome", msg)
+	http.Redirect(w, r, page+urlq(id)+"?note="+urlq(msg), http.StatusSeeOther)
 }
 
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request, v viewer) {
-	s.action(w, r, v, "Cancel", s.opts.Actions.Cancel)
+	s.action(w, r, v, "run", "/runs/", "Cancel", s.opts.Actions.Cancel)
 }
 
 func (s *Server) retry(w http.ResponseWriter, r *http.Request, v viewer) {
-	s.action(w, r, v, "Retry", s.opts.Actions.Retry)
+	s.action(w, r, v, "run", "/runs/", "Retry", s.opts.Actions.Retry)
 }
 
 // page wraps a page's data with what the layout needs.

@@ -64,19 +64,40 @@ const (
 	CompressionNone   = "none"
 )
 
-// Poolings of a text model's [N,T,D] output (model.pooling); "" is none.
+// Pooling is model.pooling: how a text model's [N,T,D] output
+// (last_hidden_state) becomes one vector per row, over the row's tokens
+// (its attention mask). "" is none.
+type Pooling string
+
 const (
-	PoolingNone = "none"
-	PoolingMean = "mean"
-	PoolingCLS  = "cls"
-	PoolingMax  = "max"
+	PoolingNone Pooling = "none"
+	// PoolingMean averages the row's token vectors.
+	PoolingMean Pooling = "mean"
+	// PoolingCLS takes the first token's vector.
+	PoolingCLS Pooling = "cls"
+	// PoolingMax takes each dimension's maximum over the row's tokens.
+	PoolingMax Pooling = "max"
 )
 
-// Normalizations of pooled vectors (model.normalize); "" is none.
+// Reduces reports a pooling that reduces [N,T,D] to [N,D] (mean, cls,
+// max): not "" or none.
+func (p Pooling) Reduces() bool { return p == PoolingMean || p == PoolingCLS || p == PoolingMax }
+
+// Valid reports a known value ("" included).
+func (p Pooling) Valid() bool { return p == "" || p == PoolingNone || p.Reduces() }
+
+// Normalization is model.normalize: how pooled vectors are scaled. "" is
+// none.
+type Normalization string
+
 const (
-	NormalizeNone = "none"
-	NormalizeL2   = "l2"
+	NormalizeNone Normalization = "none"
+	// NormalizeL2 scales each pooled vector to unit length.
+	NormalizeL2 Normalization = "l2"
 )
+
+// Valid reports a known value ("" included).
+func (n Normalization) Valid() bool { return n == "" || n == NormalizeNone || n == NormalizeL2 }
 
 // DeviceCPU is model.device (and a worker's --devices entry) for the CPU;
 // the others are cuda:N.

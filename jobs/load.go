@@ -523,26 +523,14 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 			return
 		}
 		fields := structFields(v.Type())
-		seen := map[string]int{}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, val := n.Content[i], n.Content[i+1]
-			key, ok := d.key(k, path)
-			if !ok {
-				continue
-			}
-			fp := childPath(path, key)
-			if first, dup := seen[key]; dup {
-				d.failAt(fp, k.Line, "duplicate field (first given at line %d)", first)
-				continue
-			}
-			seen[key] = k.Line
+		d.entries(n, path, "field", func(key, fp string, k, val *yaml.Node) {
 			idx, ok := fields[key]
 			if !ok {
 				d.failAt(fp, k.Line, "unknown field %q%s", key, suggest(key, fields))
-				continue
+				return
 			}
 			d.decode(val, v.Field(idx), fp)
-		}
+		})
 	case reflect.Map:
 		if n.Kind != yaml.MappingNode {
 			d.failAt(path, line, "expected a mapping, got %s", kindName(n))
@@ -551,23 +539,11 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		if v.IsNil() {
 			v.Set(reflect.MakeMap(v.Type()))
 		}
-		seen := map[string]int{}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, val := n.Content[i], n.Content[i+1]
-			key, ok := d.key(k, path)
-			if !ok {
-				continue
-			}
-			fp := childPath(path, key)
-			if first, dup := seen[key]; dup {
-				d.failAt(fp, k.Line, "duplicate key (first given at line %d)", first)
-				continue
-			}
-			seen[key] = k.Line
+		d.entries(n, path, "key", func(key, fp string, _, val *yaml.Node) {
 			elem := reflect.New(v.Type().Elem()).Elem()
 			d.decode(val, elem, fp)
 			v.SetMapIndex(reflect.ValueOf(key).Convert(v.Type().Key()), elem)
-		}
+		})
 	case reflect.Slice:
 		if n.Kind == yaml.ScalarNode && v.Type() == reflect.TypeFor[TextColumns]() {
 			// text: title is text: [title].
@@ -612,6 +588,27 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		}
 	default:
 		d.failAt(path, line, "internal error: cannot decode into %s", v.Type())
+	}
+}
+
+// entries calls fn with each entry of the mapping n (a struct's fields or
+// a map's keys, named by what) whose key decodes, and its path; a key
+// given twice is reported at its second place and skipped.
+func (d *decoder) entries(n *yaml.Node, path, what string, fn func(key, fp string, k, val *yaml.Node)) {
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		key, ok := d.key(k, path)
+		if !ok {
+			continue
+		}
+		fp := childPath(path, key)
+		if first, dup := seen[key]; dup {
+			d.failAt(fp, k.Line, "duplicate %s (first given at line %d)", what, first)
+			continue
+		}
+		seen[key] = k.Line
+		fn(key, fp, k, val)
 	}
 }
 

@@ -113,9 +113,9 @@ type ModelSpec struct {
 	Sessions int `yaml:"sessions"`
 	// Pooling reduces a last_hidden_state output [N, T, D] to one vector
 	// per row over the attention mask: mean | cls | max | none (default).
-	Pooling string `yaml:"pooling"`
+	Pooling Pooling `yaml:"pooling"`
 	// Normalize scales pooled vectors to unit length: l2 | none (default).
-	Normalize string `yaml:"normalize"`
+	Normalize Normalization `yaml:"normalize"`
 	// Precision is fp32 (default) or fp16: fp16 converts the model's
 	// float32 weights and arithmetic to float16 at load (half the weight
 	// memory; on a GPU, tensor-core speed), its inputs and outputs kept

@@ -57,14 +57,10 @@ func (d *decoder) validateInputForm(m *ModelSpec, p string, in InputSpec) {
 
 // validatePooling checks model.pooling and model.normalize.
 func (d *decoder) validatePooling(m *ModelSpec) {
-	switch m.Pooling {
-	case "", PoolingNone, PoolingMean, PoolingCLS, PoolingMax:
-	default:
+	if !m.Pooling.Valid() {
 		d.fail("model.pooling", "%q is not mean, cls, max or none", m.Pooling)
 	}
-	switch m.Normalize {
-	case "", NormalizeNone, NormalizeL2:
-	default:
+	if !m.Normalize.Valid() {
 		d.fail("model.normalize", "%q is not l2 or none", m.Normalize)
 	}
 }

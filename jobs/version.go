@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -13,7 +14,9 @@ import (
 // keys, the suffix of its Postgres run table, its Parquet directory. It is
 // the one owner of their format: NewVersion creates them, ParseVersion
 // reads one given from outside (a flag, a store), Validate says what every
-// sink can hold. Run.Version and sinks.RunInfo.Version carry it as text.
+// sink can hold, Compare and CreatedAfter order them (retention, rollback,
+// the publish-order rule). Run.Version and sinks.RunInfo.Version carry it
+// as text.
 type Version string
 
 // versionTime is the time part of a version NewVersion makes: sortable,
@@ -76,10 +79,51 @@ func (v Version) Validate() error {
 // a version an older precog made); ok is false for a version of another
 // form.
 func (v Version) Time() (t time.Time, ok bool) {
-	stamp, _, _ := strings.Cut(string(v), "-")
 	// Parse reads a fraction after the seconds that the layout omits.
-	t, err := time.Parse(versionTime, stamp)
+	t, err := time.Parse(versionTime, v.stamp())
 	return t, err == nil
+}
+
+// stamp is the part of a version that orders it: up to its first "-"
+// (the creation time of a version NewVersion made), the whole version
+// when it has none.
+func (v Version) stamp() string {
+	stamp, _, _ := strings.Cut(string(v), "-")
+	return stamp
+}
+
+// CreatedAfter reports whether v was created after w: its time part is
+// later in byte order. Two versions of one time part (made at the same
+// microsecond, or by an older precog in the same second) are created
+// together: neither is after the other. The publish-order rule
+// (sinks.CheckPublishOrder) refuses a version some published one was
+// created after; sinks/redis's cutover script applies the same rule
+// inside Redis.
+func (v Version) CreatedAfter(w Version) bool { return v.stamp() > w.stamp() }
+
+// Compare orders versions by creation, then by the whole text, so that
+// the order is total: -1 when v is older, 0 when equal, +1 when newer.
+// Retention and rollback list a sink's versions in this order.
+func (v Version) Compare(w Version) int {
+	if c := cmp.Compare(v.stamp(), w.stamp()); c != 0 {
+		return c
+	}
+	return cmp.Compare(v, w)
+}
+
+// NewestVersionFirst orders version texts newest first (Compare reversed), for
+// slices.SortFunc over the versions a sink lists.
+func NewestVersionFirst(a, b string) int { return Version(b).Compare(Version(a)) }
+
+// LatestVersion is the newest of vs by Compare; "" when there is none.
+func LatestVersion(vs ...string) string {
+	latest := ""
+	for _, v := range vs {
+		if latest == "" || Version(v).Compare(Version(latest)) > 0 {
+			latest = v
+		}
+	}
+	return latest
 }
 
 func (v Version) String() string { return string(v) }

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,5 +52,45 @@ func TestVersion(t *testing.T) {
 		if _, err := ParseVersion(bad); err == nil {
 			t.Errorf("ParseVersion(%q) accepted it", bad)
 		}
+	}
+}
+
+// TestVersionOrder: versions order by creation (the time part before the
+// first "-"), then by text; two of one time part are created together.
+// The text order alone puts "v-1" after "v+9" ('-' sorts after '+').
+func TestVersionOrder(t *testing.T) {
+	at := time.Date(2026, 11, 3, 14, 5, 1, 0, time.UTC)
+	old, a := Version("20261103t140501-ffff"), NewVersion(at)
+	b := NewVersion(at.Add(time.Microsecond))
+	for _, c := range []struct {
+		v, w  Version
+		after bool
+		cmp   int
+	}{
+		{b, a, true, 1},
+		{a, b, false, -1},
+		{a, old, true, 1}, // a fraction sorts after the bare second
+		{"20261103t140501-0000", old, false, -1},
+		{"v+9", "v-1", true, 1},
+		{"v-1", "v+9", false, -1},
+		{"v2", "v2", false, 0},
+	} {
+		if got := c.v.CreatedAfter(c.w); got != c.after {
+			t.Errorf("%q.CreatedAfter(%q) = %v, want %v", c.v, c.w, got, c.after)
+		}
+		if got := c.v.Compare(c.w); got != c.cmp {
+			t.Errorf("%q.Compare(%q) = %d, want %d", c.v, c.w, got, c.cmp)
+		}
+	}
+	vs := []string{"v-1", "v+9", "v+5-a", ""}
+	if got := LatestVersion(vs...); got != "v+9" {
+		t.Errorf("LatestVersion(%q) = %q, want v+9", vs, got)
+	}
+	if got := LatestVersion(); got != "" {
+		t.Errorf("LatestVersion() = %q, want none", got)
+	}
+	slices.SortFunc(vs, NewestVersionFirst)
+	if want := []string{"v+9", "v+5-a", "v-1", ""}; !slices.Equal(vs, want) {
+		t.Errorf("NewestVersionFirst sorted %q, want %q", vs, want)
 	}
 }

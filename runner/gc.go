@@ -87,7 +87,7 @@ func GC(ctx context.Context, spec *jobs.Spec, led ledger.Ledger, opts GCOptions)
 	}()
 	target := sinks.TargetInfo(spec)
 	host, _ := os.Hostname()
-	holder := sinks.Holder{Job: spec.Name, RunID: fmt.Sprintf("gc-%s-%d", host, os.Getpid()), Host: host, PID: os.Getpid(), Since: time.Now().UTC().Truncate(time.Second)}
+	holder := sinks.Holder{Job: spec.Name, RunID: "gc-" + ledger.ProcessName(), Host: host, PID: os.Getpid(), Since: time.Now().UTC().Truncate(time.Second)}
 	var errs []error
 	var inv []*gcSink
 	for _, s := range snks {

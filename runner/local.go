@@ -391,8 +391,7 @@ const localPublishLease = 10 * time.Minute
 // (ledger.ErrPublishing) instead of cancelling a run whose sinks are
 // cutting over.
 func (lr *localRun) claimPublish(ctx context.Context, runID string) error {
-	host, _ := os.Hostname()
-	r, err := lr.led.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: runID, Worker: fmt.Sprintf("%s-%d", host, os.Getpid()), Lease: localPublishLease})
+	r, err := lr.led.ClaimPublish(ctx, ledger.PublishLeaseParams{RunID: runID, Worker: ledger.ProcessName(), Lease: localPublishLease})
 	switch {
 	case errors.Is(err, ledger.ErrRunFinished) && r.State.Terminal():
 		return endedBeforePublish(r)
@@ -571,8 +570,7 @@ type localMode struct {
 func (lr *localRun) runShards(ctx context.Context, run jobs.Run, onRows func(int64), onDone func(jobs.Counts) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	host, _ := os.Hostname()
-	worker := fmt.Sprintf("%s-%d", host, os.Getpid())
+	worker := ledger.ProcessName()
 	m := &localMode{lr: lr, run: run, cancel: cancel, onRows: onRows, onDone: onDone}
 	ex := &executor{led: lr.led, lease: lr.opts.Lease, stall: lr.opts.StallTimeout, log: lr.log}
 	var wg sync.WaitGroup

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,8 +76,7 @@ func (o WorkerOptions) withDefaults() WorkerOptions {
 		o.Devices = []string{jobs.DeviceCPU}
 	}
 	if o.ID == "" {
-		host, _ := os.Hostname()
-		o.ID = fmt.Sprintf("%s-%d", host, os.Getpid())
+		o.ID = ledger.ProcessName()
 	}
 	if o.Lease <= 0 {
 		o.Lease = 30 * time.Second

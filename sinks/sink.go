@@ -215,28 +215,18 @@ func shardList(s []int) string {
 // CheckPublishOrder is the one rule every sink's Publish applies before its
 // cutover: version may become current only if no later version was
 // published to the target. latest is the newest version the target has
-// published ("" when none). Versions are a sortable UTC time to the
-// microsecond and a random suffix (jobs.NewVersion): "later" compares the
-// time part (VersionStamp) in string order, so only two runs created at
-// the same microsecond (or, made by an older precog, in the same second)
-// publish in either order. A retry of an old failed run, a
-// publisher that froze and resumed after a newer run published, or a
-// publish racing a rollback cannot move readers back; moving back on
+// published ("" when none; jobs.LatestVersion picks it from a list).
+// "Later" is jobs.Version.CreatedAfter: created at a later time, so only
+// two runs created at the same microsecond (or, made by an older precog,
+// in the same second) publish in either order. A retry of an old failed
+// run, a publisher that froze and resumed after a newer run published, or
+// a publish racing a rollback cannot move readers back; moving back on
 // purpose is Rollbacker.Rollback's job.
 func CheckPublishOrder(sink, version, latest string) error {
-	if latest != "" && VersionStamp(latest) > VersionStamp(version) {
+	if latest != "" && jobs.Version(latest).CreatedAfter(jobs.Version(version)) {
 		return &SupersededError{Sink: sink, Version: version, Later: latest}
 	}
 	return nil
-}
-
-// VersionStamp is the part of a version that orders it: up to its first
-// "-" (the creation time), the whole version when it has none.
-func VersionStamp(v string) string {
-	if i := strings.IndexByte(v, '-'); i >= 0 {
-		return v[:i]
-	}
-	return v
 }
 
 // SupersededError: Publish refused because a later version was published

@@ -262,7 +262,8 @@ func redisSinkLine(rd *testservers.RedisServer, ns string) (line string, env []s
 // `precog run` and on `precog run --db`, with the same assertions: the
 // reference output, the rejects budget within and over
 // max_rejected_fraction, transient sink errors, checks that hold and that
-// fail a run, a cancel mid-run, and kill -9 then resume. Every wait is on
+// fail a run, a cancel mid-run, kill -9 then resume, and a failed run that
+// precog retry resumes. Every wait is on
 // an event (an exit, a ledger state, a commit count, a process stopping
 // itself at a fault point); every loop is bounded.
 func TestRunSemanticsOnBothModes(t *testing.T) {
@@ -303,6 +304,7 @@ func TestRunSemanticsOnBothModes(t *testing.T) {
 		{"checks fail", checksFail},
 		{"cancel mid-run", cancelMidRun},
 		{"kill -9 and resume", killAndResume},
+		{"retry after a failure", retryAfterFailure},
 	}
 	for _, c := range cases {
 		for _, m := range runModes {
@@ -332,17 +334,14 @@ func datasetCase(data testgen.Dataset, code int, check func(t *testing.T, e *mod
 	}
 }
 
-// transientSinkErrors: the sink's Postgres goes down in the middle of a
-// run whose spec allows one attempt per shard (the run stops itself after
-// its first commit, the server is stopped, the run goes on) and comes back
-// once the run logged a transient error. The transient errors are retried
-// within retry.transient_window without spending that attempt, on both
-// modes (before the one executor, run --db spent an attempt per transient
-// failure and failed the run), and the output is whole.
-func transientSinkErrors(t *testing.T, e *modeEnv) {
+// sinkDownAfterFirstCommit starts the ranker over 24 shards into Parquet
+// and the Postgres it returns (the spec's extra lines appended), one shard
+// at a time; the run stops itself after its first commit, the server is
+// stopped, and the run goes on without it.
+func sinkDownAfterFirstCommit(t *testing.T, e *modeEnv, extra string) (*testservers.PGServer, *workerProc) {
 	pg := testservers.NewPostgres(t)
 	e.env = append(e.env, "TEST_DATABASE_URL="+pg.DSN)
-	spec := writeSpec(t, e.dir, "job.yaml", smallShards("  postgres: { dsn: \"${TEST_DATABASE_URL}\", table: scores }\nretry: { max_attempts: 1 }\n"))
+	spec := writeSpec(t, e.dir, "job.yaml", smallShards("  postgres: { dsn: \"${TEST_DATABASE_URL}\", table: scores }\n"+extra))
 	p := e.start([]string{runner.EnvStopAfterCommits + "=1"}, "run", spec, "--param", "date=2026-11-01", "--parallel", "1", "--no-progress")
 	e.waitFor("the run to stop itself after its first commit", 2*time.Minute, func() bool {
 		if p.exited() {
@@ -354,6 +353,18 @@ func transientSinkErrors(t *testing.T, e *modeEnv) {
 	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
+	return pg, p
+}
+
+// transientSinkErrors: the sink's Postgres goes down in the middle of a
+// run whose spec allows one attempt per shard (the run stops itself after
+// its first commit, the server is stopped, the run goes on) and comes back
+// once the run logged a transient error. The transient errors are retried
+// within retry.transient_window without spending that attempt, on both
+// modes (before the one executor, run --db spent an attempt per transient
+// failure and failed the run), and the output is whole.
+func transientSinkErrors(t *testing.T, e *modeEnv) {
+	pg, p := sinkDownAfterFirstCommit(t, e, "retry: { max_attempts: 1 }\n")
 	e.waitFor("a transient error of the sink", 2*time.Minute, func() bool {
 		if p.exited() {
 			t.Fatalf("the run ended while its sink was down:\n%s", p.log.String())
@@ -562,4 +573,74 @@ func killAndResume(t *testing.T, e *modeEnv) {
 		}
 	}
 	checkScores(t, filepath.Join(e.dir, "out", "scores", "date=2026-11-01"))
+}
+
+// retryAfterFailure: a run into Parquet and Postgres whose spec allows
+// one attempt per shard and no retries of transient errors
+// (retry.transient_window: 0) loses its Postgres server after its first
+// commit (it stops itself there, the server is stopped, the run goes on):
+// its next shard fails for good, and it exits 1 having published nothing.
+// With the server back, `precog retry RUN` on the same ledger takes the
+// same run up (on the Postgres ledger a worker of the pool executes it
+// while retry --wait follows it): it succeeds with the exact output in
+// both sinks, and every shard it committed took one attempt (the failed
+// shards' spent attempts were reset, not refused as out of attempts). The
+// modes differ in one thing, which the case pins: `precog run` leaves a
+// run whose shards ran out of attempts open, so its committed shard is
+// kept as it was; `precog run --db` fails the run and aborts its sinks,
+// so the retry recomputes the shard the Parquet sink lost.
+func retryAfterFailure(t *testing.T, e *modeEnv) {
+	pg, p := sinkDownAfterFirstCommit(t, e, "retry: { max_attempts: 1, transient_window: 0s }\n")
+	if code := procExit(t, p, 2*time.Minute); code != 1 {
+		t.Fatalf("the run without its sink exited %d, want 1:\n%s", code, p.log.String())
+	}
+	run := e.onlyRun("scores")
+	before := e.shards(run.ID)
+	if n := countCommitted(before); n != 1 || run.State == jobs.RunSucceeded {
+		t.Fatalf("the failed run is %s with %d committed shards, want 1 committed before the sink went down:\n%s", run.State, n, p.log.String())
+	}
+	target := filepath.Join(e.dir, "out", "scores", "date=2026-11-01")
+	if _, err := os.Stat(target); !os.IsNotExist(err) {
+		t.Fatalf("the failed run published %s (%v)", target, err)
+	}
+	pg.Start(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var published bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass('scores') IS NOT NULL").Scan(&published); err != nil || published {
+		t.Fatalf("the failed run published the Postgres table scores (%v)", err)
+	}
+
+	if e.mode.db {
+		e.start(nil, "worker")
+	}
+	r := e.precog("retry", run.ID, "--wait", "--parallel", "1", "--no-progress")
+	if r.code != 0 {
+		t.Fatalf("retry: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	if got := e.onlyRun("scores"); got.ID != run.ID || got.State != jobs.RunSucceeded {
+		t.Fatalf("after the retry: run %s %s, want run %s succeeded", got.ID, got.State, run.ID)
+	}
+	after := map[int]jobs.Shard{}
+	for _, s := range e.shards(run.ID) {
+		after[s.Index] = s
+		if s.State != jobs.ShardCommitted || s.Attempts != 1 {
+			t.Errorf("shard %d after the retry: %s after %d attempts, want committed after 1", s.Index, s.State, s.Attempts)
+		}
+	}
+	for _, s := range before {
+		if a := after[s.Index]; s.State == jobs.ShardCommitted && !e.mode.db && (a.Worker != s.Worker || !a.UpdatedAt.Equal(s.UpdatedAt)) {
+			t.Errorf("shard %d, committed before the failure of an open run, was executed again (worker %s at %s, was %s at %s)", s.Index, a.Worker, a.UpdatedAt, s.Worker, s.UpdatedAt)
+		}
+	}
+	checkScores(t, target)
+	want := expectedScores(t, usersData, 0)
+	var n, distinct int
+	if err := conn.QueryRow(ctx, "SELECT count(*), count(DISTINCT user_id) FROM scores").Scan(&n, &distinct); err != nil || n != len(want) || distinct != n {
+		t.Errorf("postgres: %d rows, %d keys (%v), want %d", n, distinct, err, len(want))
+	}
 }

@@ -6,6 +6,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+
+	"github.com/precog-ml/precog/jobs"
 )
 
 // TextEmbedder is `text_embedder`, a small transformer-shaped embedding
@@ -126,13 +128,13 @@ func (m *TextEmbedder) Hidden(ids []int32) [][]float64 {
 
 // Pool is the reference sentence vector of one row's ids: mean, cls or max
 // over its tokens, then L2-normalized when l2 is true.
-func (m *TextEmbedder) Pool(ids []int32, mode string, l2 bool) []float64 {
+func (m *TextEmbedder) Pool(ids []int32, mode jobs.Pooling, l2 bool) []float64 {
 	h := m.Hidden(ids)
 	v := make([]float64, m.D)
 	switch mode {
-	case "cls":
+	case jobs.PoolingCLS:
 		copy(v, h[0])
-	case "max":
+	case jobs.PoolingMax:
 		for j := range v {
 			v[j] = math.Inf(-1)
 			for _, t := range h {

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/precog-ml/precog/jobs"
@@ -35,6 +36,15 @@ type ResolveHoldParams struct {
 	// (discarded).
 	State      jobs.RunState
 	By, Reason string
+}
+
+// Validate refuses a state other than succeeded or cancelled, before a
+// ledger reads the run.
+func (p ResolveHoldParams) Validate() error {
+	if p.State != jobs.RunSucceeded && p.State != jobs.RunCancelled {
+		return fmt.Errorf("ledger: resolve held run %s: state %q is neither succeeded nor cancelled", p.RunID, p.State)
+	}
+	return nil
 }
 
 // Checks is what the checks before a publish need from a ledger; both

@@ -2,10 +2,20 @@ package ledger
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"time"
 
 	"github.com/precog-ml/precog/jobs"
 )
+
+// ProcessName is this process's name as a ledger worker or lease holder
+// when none is given: host-pid, so that operators find the process a
+// lease names (a worker's claim loops hold leases as name/device).
+func ProcessName() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
+}
 
 // WorkerInfo is one `precog worker` process as it last reported itself to
 // the ledger, so that operators see which workers are up, in which pool,

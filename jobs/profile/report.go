@@ -136,20 +136,10 @@ func Evaluate(spec *jobs.ChecksSpec, base *Baseline, cur *Profile, rowsOut int64
 			add(c)
 		}
 		if oc.MinOverlapAtK != nil {
-			e := OverlapAtK(base.Profile, cur, name)
-			c := Check{Name: p + "min_overlap_at_k", Value: e.Mean, Threshold: *oc.MinOverlapAtK, Passed: e.N == 0 || e.Mean >= *oc.MinOverlapAtK, Error: e.String()}
-			if e.N == 0 {
-				c.Note = "no sampled key in both versions"
-			}
-			add(c)
+			add(minCheck(p+"min_overlap_at_k", OverlapAtK(base.Profile, cur, name), *oc.MinOverlapAtK))
 		}
 		if oc.MinCosine != nil {
-			e := Cosine(base.Profile, cur, name)
-			c := Check{Name: p + "min_cosine", Value: e.Mean, Threshold: *oc.MinCosine, Passed: e.N == 0 || e.Mean >= *oc.MinCosine, Error: e.String()}
-			if e.N == 0 {
-				c.Note = "no sampled key in both versions"
-			}
-			add(c)
+			add(minCheck(p+"min_cosine", Cosine(base.Profile, cur, name), *oc.MinCosine))
 		}
 	}
 	r.Passed = true
@@ -173,4 +163,14 @@ func SampleFields(spec *jobs.ChecksSpec) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// minCheck is a check that an estimate over the keys sampled in both
+// versions is at least least; with no such key it passes, saying so.
+func minCheck(name string, e Estimate, least float64) Check {
+	c := Check{Name: name, Value: e.Mean, Threshold: least, Passed: e.N == 0 || e.Mean >= least, Error: e.String()}
+	if e.N == 0 {
+		c.Note = "no sampled key in both versions"
+	}
+	return c
 }

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 
@@ -88,8 +87,7 @@ type SpecFile struct {
 
 func (o Options) withDefaults() Options {
 	if o.Holder == "" {
-		host, _ := os.Hostname()
-		o.Holder = fmt.Sprintf("%s-%d", host, os.Getpid())
+		o.Holder = ledger.ProcessName()
 	}
 	if o.LeaseTTL <= 0 {
 		o.LeaseTTL = 15 * time.Second

@@ -33,15 +33,21 @@ func NewRangeProgress(name string, values []string, start time.Time) *RangeProgr
 	return &RangeProgress{name: name, n: len(values), start: start, runs: map[string]*valueProgress{}}
 }
 
-// Update records value's progress and returns the range's.
-func (a *RangeProgress) Update(value string, p runner.Progress, now time.Time) runner.Progress {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+// value is value's progress record, made on first use. a.mu is held.
+func (a *RangeProgress) value(value string) *valueProgress {
 	vp := a.runs[value]
 	if vp == nil {
 		vp = &valueProgress{}
 		a.runs[value] = vp
 	}
+	return vp
+}
+
+// Update records value's progress and returns the range's.
+func (a *RangeProgress) Update(value string, p runner.Progress, now time.Time) runner.Progress {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	vp := a.value(value)
 	vp.p = p
 	vp.fresh = int64(p.Rate * p.Elapsed.Seconds())
 	a.latest = value
@@ -53,12 +59,7 @@ func (a *RangeProgress) Update(value string, p runner.Progress, now time.Time) r
 func (a *RangeProgress) Finish(value string, res runner.Result, now time.Time) runner.Progress {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	vp := a.runs[value]
-	if vp == nil {
-		// Done before its first progress report (already done, or quick).
-		vp = &valueProgress{}
-		a.runs[value] = vp
-	}
+	vp := a.value(value) // may be done before its first progress report (already done, or quick)
 	vp.fresh = res.RowsThisProcess
 	if !vp.done {
 		vp.done = true

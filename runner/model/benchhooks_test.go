@@ -5,14 +5,15 @@ import (
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/precog-ml/precog/jobs"
 )
 
 // TestPadBucketsToKeepsOutputs: the bench's padding-to-max_length baseline
 // computes the same vectors as length buckets (padding is masked out of
 // every pooling mode), so the bucketing gain compares equal work.
 func TestPadBucketsToKeepsOutputs(t *testing.T) {
-	for _, pooling := range []string{"mean", "cls", "max"} {
-		t.Run(pooling, func(t *testing.T) {
+	for _, pooling := range []jobs.Pooling{jobs.PoolingMean, jobs.PoolingCLS, jobs.PoolingMax} {
+		t.Run(string(pooling), func(t *testing.T) {
 			spec, _, _ := textSpec(t, pooling, "l2", 48)
 			bucketed := loadModel(t, spec)
 			padded := loadModel(t, spec)

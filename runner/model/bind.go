@@ -1,7 +1,8 @@
 package model
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -103,6 +104,19 @@ func names(ts []TensorInfo) string {
 	return strings.Join(s, ", ")
 }
 
+// checkNamed refuses the first (by name) of the spec's model.inputs or
+// model.outputs entries (kind "input" or "output") that names no tensor
+// of the model.
+func (m *Model) checkNamed(kind string, specNames []string, ts []TensorInfo) error {
+	slices.Sort(specNames)
+	for _, n := range specNames {
+		if _, ok := findTensor(ts, n); !ok {
+			return m.errorf("model."+kind+"s."+n, "no %s %q in %s (%ss: %s)", kind, n, m.spec.Path, kind, names(ts))
+		}
+	}
+	return nil
+}
+
 func findTensor(ts []TensorInfo, name string) (TensorInfo, bool) {
 	for _, t := range ts {
 		if t.Name == name {
@@ -117,15 +131,8 @@ func (m *Model) bindInputs() error {
 	if len(m.spec.Inputs) == 0 {
 		return m.errorf("model.inputs", "required: map each model input to columns (inputs of %s: %s)", path, names(m.info.Inputs))
 	}
-	specNames := make([]string, 0, len(m.spec.Inputs))
-	for n := range m.spec.Inputs {
-		specNames = append(specNames, n)
-	}
-	sort.Strings(specNames)
-	for _, n := range specNames {
-		if _, ok := findTensor(m.info.Inputs, n); !ok {
-			return m.errorf("model.inputs."+n, "no input %q in %s (inputs: %s)", n, path, names(m.info.Inputs))
-		}
+	if err := m.checkNamed("input", slices.Collect(maps.Keys(m.spec.Inputs)), m.info.Inputs); err != nil {
+		return err
 	}
 	for _, t := range m.info.Inputs {
 		is, ok := m.spec.Inputs[t.Name]
@@ -188,15 +195,8 @@ func (m *Model) bindOutputs() error {
 	if len(m.spec.Outputs) == 0 {
 		return m.errorf("model.outputs", "required: map model outputs to field names (outputs of %s: %s)", path, names(m.info.Outputs))
 	}
-	specNames := make([]string, 0, len(m.spec.Outputs))
-	for n := range m.spec.Outputs {
-		specNames = append(specNames, n)
-	}
-	sort.Strings(specNames)
-	for _, n := range specNames {
-		if _, ok := findTensor(m.info.Outputs, n); !ok {
-			return m.errorf("model.outputs."+n, "no output %q in %s (outputs: %s)", n, path, names(m.info.Outputs))
-		}
+	if err := m.checkNamed("output", slices.Collect(maps.Keys(m.spec.Outputs)), m.info.Outputs); err != nil {
+		return err
 	}
 	seen := map[string]string{}
 	for _, t := range m.info.Outputs {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/precog-ml/precog/jobs"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -52,7 +53,7 @@ func (m *Model) poolInGraph(data []byte) (out []byte, why string, err error) {
 			mask = in.name
 		}
 	}
-	if mask == "" && m.spec.Pooling != "cls" {
+	if mask == "" && m.spec.Pooling != jobs.PoolingCLS {
 		return data, "the model has no attention-mask input (mask_of) to pool over", nil
 	}
 	opset, graph, err := modelOpsetAndGraph(data)
@@ -65,7 +66,7 @@ func (m *Model) poolInGraph(data []byte) (out []byte, why string, err error) {
 	g := &graphEdit{opset: opset}
 	for _, i := range pooled {
 		o := m.outputs[i]
-		name := g.pool(o.name, mask, m.spec.Pooling, m.spec.Normalize == "l2")
+		name := g.pool(o.name, mask, m.spec.Pooling, m.spec.Normalize == jobs.NormalizeL2)
 		m.outNames[i] = name
 		o.inGraph = true
 	}
@@ -140,15 +141,15 @@ type graphEdit struct {
 func (g *graphEdit) name(s string) string { return graphPoolPrefix + s }
 
 // pool appends hidden's pooling (and l2) and returns the new output's name.
-func (g *graphEdit) pool(hidden, mask, mode string, l2 bool) string {
+func (g *graphEdit) pool(hidden, mask string, mode jobs.Pooling, l2 bool) string {
 	p := func(s string) string { return g.name(hidden + "/" + s) }
 	var pooled string
 	switch mode {
-	case "cls":
+	case jobs.PoolingCLS:
 		g.initInt64(p("zero"), nil, 0)
 		pooled = p("cls")
 		g.node("Gather", []string{hidden, p("zero")}, []string{pooled}, attrI("axis", 1))
-	case "max":
+	case jobs.PoolingMax:
 		m3 := g.mask3(p, mask)
 		g.node("Cast", []string{m3}, []string{p("mask_bool")}, attrI("to", onnxBool))
 		g.initFloat(p("neg_inf"), float32(math.Inf(-1)))

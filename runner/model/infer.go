@@ -160,6 +160,19 @@ func newCollector(o *output) collector {
 	}
 }
 
+// rowWidth is the values per row of an output tensor of shape: 1 for [N]
+// (a field) or [N,1], k for [N,k] (a list); ok is false for any other
+// shape.
+func (o *output) rowWidth(shape []int64) (w int, ok bool) {
+	switch {
+	case len(shape) == 1 && !o.list:
+		return 1, true
+	case len(shape) == 2 && (o.list || shape[1] == 1):
+		return int(shape[1]), true
+	}
+	return 0, false
+}
+
 type typedCollector[T elem] struct {
 	o     *output
 	width int // values per row; -1 until the first run of a dynamic list
@@ -172,12 +185,8 @@ func (c *typedCollector[T]) take(v ort.Value, runRows, keep int, whole bool) err
 		return fmt.Errorf("got %T, want a %s tensor", v, c.o.kind)
 	}
 	shape := t.GetShape()
-	w := 1
-	switch {
-	case len(shape) == 1 && !c.o.list:
-	case len(shape) == 2 && (c.o.list || shape[1] == 1):
-		w = int(shape[1])
-	default:
+	w, ok := c.o.rowWidth(shape)
+	if !ok {
 		return fmt.Errorf("shape %v, want %s", shape, c.want())
 	}
 	if shape[0] != int64(runRows) {

@@ -88,12 +88,8 @@ func (c *stringCollector) take(v ort.Value, runRows, keep int, _ bool) error {
 		return fmt.Errorf("got %T, want a string tensor", v)
 	}
 	shape := t.GetShape()
-	w := 1
-	switch {
-	case len(shape) == 1 && !c.o.list:
-	case len(shape) == 2 && (c.o.list || shape[1] == 1):
-		w = int(shape[1])
-	default:
+	w, ok := c.o.rowWidth(shape)
+	if !ok {
 		return fmt.Errorf("shape %v, want [N], [N,1] or [N,k]", shape)
 	}
 	if shape[0] != int64(runRows) || (c.width >= 0 && w != c.width) {

@@ -123,9 +123,7 @@ func (m *Model) linkTextInputs() error {
 // bindPooled accepts a [N,T,D] float output when model.pooling reduces it.
 func (m *Model) bindPooled(o *output, t TensorInfo) error {
 	f := "model.outputs." + t.Name
-	switch m.spec.Pooling {
-	case "mean", "cls", "max":
-	default:
+	if !m.spec.Pooling.Reduces() {
 		return m.errorf(f, "output %q has shape %s; set model.pooling (mean, cls or max) to store it as one vector per row", t.Name, shapeString(t))
 	}
 	if !m.hasText {
@@ -272,7 +270,7 @@ func (m *Model) inferText(ctx context.Context, b *Batch) (arrow.RecordBatch, err
 	cols := make([]arrow.Array, len(collectors))
 	for i, c := range collectors {
 		unsort(c, order)
-		if o := m.outputs[i]; m.spec.Normalize == "l2" && o.list && o.kind == kindFloat32 && !o.inGraph {
+		if o := m.outputs[i]; m.spec.Normalize == jobs.NormalizeL2 && o.list && o.kind == kindFloat32 && !o.inGraph {
 			l2Normalize(c)
 		}
 		cols[i] = c.array(n)
@@ -520,8 +518,8 @@ func l2Normalize(c collector) {
 // row's first lens[j] tokens (its attention mask).
 type poolCollector struct {
 	o    *output
-	mode string // mean | cls | max
-	lens []int  // tokens per row of the current run
+	mode jobs.Pooling // mean | cls | max
+	lens []int        // tokens per row of the current run
 	data []float32
 }
 
@@ -542,9 +540,9 @@ func (c *poolCollector) take(v ort.Value, runRows, keep int, _ bool) error {
 		base := j * T * D
 		out := make([]float32, D)
 		switch c.mode {
-		case "cls":
+		case jobs.PoolingCLS:
 			copy(out, h[base:base+D])
-		case "max":
+		case jobs.PoolingMax:
 			for x := range D {
 				mx := float32(math.Inf(-1))
 				for tk := range n {

@@ -34,12 +34,12 @@ func textCorpus(n int) []string {
 	return out
 }
 
-func textSpec(t testing.TB, pooling, normalize string, maxLen int) (jobs.ModelSpec, *testgen.TextEmbedder, *tokenizer.Tokenizer) {
+func textSpec(t testing.TB, pooling jobs.Pooling, normalize jobs.Normalization, maxLen int) (jobs.ModelSpec, *testgen.TextEmbedder, *tokenizer.Tokenizer) {
 	t.Helper()
 	return textSpecFor(t, testgen.NewTextEmbedder(testgen.DefaultSeed), pooling, normalize, maxLen)
 }
 
-func textSpecFor(t testing.TB, tm *testgen.TextEmbedder, pooling, normalize string, maxLen int) (jobs.ModelSpec, *testgen.TextEmbedder, *tokenizer.Tokenizer) {
+func textSpecFor(t testing.TB, tm *testgen.TextEmbedder, pooling jobs.Pooling, normalize jobs.Normalization, maxLen int) (jobs.ModelSpec, *testgen.TextEmbedder, *tokenizer.Tokenizer) {
 	t.Helper()
 	dir := t.TempDir()
 	path, err := tm.Write(dir)
@@ -84,9 +84,10 @@ func titlesRecord(titles []string, null map[int]bool) arrow.RecordBatch {
 // rejects.
 func TestTextEmbeddings(t *testing.T) {
 	for _, tc := range []struct {
-		pooling, normalize string
-		maxLen             int
-		bpe                bool
+		pooling   jobs.Pooling
+		normalize jobs.Normalization
+		maxLen    int
+		bpe       bool
 	}{{"mean", "l2", 0, false}, {"cls", "none", 16, false}, {"max", "", 24, false}, {"mean", "", 8, false}, {"mean", "l2", 32, true}} {
 		t.Run(fmt.Sprintf("%s/%s/%d/bpe=%v", tc.pooling, tc.normalize, tc.maxLen, tc.bpe), func(t *testing.T) {
 			tm := testgen.NewTextEmbedder(testgen.DefaultSeed)
@@ -114,7 +115,7 @@ func TestTextEmbeddings(t *testing.T) {
 			vals := col.ListValues().(*array.Float32)
 			var worst float64
 			for k, r := range b.Rows {
-				want := tm.Pool(tok.Encode(nil, titles[r], ml), tc.pooling, tc.normalize == "l2")
+				want := tm.Pool(tok.Encode(nil, titles[r], ml), tc.pooling, tc.normalize == jobs.NormalizeL2)
 				lo, hi := col.ValueOffsets(k)
 				if int(hi-lo) != tm.D {
 					t.Fatalf("row %d: %d values, want %d", r, hi-lo, tm.D)
@@ -252,8 +253,8 @@ func TestWindowSortPadding(t *testing.T) {
 // the WordPiece and the BPE test models, at opset 17 (Reduce* axes as
 // attributes, but ReduceSum's an input) and 18 (every axes an input).
 func TestPoolingInGraph(t *testing.T) {
-	for _, pooling := range []string{"mean", "cls", "max"} {
-		for _, normalize := range []string{"l2", "none"} {
+	for _, pooling := range []jobs.Pooling{jobs.PoolingMean, jobs.PoolingCLS, jobs.PoolingMax} {
+		for _, normalize := range []jobs.Normalization{jobs.NormalizeL2, jobs.NormalizeNone} {
 			for _, v := range []struct {
 				bpe   bool
 				opset int64

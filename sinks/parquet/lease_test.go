@@ -72,7 +72,7 @@ func TestLeaseTakeoverFencesStaleHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeRun(t, stale, b, 5) // staged, not published
-	lb.(*leaseLock).frozen.Store(true)
+	lb.(*leaseLock).Freeze()
 	// A late shard attempt of the stale holder, opened before it froze.
 	late, err := stale.Shard(ctx, b, 1)
 	if err != nil {
@@ -281,7 +281,7 @@ func TestLeaseLapseOnFilesystemClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	ll := l1.(*leaseLock)
-	ll.frozen.Store(true)
+	ll.Freeze()
 	h2 := sinks.ThisProcess(run2)
 	h2.PID++
 	// The holder's clock is behind: the expiry it wrote has passed.

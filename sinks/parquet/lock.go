@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -147,8 +146,12 @@ func (s *Sink) Lock(ctx context.Context, run sinks.RunInfo, holder sinks.Holder)
 		}
 		removeBelow(dir, l.epoch)
 		l.sink, l.target, l.version = s, target, run.Version
+		l.Lease = sinks.StartLease(l.claimed, sinks.LeaseParams{TTL: lease, Margin: lease / 6, Renew: l.renew,
+			OnLost: func(why string) {
+				slog.Error("parquet target lease lost: stop writing", "target", l.target, "epoch", l.epoch, "why", why)
+			},
+			OnRetry: func(err error) { slog.Warn("parquet lease renewal failed; retrying", "target", l.target, "err", err) }})
 		s.hold(l)
-		go l.renew()
 		return l, nil
 	}
 	return nil, fmt.Errorf("parquet: lock %s: the lease changed hands too fast to take", target)
@@ -341,8 +344,7 @@ func claim(dir string, epoch int64, holder sinks.Holder, lease time.Duration) (*
 		return nil, fmt.Errorf("flock %s: %w", tmp, err)
 	}
 	l := &leaseLock{f: f, path: filepath.Join(dir, epochName(epoch)), dir: dir, epoch: epoch, lease: lease,
-		rec:  lockRecord{Holder: holder, Token: token, Epoch: epoch},
-		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+		rec: lockRecord{Holder: holder, Token: token, Epoch: epoch}}
 	start := time.Now()
 	if err := l.write(start); err != nil {
 		f.Close()
@@ -356,7 +358,7 @@ func claim(dir string, epoch int64, holder sinks.Holder, lease time.Duration) (*
 		f.Close()
 		return nil, err
 	}
-	l.until = start.Add(lease - lease/6)
+	l.claimed = start
 	return l, nil
 }
 
@@ -387,19 +389,14 @@ type leaseLock struct {
 	epoch   int64
 	lease   time.Duration
 
-	mu  sync.Mutex // guards rec, until and writes to f
+	mu  sync.Mutex // guards rec and writes to f
 	rec lockRecord
-	// until is when this holder stops trusting its lease (monotonic):
-	// lease/6 before the expiry its last renewal wrote.
-	until time.Time
-
-	lost     chan struct{}
-	lostOnce sync.Once
-	stop     chan struct{}
-	stopOnce sync.Once
-	done     chan struct{}
-	// frozen stops renewals (tests: a holder that hangs).
-	frozen atomic.Bool
+	// claimed is when the claim that took the lease began.
+	claimed time.Time
+	// Lease renews the lease every lease/3 and trusts a renewal until
+	// lease/6 before the expiry it wrote (monotonic): a holder whose
+	// renewals stop stops itself before a taker may take over.
+	*sinks.Lease
 
 	relMu    sync.Mutex
 	released bool
@@ -436,31 +433,18 @@ func (l *leaseLock) writeRaw() error {
 	return l.f.Sync()
 }
 
-// Lost is closed once the lease lapsed or was taken over.
-func (l *leaseLock) Lost() <-chan struct{} { return l.lost }
-
-func (l *leaseLock) markLost(why string) {
-	l.lostOnce.Do(func() {
-		slog.Error("parquet target lease lost: stop writing", "target", l.target, "epoch", l.epoch, "why", why)
-		close(l.lost)
-	})
-}
-
 // check returns nil while the lease holds: not past its end on this
 // process's clock, still the highest epoch, still this holder's token.
 // Otherwise it marks the lease lost and returns an error wrapping
 // ErrFenced.
 func (l *leaseLock) check() error {
 	select {
-	case <-l.lost:
+	case <-l.Lost():
 		return fmt.Errorf("parquet: target %s: %w", l.target, ErrFenced)
 	default:
 	}
 	why := ""
-	l.mu.Lock()
-	until := l.until
-	l.mu.Unlock()
-	if time.Now().After(until) {
+	if time.Now().After(l.Until()) {
 		why = fmt.Sprintf("not renewed in time (its lease is %s)", l.lease)
 	} else if top, rec, err := highest(l.dir); err != nil {
 		why = fmt.Sprintf("cannot read the lease: %v", err)
@@ -472,46 +456,17 @@ func (l *leaseLock) check() error {
 	if why == "" {
 		return nil
 	}
-	l.markLost(why)
+	l.MarkLost(why)
 	return fmt.Errorf("parquet: target %s: %s: %w", l.target, why, ErrFenced)
 }
 
-// renew extends the lease every lease/3 until Release; a lease it cannot
-// renew in time, or finds taken over, is lost.
-func (l *leaseLock) renew() {
-	defer close(l.done)
-	tick := time.NewTicker(l.lease / 3)
-	defer tick.Stop()
-	for {
-		l.mu.Lock()
-		left := time.Until(l.until)
-		l.mu.Unlock()
-		expire := time.NewTimer(left)
-		select {
-		case <-l.stop:
-			expire.Stop()
-			return
-		case <-expire.C:
-			l.markLost(fmt.Sprintf("not renewed within its %s lease", l.lease))
-			return
-		case <-tick.C:
-			expire.Stop()
-		}
-		if l.frozen.Load() {
-			continue
-		}
-		if err := l.check(); err != nil {
-			return
-		}
-		start := time.Now()
-		if err := l.write(start); err != nil {
-			slog.Warn("parquet lease renewal failed; retrying", "target", l.target, "err", err)
-			continue
-		}
-		l.mu.Lock()
-		l.until = start.Add(l.lease - l.lease/6)
-		l.mu.Unlock()
+// renew extends the lease once (sinks.LeaseParams.Renew) while check
+// finds it this holder's; one taken over is sinks.ErrLeaseGone.
+func (l *leaseLock) renew(context.Context) error {
+	if err := l.check(); err != nil {
+		return fmt.Errorf("%w: %w", sinks.ErrLeaseGone, err)
 	}
+	return l.write(time.Now())
 }
 
 // Release stops renewing, marks the record released if it is still ours
@@ -522,8 +477,7 @@ func (l *leaseLock) Release(ctx context.Context) error {
 	if l.released {
 		return nil
 	}
-	l.stopOnce.Do(func() { close(l.stop) })
-	<-l.done
+	l.Stop()
 	l.released = true
 	if l.sink != nil {
 		l.sink.unhold(l)

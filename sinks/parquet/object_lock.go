@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	mrand "math/rand/v2"
 	"sync"
 	"time"
@@ -30,11 +31,11 @@ type objectLock struct {
 	etag  string // of the lock object as this holder last wrote it (S3); renewal replaces only that
 	lease time.Duration
 	sink  *ObjectSink
-	lost  chan struct{}
-	stop  chan struct{}
-	done  chan struct{}
-	once  sync.Once
-	lostO sync.Once
+	once  sync.Once // Release
+	// Lease renews the lock every lease/3 and trusts a renewal until
+	// lease/6 before the expiry it wrote (a taker reads that expiry on its
+	// own clock).
+	*sinks.Lease
 }
 
 // Lock creates the target's lock object if none exists (a conditional
@@ -55,7 +56,8 @@ func (s *ObjectSink) Lock(ctx context.Context, run sinks.RunInfo, holder sinks.H
 		lease = sinks.DefaultLockLease
 	}
 	for attempt := 0; attempt < 3; attempt++ {
-		rec := objectLockRecord{Holder: holder, Token: hex.EncodeToString(tok[:]), Expires: time.Now().Add(lease)}
+		start := time.Now()
+		rec := objectLockRecord{Holder: holder, Token: hex.EncodeToString(tok[:]), Expires: start.Add(lease)}
 		body, _ := json.Marshal(rec)
 		err := t.b.Write(ctx, t.lock(), bytes.NewReader(body), objstore.WriteOptions{IfNotExist: true, ContentType: "application/json"})
 		etag := ""
@@ -89,11 +91,17 @@ func (s *ObjectSink) Lock(ctx context.Context, run sinks.RunInfo, holder sinks.H
 				continue
 			}
 		}
-		l := &objectLock{t: t, rec: rec, etag: etag, lease: lease, sink: s, lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+		l := &objectLock{t: t, rec: rec, etag: etag, lease: lease, sink: s}
+		l.Lease = sinks.StartLease(start, sinks.LeaseParams{TTL: lease, Margin: lease / 6, Renew: l.renewOnce,
+			OnLost: func(why string) {
+				slog.Error("parquet lock lost: stop writing", "lock", t.loc.ObjectURL(t.lock()), "why", why)
+			},
+			OnRetry: func(err error) {
+				slog.Warn("parquet lock renewal failed; retrying", "lock", t.loc.ObjectURL(t.lock()), "err", err)
+			}})
 		s.mu.Lock()
 		s.locks[t.url()] = l
 		s.mu.Unlock()
-		go l.renew()
 		return l, nil
 	}
 	return nil, fmt.Errorf("parquet sink: could not take the lock %s", t.loc.ObjectURL(t.lock()))
@@ -186,33 +194,12 @@ func backoff(ctx context.Context, attempt int) error {
 	}
 }
 
-// renew extends the lease every third of it while the object is still
-// this holder's; once it is not (taken over after a freeze), Lost closes.
-func (l *objectLock) renew() {
-	defer close(l.done)
-	tick := time.NewTicker(l.lease / 3)
-	defer tick.Stop()
-	for {
-		select {
-		case <-l.stop:
-			return
-		case <-tick.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), l.lease/3)
-		err := l.renewOnce(ctx)
-		cancel()
-		if err != nil {
-			l.lostO.Do(func() { close(l.lost) })
-			return
-		}
-	}
-}
-
 // renewOnce extends the lease by one lease from now. On S3 it is one
 // conditional PUT on the ETag this holder last wrote, so a holder whose
 // lock was taken over (its ETag changed) fails and is fenced, and can
 // never overwrite the new holder's lock. Elsewhere it is check then write
-// (see takeOver). Only the renew goroutine calls it once Lock returned.
+// (see takeOver). A lock taken over is lost (sinks.ErrLeaseGone). Only
+// the lease's renewer calls it once Lock returned.
 func (l *objectLock) renewOnce(ctx context.Context) error {
 	rec := l.rec
 	rec.Expires = time.Now().Add(l.lease)
@@ -220,8 +207,9 @@ func (l *objectLock) renewOnce(ctx context.Context) error {
 	if l.t.b.CanWriteIfMatch() {
 		etag, err := l.t.b.WriteIfMatch(ctx, l.t.lock(), body, l.etag, "application/json")
 		if objstore.PreconditionFailed(err) || objstore.NotFound(err) {
-			l.lostO.Do(func() { close(l.lost) })
-			return fmt.Errorf("parquet sink: the lock on %s was taken over; this writer is fenced: %w", l.t.url(), err)
+			err = fmt.Errorf("parquet sink: the lock on %s was taken over; this writer is fenced: %w", l.t.url(), err)
+			l.MarkLost(err.Error())
+			return fmt.Errorf("%w: %w", sinks.ErrLeaseGone, err)
 		}
 		if err != nil {
 			return fmt.Errorf("parquet sink: renewing the lock: %w", err)
@@ -242,8 +230,9 @@ func (l *objectLock) check(ctx context.Context) error {
 		return err
 	}
 	if !ok || cur.Token != l.rec.Token {
-		l.lostO.Do(func() { close(l.lost) })
-		return fmt.Errorf("parquet sink: the lock on %s was taken over; this writer is fenced", l.t.url())
+		why := fmt.Sprintf("parquet sink: the lock on %s was taken over; this writer is fenced", l.t.url())
+		l.MarkLost(why)
+		return fmt.Errorf("%w: %s", sinks.ErrLeaseGone, why)
 	}
 	return nil
 }
@@ -259,16 +248,12 @@ func (s *ObjectSink) fenced(ctx context.Context, t objectTarget) error {
 	return l.check(ctx)
 }
 
-// Lost is closed when the lock was taken over.
-func (l *objectLock) Lost() <-chan struct{} { return l.lost }
-
 // Release stops renewing and deletes the lock object if it is still this
 // holder's. Idempotent.
 func (l *objectLock) Release(ctx context.Context) error {
 	var err error
 	l.once.Do(func() {
-		close(l.stop)
-		<-l.done
+		l.Stop()
 		l.sink.mu.Lock()
 		if l.sink.locks[l.t.url()] == l {
 			delete(l.sink.locks, l.t.url())

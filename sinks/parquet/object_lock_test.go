@@ -95,8 +95,7 @@ func TestObjectLockStaleRenewFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	stale := la.(*objectLock)
-	close(stale.stop) // a freezes: it renews no more
-	<-stale.done
+	stale.Stop() // a freezes: it renews no more
 	// b takes over once a's lease lapses (bounded wait on that event).
 	var lb sinks.Lock
 	for deadline := time.Now().Add(30 * time.Second); ; {

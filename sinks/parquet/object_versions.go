@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/precog-ml/precog/internal/objstore"
+	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/sinks"
 )
 
@@ -58,7 +60,7 @@ func listVersions(ctx context.Context, t objectTarget) ([]versionInfo, error) {
 	for _, vi := range by {
 		out = append(out, *vi)
 	}
-	sort.Slice(out, func(i, j int) bool { return sinks.NewestFirst(out[i].version, out[j].version) < 0 })
+	slices.SortFunc(out, func(a, b versionInfo) int { return jobs.NewestVersionFirst(a.version, b.version) })
 	return out, nil
 }
 

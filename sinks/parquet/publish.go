@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 
+	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/sinks"
 )
 
@@ -51,10 +52,10 @@ func (s *Sink) Publish(ctx context.Context, run sinks.RunInfo) error {
 	// swap.
 	latest, _ := publishedVersion(d.old, run.Job)
 	if v, ours := publishedVersion(d.target, run.Job); ours {
-		latest = max(latest, v)
+		latest = jobs.LatestVersion(latest, v)
 	}
 	for v := range retained {
-		latest = max(latest, v)
+		latest = jobs.LatestVersion(latest, v)
 	}
 	if err := sinks.CheckPublishOrder("parquet "+d.target, run.Version, latest); err != nil {
 		return err

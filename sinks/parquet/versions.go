@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/sinks"
 )
 
@@ -203,7 +204,7 @@ func (s *Sink) Versions(ctx context.Context, run sinks.RunInfo) ([]string, error
 	if cur, ok := publishedVersion(target, run.Job); ok && cur != "" && dirs[cur] == "" {
 		vs = append(vs, cur)
 	}
-	slices.SortFunc(vs, sinks.NewestFirst)
+	slices.SortFunc(vs, jobs.NewestVersionFirst)
 	return vs, nil
 }
 

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -59,8 +58,7 @@ func (s *Sink) Lock(ctx context.Context, run sinks.RunInfo, holder sinks.Holder)
 	if holder.Lease > 0 {
 		ttl = holder.Lease
 	}
-	l := &pgLock{s: s, target: target, token: hex.EncodeToString(tok[:]), ttl: ttl,
-		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+	l := &pgLock{s: s, target: target, token: hex.EncodeToString(tok[:]), ttl: ttl}
 	for range 3 { // the holder may release between our insert and our read
 		start := time.Now()
 		var got bool
@@ -69,7 +67,11 @@ func (s *Sink) Lock(ctx context.Context, run sinks.RunInfo, holder sinks.Holder)
 			ON CONFLICT (target) DO UPDATE SET holder = EXCLUDED.holder, token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
 			WHERE l.expires_at < now() OR l.holder->>'run_id' = $5 RETURNING true`, target, h, l.token, l.ttl.Microseconds(), run.RunID).Scan(&got)
 		if err == nil {
-			go l.renew(start.Add(l.ttl))
+			l.Lease = sinks.StartLease(start, sinks.LeaseParams{TTL: ttl, Renew: l.renew,
+				OnLost: func(why string) {
+					s.log.Error("writer lock lost; stop writing", "target", target, "reason", why)
+				},
+				OnRetry: func(err error) { s.log.Warn("writer lock renewal failed; retrying", "target", target, "err", err) }})
 			s.endStaleHolders(ctx, target, l.token)
 			return l, nil
 		}
@@ -143,71 +145,34 @@ func (s *Sink) createLockTable(ctx context.Context) error {
 	})
 }
 
-// pgLock is a held row of precog_locks, identified by its random token.
+// pgLock is a held row of precog_locks, identified by its random token,
+// and its lease (Lost, renewed every ttl/3).
 type pgLock struct {
+	*sinks.Lease
 	s      *Sink
 	target string
 	token  string
 	ttl    time.Duration
-
-	lost     chan struct{}
-	lostOnce sync.Once
-	stop     chan struct{}
-	stopOnce sync.Once
-	done     chan struct{}
 }
 
-// Lost is closed when the lease can no longer be guaranteed.
-func (l *pgLock) Lost() <-chan struct{} { return l.lost }
-
-func (l *pgLock) markLost(why string) {
-	l.lostOnce.Do(func() {
-		l.s.log.Error("writer lock lost; stop writing", "target", l.target, "reason", why)
-		close(l.lost)
-	})
-}
-
-// renew extends the lease every ttl/3 until Release. expiry is the local
-// time by which the lease ends unless renewed (taken before each renewal
-// was sent, so never later than the server's).
-func (l *pgLock) renew(expiry time.Time) {
-	defer close(l.done)
-	tick := time.NewTicker(l.ttl / 3)
-	defer tick.Stop()
-	for {
-		select {
-		case <-l.stop:
-			return
-		case <-time.After(time.Until(expiry)):
-			l.markLost("the lease expired before it could be renewed")
-			return
-		case <-tick.C:
-		}
-		start := time.Now()
-		ctx, cancel := context.WithDeadline(context.Background(), expiry)
-		tag, err := l.s.pool.Exec(ctx, "UPDATE "+l.s.ident(tabLocks)+" SET expires_at = now() + $3 * interval '1 microsecond' WHERE target = $1 AND token = $2",
-			l.target, l.token, l.ttl.Microseconds())
-		cancel()
-		switch {
-		case err == nil && tag.RowsAffected() == 1:
-			expiry = start.Add(l.ttl)
-		case err == nil:
-			l.markLost("the lock row was removed or taken over by another writer")
-			return
-		case time.Now().After(expiry):
-			l.markLost(fmt.Sprintf("renewal failed until the lease expired: %v", err))
-			return
-		default:
-			l.s.log.Warn("writer lock renewal failed; retrying", "target", l.target, "err", err)
-		}
+// renew extends the row's lease once (sinks.LeaseParams.Renew); a row
+// removed or another holder's is sinks.ErrLeaseGone.
+func (l *pgLock) renew(ctx context.Context) error {
+	tag, err := l.s.pool.Exec(ctx, "UPDATE "+l.s.ident(tabLocks)+" SET expires_at = now() + $3 * interval '1 microsecond' WHERE target = $1 AND token = $2",
+		l.target, l.token, l.ttl.Microseconds())
+	switch {
+	case err != nil:
+		return err
+	case tag.RowsAffected() != 1:
+		return fmt.Errorf("%w: the lock row was removed or taken over by another writer", sinks.ErrLeaseGone)
 	}
+	return nil
 }
 
 // Release stops renewing and deletes the row if it is still ours.
 // Idempotent.
 func (l *pgLock) Release(ctx context.Context) error {
-	l.stopOnce.Do(func() { close(l.stop) })
-	<-l.done
+	l.Stop()
 	l.s.mu.Lock()
 	if l.s.ddlLabel == lockLabel(l.target, l.token) {
 		l.s.ddlLabel = ""

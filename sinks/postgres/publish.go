@@ -56,17 +56,18 @@ func (s *Sink) Publish(ctx context.Context, run sinks.RunInfo) error {
 }
 
 // checkOrder applies sinks.CheckPublishOrder against the newest version
-// this table published (under the ddl lock, so atomic with the cutover).
+// this table published (under the ddl lock, so atomic with the cutover):
+// jobs.LatestVersion of the versions listed (retention keeps few).
 func (s *Sink) checkOrder(ctx context.Context, tx pgx.Tx, version string) error {
-	var latest *string
-	if err := tx.QueryRow(ctx, "SELECT max(version COLLATE \"C\") FROM "+s.ident(tabVersions)+" WHERE table_name = $1",
-		s.spec.Table).Scan(&latest); err != nil {
+	rows, err := tx.Query(ctx, "SELECT version FROM "+s.ident(tabVersions)+" WHERE table_name = $1", s.spec.Table)
+	if err != nil {
 		return err
 	}
-	if latest == nil {
-		return nil
+	listed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
 	}
-	return sinks.CheckPublishOrder("postgres "+s.spec.Table, version, *latest)
+	return sinks.CheckPublishOrder("postgres "+s.spec.Table, version, jobs.LatestVersion(listed...))
 }
 
 // published reports whether version was published before.

@@ -249,6 +249,18 @@ func (s *Sink) unlinkRecorded(ctx context.Context, version string) (int64, error
 	return total, nil
 }
 
+// forEachMaster calls fn with every master of a cluster (concurrently),
+// or with the one server.
+func (s *Sink) forEachMaster(ctx context.Context, fn func(context.Context, *goredis.Client) error) error {
+	switch c := s.client.(type) {
+	case *goredis.ClusterClient:
+		return c.ForEachMaster(ctx, fn)
+	case *goredis.Client:
+		return fn(ctx, c)
+	}
+	return fmt.Errorf("unsupported client type %T", s.client)
+}
+
 // unlinkKeys deletes keys: one UNLINK on a single server, a pipeline of
 // single-key UNLINKs on a cluster (keys of one batch span all slots).
 func (s *Sink) unlinkKeys(ctx context.Context, keys []string) error {
@@ -277,15 +289,7 @@ func (s *Sink) scanDelete(ctx context.Context, version string) (int64, error) {
 		mu.Unlock()
 		return err
 	}
-	var err error
-	switch c := s.client.(type) {
-	case *goredis.ClusterClient:
-		err = c.ForEachMaster(ctx, scanNode)
-	case *goredis.Client:
-		err = scanNode(ctx, c)
-	default:
-		err = fmt.Errorf("unsupported client type %T", s.client)
-	}
+	err := s.forEachMaster(ctx, scanNode)
 	if err != nil {
 		return total, s.cfg.sanitize("delete keys "+pattern, err)
 	}

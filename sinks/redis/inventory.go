@@ -149,15 +149,7 @@ func (s *Sink) scanAll(ctx context.Context, pattern string) ([]string, error) {
 			cursor = next
 		}
 	}
-	var err error
-	switch c := s.client.(type) {
-	case *goredis.ClusterClient:
-		err = c.ForEachMaster(ctx, scanNode)
-	case *goredis.Client:
-		err = scanNode(ctx, c)
-	default:
-		err = fmt.Errorf("unsupported client type %T", s.client)
-	}
+	err := s.forEachMaster(ctx, scanNode)
 	if err != nil && !errors.Is(err, goredis.Nil) {
 		return nil, s.cfg.sanitize("SCAN "+pattern, err)
 	}

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -114,9 +113,12 @@ func (s *Sink) Lock(ctx context.Context, run sinks.RunInfo, holder sinks.Holder)
 
 // held starts renewing a lock just taken at start.
 func (s *Sink) held(key, value string, ttl time.Duration, start time.Time, run sinks.RunInfo) *redisLock {
-	l := &redisLock{s: s, key: key, value: value, ttl: ttl, lost: make(chan struct{}),
-		stop: make(chan struct{}), done: make(chan struct{})}
-	go l.renew(start.Add(ttl))
+	l := &redisLock{s: s, key: key, value: value, ttl: ttl}
+	l.Lease = sinks.StartLease(start, sinks.LeaseParams{TTL: ttl, Renew: l.renew,
+		OnLost: func(why string) { s.log.Error("redis namespace lock lost: stop writing", "key", key, "why", why) },
+		OnRetry: func(err error) {
+			s.log.Warn("redis lock renewal failed; retrying", "key", key, "err", redact(err.Error(), s.cfg.password))
+		}})
 	s.activeMu.Lock()
 	s.locks[l] = true
 	s.activeMu.Unlock()
@@ -124,74 +126,33 @@ func (s *Sink) held(key, value string, ttl time.Duration, start time.Time, run s
 	return l
 }
 
-// redisLock is a held namespace lock and its renewer.
+// redisLock is a held namespace lock and its lease (Lost, renewed every
+// ttl/3).
 type redisLock struct {
+	*sinks.Lease
 	s     *Sink
 	key   string
 	value string
 	ttl   time.Duration
 
-	lost     chan struct{}
-	lostOnce sync.Once
-	stop     chan struct{}
-	stopOnce sync.Once
-	done     chan struct{}
-	// frozen stops renewals (tests: a holder that hangs).
-	frozen atomic.Bool
-
 	relMu    sync.Mutex
 	released bool
 }
 
-func (l *redisLock) Lost() <-chan struct{} { return l.lost }
-
-func (l *redisLock) markLost(why string) {
-	l.lostOnce.Do(func() {
-		l.s.log.Error("redis namespace lock lost: stop writing", "key", l.key, "why", why)
-		close(l.lost)
-	})
-}
-
-// renew extends the lease every ttl/3 until Release. The lease is known to
-// last until the send time of the last successful renewal plus ttl; if no
-// renewal succeeds before that, or one finds the token gone or replaced,
-// the lock is lost.
-func (l *redisLock) renew(deadline time.Time) {
-	defer close(l.done)
-	tick := time.NewTicker(l.ttl / 3)
-	defer tick.Stop()
-	expire := time.NewTimer(time.Until(deadline))
-	defer expire.Stop()
-	for {
-		select {
-		case <-l.stop:
-			return
-		case <-expire.C:
-			l.markLost(fmt.Sprintf("lease of %s not renewed in time", l.ttl))
-			return
-		case <-tick.C:
-		}
-		if l.frozen.Load() {
-			continue
-		}
-		start := time.Now()
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		n, err := extendScript.Run(ctx, l.s.client, []string{l.key}, l.value, l.ttl.Milliseconds()).Int()
-		cancel()
-		switch {
-		case err != nil:
-			l.s.log.Warn("redis lock renewal failed; retrying", "key", l.key, "err", redact(err.Error(), l.s.cfg.password))
-		case n == 0:
-			l.markLost("the lock was taken over or deleted")
-			return
-		default:
-			if n == 2 {
-				l.s.log.Warn("redis lock was gone (server restarted or evicted it); took it again", "key", l.key)
-			}
-			deadline = start.Add(l.ttl)
-			expire.Reset(time.Until(deadline))
-		}
+// renew extends the lock's TTL once if the token is still ours
+// (sinks.LeaseParams.Renew); taken over or deleted is sinks.ErrLeaseGone.
+// A lock the server lost (a restart, an eviction) is taken again.
+func (l *redisLock) renew(ctx context.Context) error {
+	n, err := extendScript.Run(ctx, l.s.client, []string{l.key}, l.value, l.ttl.Milliseconds()).Int()
+	switch {
+	case err != nil:
+		return err
+	case n == 0:
+		return fmt.Errorf("%w: the lock was taken over or deleted", sinks.ErrLeaseGone)
+	case n == 2:
+		l.s.log.Warn("redis lock was gone (server restarted or evicted it); took it again", "key", l.key)
 	}
+	return nil
 }
 
 // Release stops renewing and deletes the lock if it is still ours (never
@@ -202,8 +163,7 @@ func (l *redisLock) Release(ctx context.Context) error {
 	if l.released {
 		return nil
 	}
-	l.stopOnce.Do(func() { close(l.stop) })
-	<-l.done
+	l.Stop()
 	if err := releaseScript.Run(ctx, l.s.client, []string{l.key}, l.value).Err(); err != nil {
 		return l.s.cfg.sanitize("release lock "+l.key, err)
 	}

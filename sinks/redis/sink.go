@@ -308,8 +308,8 @@ func (s *Sink) Publish(ctx context.Context, run sinks.RunInfo) error {
 }
 
 // casCurrentScript sets {ns}:current to ARGV[1] unless it names a later
-// version (the time parts in byte order, as sinks.CheckPublishOrder
-// compares), in one step: it returns "" when set, else the later version it
+// version (jobs.Version.CreatedAfter, written again in Lua: the time parts
+// in byte order), in one step: it returns "" when set, else the later version it
 // found. One key, so it works on Redis Cluster too.
 var casCurrentScript = goredis.NewScript(`
 local function stamp(v)
@@ -349,7 +349,7 @@ func (s *Sink) cutover(ctx context.Context, version string) (done bool, err erro
 			s.log.Info("redis version published before; left as it is", "version", version)
 			return true, nil
 		}
-		latest = max(latest, v)
+		latest = jobs.LatestVersion(latest, v)
 	}
 	if err := sinks.CheckPublishOrder("redis "+s.cfg.namespace, version, latest); err != nil {
 		return false, err

@@ -47,15 +47,7 @@ func (s *Sink) readNodeStates(ctx context.Context) ([]NodeState, error) {
 		mu.Unlock()
 		return nil
 	}
-	var err error
-	switch c := s.client.(type) {
-	case *goredis.ClusterClient:
-		err = c.ForEachMaster(ctx, read)
-	case *goredis.Client:
-		err = read(ctx, c)
-	default:
-		err = fmt.Errorf("unsupported client type %T", s.client)
-	}
+	err := s.forEachMaster(ctx, read)
 	if err != nil {
 		return nil, err
 	}

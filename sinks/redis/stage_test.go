@@ -194,7 +194,7 @@ func TestLock(t *testing.T) {
 	}
 	// The first holder hangs: no renewals. Its lease lapses, it learns
 	// so from Lost, and the second writer gets the namespace.
-	l1.(*redisLock).frozen.Store(true)
+	l1.(*redisLock).Freeze()
 	select {
 	case <-l1.Lost():
 	case <-time.After(5 * time.Second):
@@ -263,7 +263,7 @@ func TestLockSurvivesRestartAndResume(t *testing.T) {
 	}
 	// The process dies without releasing; a new process of the same run
 	// takes over at once, a process of another run is refused.
-	l1.(*redisLock).frozen.Store(true)
+	l1.(*redisLock).Freeze()
 	s2 := newTestSink(t, rs, nil)
 	other := testRun("v2")
 	h := sinks.ThisProcess(other)

@@ -66,6 +66,7 @@ func Exercise(t *testing.T, h Harness) {
 		{"PublishIdempotent", testPublishIdempotent},
 		{"PublishNeverMovesBack", testPublishNeverMovesBack},
 		{"PublishSameSecondEitherOrder", testPublishSameSecond},
+		{"PublishOrderIsCreationNotText", testPublishOrderNotText},
 		{"RetainedInPublishOrderWithinOneSecond", testRetainedInPublishOrder},
 		{"EmptyRun", testEmptyRun},
 		{"Rollback", testRollback},
@@ -473,6 +474,34 @@ func testPublishSameSecond(t *testing.T, h Harness, s sinks.Sink) {
 	second := NewRun("20261126t025547-0000", false, params())
 	runOf(t, s, second, 0, 30)
 	expect(t, h, s, second, "20261126t025547-0000", Want(second, 0, 30))
+}
+
+// testPublishOrderNotText: the newest published version is the one
+// created last (jobs.Version's order: the time part before the first
+// "-"), not the greatest text. After v-1 and then v+9 (created later:
+// its time part "v+9" sorts after "v") are published, v+5-a (created
+// between them) is superseded by v+9 and readers stay there. As text
+// "v-1" sorts after "v+9" ('-' after '+'), and the sinks that took the
+// greatest text as the latest (Postgres, a Parquet directory) let v+5-a
+// move readers back.
+func testPublishOrderNotText(t *testing.T, h Harness, s sinks.Sink) {
+	ctx := ctxT(t)
+	first := NewRun("v-1", false, params())
+	runOf(t, s, first, 0, 20)
+	later := NewRun("v+9", false, params())
+	runOf(t, s, later, 0, 30)
+	mid := NewRun("v+5-a", false, params())
+	prepare(t, s, mid)
+	writeShard(t, s, mid, 0, 0, 40)
+	if err := s.Stage(ctx, mid, ledgerOf(s).committed(mid)); err != nil {
+		t.Fatalf("Stage(v+5-a): %v", err)
+	}
+	err := s.Publish(ctx, mid)
+	var se *sinks.SupersededError
+	if !errors.As(err, &se) || se.Later != "v+9" {
+		t.Fatalf("%s: Publish(v+5-a) after v-1 and v+9 published = %v, want a SupersededError naming v+9", s.Name(), err)
+	}
+	expect(t, h, s, later, "v+9", Want(later, 0, 30))
 }
 
 // testRetainedInPublishOrder: three runs created (jobs.NewVersion) and

@@ -1,7 +1,6 @@
 package parquet
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -82,13 +81,8 @@ func readRows(batch int) int {
 // bytes give an error, never a panic.
 func decodePlan(plan json.RawMessage) (shardPlan, error) {
 	var sp shardPlan
-	dec := json.NewDecoder(bytes.NewReader(plan))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&sp); err != nil {
+	if err := sources.DecodePlan(plan, &sp); err != nil {
 		return sp, fmt.Errorf("parquet source: bad shard plan: %w", err)
-	}
-	if dec.More() {
-		return sp, errors.New("parquet source: bad shard plan: trailing data")
 	}
 	switch {
 	case sp.File == "":

@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,13 +30,8 @@ const closeTimeout = 5 * time.Second
 // bytes give an error, never a panic.
 func decodePlan(plan json.RawMessage) (shardPlan, error) {
 	var sp shardPlan
-	dec := json.NewDecoder(bytes.NewReader(plan))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&sp); err != nil {
+	if err := sources.DecodePlan(plan, &sp); err != nil {
 		return sp, fmt.Errorf("postgres source: bad shard plan: %w", err)
-	}
-	if dec.More() {
-		return sp, errors.New("postgres source: bad shard plan: trailing data")
 	}
 	if sp.Column == "" {
 		return sp, errors.New("postgres source: bad shard plan: no column")

@@ -209,8 +209,8 @@ func checkTextModel(ctx context.Context, dir string, tm *testgen.TextEmbedder, d
 			"attention_mask": {MaskOf: "input_ids"},
 		},
 		Outputs:   map[string]string{"last_hidden_state": "embedding"},
-		Pooling:   "mean",
-		Normalize: "l2",
+		Pooling:   jobs.PoolingMean,
+		Normalize: jobs.NormalizeL2,
 	}, "")
 	if err != nil {
 		return 0, 0, err
@@ -239,7 +239,7 @@ func checkTextModel(ctx context.Context, dir string, tm *testgen.TextEmbedder, d
 	var worst float64
 	for r, title := range titles {
 		lo, _ := col.ValueOffsets(r)
-		for j, w := range tm.Pool(tok.Encode(nil, title, maxLen), "mean", true) {
+		for j, w := range tm.Pool(tok.Encode(nil, title, maxLen), jobs.PoolingMean, true) {
 			worst = max(worst, math.Abs(float64(vals.Value(int(lo)+j))-w))
 		}
 	}

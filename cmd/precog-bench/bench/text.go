@@ -117,7 +117,7 @@ func (h *harness) text(ctx context.Context) (*section, error) {
 			"input_ids":      {Text: jobs.TextColumns{"title"}, Tokenizer: tokPath, MaxLength: textMaxLen},
 			"attention_mask": {MaskOf: "input_ids"},
 		},
-		Outputs: map[string]string{"last_hidden_state": "embedding"}, Pooling: "mean", Normalize: "l2", BatchSize: batchSize,
+		Outputs: map[string]string{"last_hidden_state": "embedding"}, Pooling: jobs.PoolingMean, Normalize: jobs.NormalizeL2, BatchSize: batchSize,
 	}
 	tok, err := tokenizer.Load(tokPath)
 	if err != nil {

@@ -149,6 +149,16 @@ func getRun(tx *bbolt.Tx, id string) (jobs.Run, error) {
 	return r, nil
 }
 
+// getOpenRun is getRun of a run that may still change: a finished one is
+// ledger.ErrRunFinished (as the Postgres ledger's lockOpenRun).
+func getOpenRun(tx *bbolt.Tx, id string) (jobs.Run, error) {
+	r, err := getRun(tx, id)
+	if err == nil && r.State.Terminal() {
+		err = fmt.Errorf("run %s is %s: %w", id, r.State, ledger.ErrRunFinished)
+	}
+	return r, err
+}
+
 func putRun(tx *bbolt.Tx, r jobs.Run) error {
 	v, err := json.Marshal(r)
 	if err != nil {

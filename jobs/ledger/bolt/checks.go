@@ -116,12 +116,9 @@ func (l *Ledger) Hold(ctx context.Context, runID, msg string) error {
 		return err
 	}
 	err := l.db.Update(func(tx *bbolt.Tx) error {
-		r, err := getRun(tx, runID)
+		r, err := getOpenRun(tx, runID)
 		if err != nil {
 			return err
-		}
-		if r.State.Terminal() {
-			return fmt.Errorf("run %s is %s: %w", runID, r.State, ledger.ErrRunFinished)
 		}
 		if err := tx.Bucket(bucketPublish).Delete([]byte(runID)); err != nil {
 			return err
@@ -141,8 +138,8 @@ func (l *Ledger) Hold(ctx context.Context, runID, msg string) error {
 // ResolveHold implements ledger.Checks.
 func (l *Ledger) ResolveHold(ctx context.Context, p ledger.ResolveHoldParams) error {
 	runID, state, by, reason := p.RunID, p.State, p.By, p.Reason
-	if state != jobs.RunSucceeded && state != jobs.RunCancelled {
-		return fmt.Errorf("ledger: resolve held run %s: state %q is neither succeeded nor cancelled", runID, state)
+	if err := p.Validate(); err != nil {
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err

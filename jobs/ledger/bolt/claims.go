@@ -82,12 +82,9 @@ func (l *Ledger) Claim(ctx context.Context, runID, worker string, lease time.Dur
 	}
 	var out jobs.Shard
 	err := l.db.Update(func(tx *bbolt.Tx) error {
-		r, err := getRun(tx, runID)
+		r, err := getOpenRun(tx, runID)
 		if err != nil {
 			return err
-		}
-		if r.State.Terminal() {
-			return fmt.Errorf("run %s is %s: %w", runID, r.State, ledger.ErrRunFinished)
 		}
 		rb, err := runShards(tx, runID)
 		if err != nil {

@@ -31,12 +31,9 @@ func (l *Ledger) SetRunState(ctx context.Context, runID string, state jobs.RunSt
 	}
 	pool := ""
 	err := l.db.Update(func(tx *bbolt.Tx) error {
-		r, err := getRun(tx, runID)
+		r, err := getOpenRun(tx, runID)
 		if err != nil {
 			return err
-		}
-		if r.State.Terminal() {
-			return fmt.Errorf("run %s is %s: %w", runID, r.State, ledger.ErrRunFinished)
 		}
 		if state == jobs.RunCancelled && r.State == jobs.RunPublishing {
 			if p, ok, err := getPublish(tx, runID); err != nil {
@@ -180,12 +177,9 @@ func (l *Ledger) Reopen(ctx context.Context, runID string, shards []int, reason 
 	}
 	pool := ""
 	err := l.db.Update(func(tx *bbolt.Tx) error {
-		r, err := getRun(tx, runID)
+		r, err := getOpenRun(tx, runID)
 		if err != nil {
 			return err
-		}
-		if r.State.Terminal() {
-			return fmt.Errorf("run %s is %s: %w", runID, r.State, ledger.ErrRunFinished)
 		}
 		rb, err := runShards(tx, runID)
 		if err != nil {
@@ -289,11 +283,8 @@ func (l *Ledger) ClaimPublish(ctx context.Context, p ledger.PublishLeaseParams) 
 	var r jobs.Run
 	err := l.db.Update(func(tx *bbolt.Tx) error {
 		var err error
-		if r, err = getRun(tx, runID); err != nil {
+		if r, err = getOpenRun(tx, runID); err != nil {
 			return err
-		}
-		if r.State.Terminal() {
-			return fmt.Errorf("run %s is %s: %w", runID, r.State, ledger.ErrRunFinished)
 		}
 		now := l.now()
 		if p, ok, err := getPublish(tx, runID); err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
 )
 
@@ -36,7 +37,7 @@ func testWorkers(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	gpu := ledger.WorkerInfo{ID: "host-1", Pool: "gpu", Devices: []string{"cuda:0", "cuda:1"}, Version: "v1.2.3",
 		ModelCache: "recs@abc123", Lease: shortLease, Current: []ledger.ShardRef{{Run: "r1", Shard: 3, Device: "cuda:0"}}}
-	cpu := ledger.WorkerInfo{ID: "host-2", Devices: []string{"cpu"}, Version: "v1.2.3", Lease: longLease}
+	cpu := ledger.WorkerInfo{ID: "host-2", Devices: []string{jobs.DeviceCPU}, Version: "v1.2.3", Lease: longLease}
 	for _, wi := range []ledger.WorkerInfo{gpu, cpu} {
 		if err := l.HeartbeatWorker(ctx, wi); err != nil {
 			t.Fatalf("HeartbeatWorker(%s): %v", wi.ID, err)
@@ -96,7 +97,7 @@ func testWorkers(t *testing.T, l ledger.Store) {
 func testWorkerUnable(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	since := time.Date(2026, 11, 3, 4, 5, 6, 0, time.UTC)
-	info := ledger.WorkerInfo{ID: "host-1", Devices: []string{"cpu"}, Lease: longLease,
+	info := ledger.WorkerInfo{ID: "host-1", Devices: []string{jobs.DeviceCPU}, Lease: longLease,
 		Unable: []ledger.Unable{{Run: "r1", Job: "recs", Reason: "spec: ${DATABASE_URL} is not set", Since: since}}}
 	if err := l.HeartbeatWorker(ctx, info); err != nil {
 		t.Fatalf("HeartbeatWorker: %v", err)

@@ -82,8 +82,8 @@ func (l *Ledger) Hold(ctx context.Context, runID, msg string) error {
 // ResolveHold implements ledger.Checks.
 func (l *Ledger) ResolveHold(ctx context.Context, p ledger.ResolveHoldParams) error {
 	runID, state, by, reason := p.RunID, p.State, p.By, p.Reason
-	if state != jobs.RunSucceeded && state != jobs.RunCancelled {
-		return fmt.Errorf("ledger: resolve held run %s: state %q is neither succeeded nor cancelled", runID, state)
+	if err := p.Validate(); err != nil {
+		return err
 	}
 	msg := ""
 	if state == jobs.RunCancelled {

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -15,11 +14,7 @@ var _ ledger.Cleanups = (*Ledger)(nil)
 // AddCleanup implements ledger.Cleanups.
 func (l *Ledger) AddCleanup(ctx context.Context, runID, reason string) error {
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		var pool string
-		err := tx.QueryRow(ctx, `SELECT pool FROM precog_runs WHERE id = $1`, runID).Scan(&pool)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("run %s: %w", runID, ledger.ErrNotFound)
-		}
+		pool, err := runPool(ctx, tx, runID)
 		if err != nil {
 			return err
 		}

@@ -84,11 +84,7 @@ func (l *Ledger) SetRunState(ctx context.Context, runID string, state jobs.RunSt
 func (l *Ledger) RetryFailed(ctx context.Context, runID string) (int, error) {
 	n := 0
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		var pool string
-		err := tx.QueryRow(ctx, `SELECT pool FROM precog_runs WHERE id = $1`, runID).Scan(&pool)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("run %s: %w", runID, ledger.ErrNotFound)
-		}
+		pool, err := runPool(ctx, tx, runID)
 		if err != nil {
 			return err
 		}
@@ -229,6 +225,17 @@ func (l *Ledger) PublishDue(ctx context.Context, pool string) ([]string, error) 
 		return nil, fmt.Errorf("ledger: runs due to publish in pool %s: %w", pool, err)
 	}
 	return ids, nil
+}
+
+// runPool is the pool of run runID (ledger.ErrNotFound when there is no
+// such run).
+func runPool(ctx context.Context, tx pgx.Tx, runID string) (string, error) {
+	var pool string
+	err := tx.QueryRow(ctx, `SELECT pool FROM precog_runs WHERE id = $1`, runID).Scan(&pool)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("run %s: %w", runID, ledger.ErrNotFound)
+	}
+	return pool, err
 }
 
 // RetryRun takes a failed run back up: the run goes back to running with
