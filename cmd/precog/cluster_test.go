@@ -480,3 +480,26 @@ func TestStatusWatch(t *testing.T) {
 		t.Errorf("--watch on the embedded ledger: exit %d, %s", r.code, r.stderr)
 	}
 }
+
+// TestReadOnlyCommandsCreateNoLedger: runs, status and workers on a state
+// dir where nothing ran say so and leave no ledger (nor state dir)
+// behind; they used to create an empty ledger there.
+func TestReadOnlyCommandsCreateNoLedger(t *testing.T) {
+	t.Setenv(envDatabaseURL, "")
+	dir := t.TempDir()
+	if r := precog(t, dir, "runs"); r.code != 0 || strings.TrimSpace(r.stdout) != "no runs yet" {
+		t.Errorf("runs on a fresh state dir: exit %d, stdout %q, want \"no runs yet\"\n%s", r.code, r.stdout, r.stderr)
+	}
+	if r := precog(t, dir, "runs", "--json"); r.code != 0 || strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("runs --json on a fresh state dir: exit %d, stdout %q, want []", r.code, r.stdout)
+	}
+	if r := precog(t, dir, "status", "recs-20261101t000000-ab12"); r.code != 2 || !strings.Contains(r.stderr, "not found") {
+		t.Errorf("status on a fresh state dir: exit %d, want 2 (not found)\n%s", r.code, r.stderr)
+	}
+	if r := precog(t, dir, "workers"); r.code != 0 || !strings.Contains(r.stdout, "no workers registered") {
+		t.Errorf("workers on a fresh state dir: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".precog")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a read-only command created the state dir: %v", err)
+	}
+}
