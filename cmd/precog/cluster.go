@@ -112,44 +112,11 @@ type cancelOptions struct {
 }
 
 // cancelCluster is `precog cancel RUN` on the Postgres ledger
-// (runner.Cancel), printing what it did.
+// (runner.Cancel), printing what it did (runner.ReportCancel).
 func cancelCluster(ctx context.Context, led *openedLedger, id string, o cancelOptions) error {
 	res, err := runner.Cancel(ctx, led, id, runner.CancelOptions{Drain: o.drain, CleanAgain: true, ScanUnindexed: o.scanUnindexed, Log: o.log})
-	switch {
-	case errors.Is(err, ledger.ErrNotFound):
+	if errors.Is(err, ledger.ErrNotFound) {
 		return led.notFound(id)
-	case errors.Is(err, ledger.ErrPublishing):
-		return invalid(fmt.Errorf("run %s is publishing (its results are being made visible in every sink): cancelling now could leave the sinks on different versions; it finishes in moments (a worker takes over a publish whose worker died): %w", id, err))
-	case errors.Is(err, runner.ErrNotCancellable):
-		return invalid(err)
 	}
-	var pending *runner.CleanupPendingError
-	switch {
-	case errors.As(err, &pending):
-		// The run is cancelled: say so, and who finishes the cleanup.
-		fmt.Fprintln(o.out, pending.Error())
-		if pending.Recorded {
-			return nil
-		}
-		return err
-	case res.Again:
-		fmt.Fprintf(o.out, "run %s was already cancelled; cleaning its sinks again\n", id)
-	case res.Run.ID != "":
-		fmt.Fprintf(o.out, "run %s cancelled\n", id)
-	}
-	if err != nil {
-		return err
-	}
-	printCleaned(o.out, res)
-	return nil
-}
-
-// printCleaned says which sinks the cancelled run's data was removed from.
-func printCleaned(out io.Writer, res runner.CancelResult) {
-	if res.NoSpec {
-		fmt.Fprintf(out, "the run recorded no spec: its sinks were not cleaned\n")
-	}
-	for _, name := range res.Cleaned {
-		fmt.Fprintf(out, "  %s: removed the data of version %s\n", name, res.Run.Version)
-	}
+	return runner.ReportCancel(o.out, id, res, err)
 }

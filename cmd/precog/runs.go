@@ -257,7 +257,7 @@ keyspace.`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "run %s %s\n", res.Run.ID, res.Run.State)
-			printCleaned(cmd.OutOrStdout(), res)
+			res.WriteCleaned(cmd.OutOrStdout())
 			return nil
 		},
 	}
