@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/precog-ml/precog/internal/testservers"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
@@ -501,5 +503,28 @@ func TestReadOnlyCommandsCreateNoLedger(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, ".precog")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a read-only command created the state dir: %v", err)
+	}
+}
+
+// TestDBFlagNeverPrinted: no command's --db shows PRECOG_DATABASE_URL as
+// its default in --help (gc's did, password included).
+func TestDBFlagNeverPrinted(t *testing.T) {
+	t.Setenv(envDatabaseURL, "postgres://u:leak-me@db/precog")
+	var walk func(c *cobra.Command)
+	n := 0
+	walk = func(c *cobra.Command) {
+		if f := c.Flags().Lookup("db"); f != nil {
+			n++
+			if strings.Contains(f.DefValue+f.Usage, "leak-me") {
+				t.Errorf("%s --db: default %q shows the URL", c.CommandPath(), f.DefValue)
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRoot(&globals{}))
+	if n < 10 {
+		t.Fatalf("found --db on %d commands, want the cluster commands'", n)
 	}
 }
