@@ -457,3 +457,20 @@ func TestRunStateFilter(t *testing.T) {
 		}
 	}
 }
+
+// TestBoltDirWithoutLedger: the dashboard over a state dir where nothing
+// ran shows no runs and is ready, and leaves no ledger behind (it used to
+// create one at the first page).
+func TestBoltDirWithoutLedger(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	ts := newServer(t, Options{Source: BoltDir{StateDir: dir}, StateDir: dir, InsecureNoAuth: true})
+	if code, body, _ := get(t, ts, "/", ""); code != 200 || !strings.Contains(body, "No runs") {
+		t.Errorf("/ of a state dir without a ledger = %d, want 200 saying no runs:\n%s", code, body)
+	}
+	if code, _, _ := get(t, ts, "/readyz", ""); code != 200 {
+		t.Errorf("/readyz of a state dir without a ledger = %d, want 200", code)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the dashboard created %s: %v", dir, err)
+	}
+}

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -105,4 +106,15 @@ func (c *modelCache) describe() string {
 	}
 	slices.Sort(out)
 	return strings.Join(out, ", ")
+}
+
+// ListWorkers lists the workers of pool ("" for all) as precog workers
+// shows them: a lost worker holding only the shards it still holds
+// (StillHeld).
+func ListWorkers(ctx context.Context, led ledger.Store, pool string) ([]ledger.WorkerInfo, error) {
+	ws, err := led.ListWorkers(ctx, pool)
+	if err != nil {
+		return nil, fmt.Errorf("list workers: %w", err)
+	}
+	return StillHeld(ctx, led, ws)
 }

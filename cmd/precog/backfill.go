@@ -128,10 +128,8 @@ func runBackfill(cmd *cobra.Command, g *globals, path string, f backfillFlags) e
 	}
 	g.runningJob()
 	// Other processes see the backfill through a snapshot while this one
-	// holds the embedded ledger (snapshot.go).
-	snaps := startSnapshots(ctx, led, g.log)
-	defer snaps.Stop()
-	led = kickingLedger{Store: led, s: snaps}
+	// holds the embedded ledger (it follows the ledger's writes itself).
+	defer ledger.StartSnapshots(ctx, led, g.log).Stop()
 	bar := newProgressBar(os.Stderr, !f.noProgress, g.log)
 	start := time.Now()
 	vr := backfill.RunLocal(ctx, led, b, byValue, backfill.LocalOptions{StateDir: g.stateDir, Parallel: f.parallel,

@@ -37,17 +37,17 @@ func localBackfillSpec(rdb *testservers.RedisServer, ns string) string {
 
 // readSnapshotFile reads the state dir's ledger snapshot (ok false while
 // there is none).
-func readSnapshotFile(stateDir string) (ledgerSnapshot, bool) {
+func readSnapshotFile(stateDir string) (backfill.Snapshot, bool) {
 	var s ledger.Snapshot
 	b, err := os.ReadFile(filepath.Join(stateDir, bolt.SnapshotFile))
 	if err != nil || json.Unmarshal(b, &s) != nil {
-		return ledgerSnapshot{}, false
+		return backfill.Snapshot{}, false
 	}
-	return viewSnapshot(stateDir, s), true
+	return backfill.ViewSnapshot(stateDir, s), true
 }
 
 // inFlight counts the snapshot's runs of backfill b started and not ended.
-func inFlight(s ledgerSnapshot, b backfill.View) int {
+func inFlight(s backfill.Snapshot, b backfill.View) int {
 	n := 0
 	for _, d := range b.Dates {
 		if d.State == "running" || d.State == "publishing" {
@@ -110,7 +110,7 @@ func TestBackfillLocalParallelVisible(t *testing.T) {
 	// most 4. Bounded by the command's own timeout.
 	deadline := time.Now().Add(2 * time.Minute)
 	most, samples := 0, 0
-	var snap ledgerSnapshot
+	var snap backfill.Snapshot
 	for most < 4 {
 		if time.Now().After(deadline) {
 			t.Fatalf("no snapshot with 4 dates in flight within 2m (most %d in %d samples)\nstdout %s\nstderr %s", most, samples, out.String(), errb.String())

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/precog-ml/precog/internal/testservers"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
@@ -478,5 +480,51 @@ func TestStatusWatch(t *testing.T) {
 	t.Setenv(envDatabaseURL, "")
 	if r := precog(t, dir, "status", id, "--watch"); r.code != 2 || !strings.Contains(r.stderr, "--watch follows runs of the Postgres ledger") {
 		t.Errorf("--watch on the embedded ledger: exit %d, %s", r.code, r.stderr)
+	}
+}
+
+// TestReadOnlyCommandsCreateNoLedger: runs, status and workers on a state
+// dir where nothing ran say so and leave no ledger (nor state dir)
+// behind; they used to create an empty ledger there.
+func TestReadOnlyCommandsCreateNoLedger(t *testing.T) {
+	t.Setenv(envDatabaseURL, "")
+	dir := t.TempDir()
+	if r := precog(t, dir, "runs"); r.code != 0 || strings.TrimSpace(r.stdout) != "no runs yet" {
+		t.Errorf("runs on a fresh state dir: exit %d, stdout %q, want \"no runs yet\"\n%s", r.code, r.stdout, r.stderr)
+	}
+	if r := precog(t, dir, "runs", "--json"); r.code != 0 || strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("runs --json on a fresh state dir: exit %d, stdout %q, want []", r.code, r.stdout)
+	}
+	if r := precog(t, dir, "status", "recs-20261101t000000-ab12"); r.code != 2 || !strings.Contains(r.stderr, "not found") {
+		t.Errorf("status on a fresh state dir: exit %d, want 2 (not found)\n%s", r.code, r.stderr)
+	}
+	if r := precog(t, dir, "workers"); r.code != 0 || !strings.Contains(r.stdout, "no workers registered") {
+		t.Errorf("workers on a fresh state dir: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".precog")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a read-only command created the state dir: %v", err)
+	}
+}
+
+// TestDBFlagNeverPrinted: no command's --db shows PRECOG_DATABASE_URL as
+// its default in --help (gc's did, password included).
+func TestDBFlagNeverPrinted(t *testing.T) {
+	t.Setenv(envDatabaseURL, "postgres://u:leak-me@db/precog")
+	var walk func(c *cobra.Command)
+	n := 0
+	walk = func(c *cobra.Command) {
+		if f := c.Flags().Lookup("db"); f != nil {
+			n++
+			if strings.Contains(f.DefValue+f.Usage, "leak-me") {
+				t.Errorf("%s --db: default %q shows the URL", c.CommandPath(), f.DefValue)
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRoot(&globals{}))
+	if n < 10 {
+		t.Fatalf("found --db on %d commands, want the cluster commands'", n)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/precog-ml/precog/jobs/ledger/open"
 	"github.com/precog-ml/precog/lookup"
 	"github.com/precog-ml/precog/runner"
+	"github.com/precog-ml/precog/runner/backfill"
 )
 
 func newDashboardCmd(g *globals) *cobra.Command {
@@ -74,7 +75,7 @@ token. Without tokens the dashboard refuses to start unless
 				// While a local backfill holds the ledger, the busy page
 				// lists the runs of its snapshot.
 				opts.BusySnapshot = func() (dashboard.BusySnapshot, bool) {
-					snap, ok := readSnapshot(g.stateDir)
+					snap, ok := backfill.ReadSnapshot(g.stateDir)
 					return dashboard.BusySnapshot{PID: snap.PID, WrittenAt: snap.WrittenAt, Runs: snap.Runs}, ok
 				}
 				opts.Actions = dashboard.LocalActions(g.stateDir, g.log)

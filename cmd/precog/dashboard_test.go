@@ -11,6 +11,7 @@ import (
 	"github.com/precog-ml/precog/internal/testservers"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/ledger/open"
 	"github.com/precog-ml/precog/jobs/ledger/postgres"
 )
 
@@ -46,7 +47,7 @@ func TestDashboardActions(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	t.Run("postgres", func(t *testing.T) {
 		pg := testservers.Postgres(t)
-		l, err := postgres.Open(ctx, pg.DSN, cliLedgerOptions(log))
+		l, err := postgres.Open(ctx, pg.DSN, open.ForCommand(log).Postgres)
 		if err != nil {
 			t.Fatal(err)
 		}

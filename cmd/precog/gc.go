@@ -68,7 +68,7 @@ what, action, reason, run_id, run_state}]).`,
 	cmd.Flags().StringArrayVar(&params, "param", nil, "run parameter k=v filling {{.k}} in the spec (repeatable)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list what would be removed; change nothing")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
-	cmd.Flags().StringVar(&db, "db", envOr("PRECOG_DATABASE_URL", ""), "Postgres ledger URL (env PRECOG_DATABASE_URL); default: the embedded ledger under --state-dir")
+	addDBFlag(cmd, &db)
 	return cmd
 }
 
@@ -77,11 +77,9 @@ what, action, reason, run_id, run_state}]).`,
 // it gc cannot tell an open run's data from an orphan, so only a dry run
 // goes on (with a warning).
 func openGCLedger(cmd *cobra.Command, g *globals, db string, dryRun bool) (ledger.Ledger, error) {
-	if db != "" {
-		return openCluster(cmd.Context(), db, cliLedgerOptions(g.log))
-	}
-	loc := open.Location{StateDir: g.stateDir}
-	l, err := open.Open(cmd.Context(), loc, open.Options{Existing: true})
+	loc, opts := open.Location{StateDir: g.stateDir, DSN: databaseURL(db)}, open.ForCommand(g.log)
+	opts.Existing = true
+	l, err := openStore(cmd.Context(), loc, opts)
 	if !errors.Is(err, open.ErrNoLedger) {
 		return l, err
 	}

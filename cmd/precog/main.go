@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/ledger/open"
 	"github.com/precog-ml/precog/runner"
 	"github.com/precog-ml/precog/sinks"
 )
@@ -77,7 +78,7 @@ func run(args []string) int {
 	switch {
 	case errors.Is(err, runner.ErrInterrupted) || errors.Is(err, context.Canceled):
 		return exitInterrupted
-	case errors.Is(err, sinks.ErrUnreachable) || errors.Is(err, ledger.ErrBusy) || errors.Is(err, errLedgerUnreachable) || errors.As(err, &locked):
+	case errors.Is(err, sinks.ErrUnreachable) || errors.Is(err, ledger.ErrBusy) || errors.Is(err, open.ErrUnreachable) || errors.As(err, &locked):
 		return exitUnavailable
 	case errors.As(err, &inv) || errors.As(err, &refused):
 		return exitInvalid

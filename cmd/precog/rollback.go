@@ -98,15 +98,10 @@ func printRollback(w io.Writer, res runner.RollbackResult, list bool) {
 // directory's; none when nothing ran here or a running precog run holds it
 // (that process holds the stores' writer locks while it publishes).
 func publishingLedger(ctx context.Context, g *globals, db string) (ledger.Ledger, error) {
-	if dsn := databaseURL(db); dsn != "" {
-		l, err := openCluster(ctx, dsn, cliLedgerOptions(g.log))
-		if err != nil {
-			return nil, err
-		}
-		return l, nil
-	}
-	l, err := open.Open(ctx, open.Location{StateDir: g.stateDir}, open.Options{Existing: true})
-	if errors.Is(err, open.ErrNoLedger) || errors.Is(err, ledger.ErrBusy) {
+	loc, opts := open.Location{StateDir: g.stateDir, DSN: databaseURL(db)}, open.ForCommand(g.log)
+	opts.Existing = true
+	l, err := openStore(ctx, loc, opts)
+	if !loc.Postgres() && (errors.Is(err, open.ErrNoLedger) || errors.Is(err, ledger.ErrBusy)) {
 		return nil, nil
 	} else if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger/open"
 	pgledger "github.com/precog-ml/precog/jobs/ledger/postgres"
 	"github.com/precog-ml/precog/runner"
 )
@@ -34,7 +35,7 @@ func runOnCluster(cmd *cobra.Command, g *globals, spec *jobs.Spec, o clusterRun)
 	if work.SpecFile, err = filepath.Abs(o.specPath); err != nil {
 		return invalid(err)
 	}
-	led, err := openCluster(ctx, o.dsn, pgledger.Options{Logger: g.log})
+	led, err := openCluster(ctx, o.dsn, open.Options{Postgres: pgledger.Options{Logger: g.log}})
 	if err != nil {
 		return err
 	}

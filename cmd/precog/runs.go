@@ -152,7 +152,7 @@ value is done, on either ledger; on the embedded ledger the watch ends (exit
 			if watch {
 				return runner.WatchRun(ctx, runner.WatchParams{Ledger: led, RunID: r.ID, Out: w, Format: watchFormat(w, asJSON)})
 			}
-			ws, err := listWorkers(ctx, led, "")
+			ws, err := led.ListWorkers(ctx, "")
 			if err != nil {
 				g.log.Warn("list workers for their heartbeats", "err", err)
 			}
@@ -257,7 +257,7 @@ keyspace.`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "run %s %s\n", res.Run.ID, res.Run.State)
-			printCleaned(cmd.OutOrStdout(), res)
+			res.WriteCleaned(cmd.OutOrStdout())
 			return nil
 		},
 	}

@@ -86,22 +86,18 @@ once, at its first occurrence, except for expressions whose hour field is *
 // exists and is free (an embedded scheduler holds it: then the columns
 // print "-"). nil when none.
 func scheduleLedger(g *globals, db string) (ledger.Ledger, func(), error) {
-	if dsn := databaseURL(db); dsn != "" {
-		l, err := openCluster(context.Background(), dsn, cliLedgerOptions(g.log))
-		if err != nil {
-			return nil, nil, err
-		}
+	loc, opts := open.Location{StateDir: g.stateDir, DSN: databaseURL(db)}, open.ForCommand(g.log)
+	opts.Existing = true
+	l, err := openStore(context.Background(), loc, opts)
+	switch {
+	case err == nil:
 		return l, func() { l.Close() }, nil
-	}
-	l, err := open.Open(context.Background(), open.Location{StateDir: g.stateDir}, open.Options{Existing: true})
-	if errors.Is(err, open.ErrNoLedger) {
-		return nil, func() {}, nil
-	}
-	if err != nil {
+	case loc.Postgres():
+		return nil, nil, err
+	case !errors.Is(err, open.ErrNoLedger):
 		g.log.Warn("last runs unavailable", "err", err)
-		return nil, func() {}, nil
 	}
-	return l, func() { l.Close() }, nil
+	return nil, func() {}, nil
 }
 
 func newScheduleListCmd(g *globals) *cobra.Command {

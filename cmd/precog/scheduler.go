@@ -91,16 +91,12 @@ restart right before that tick does not lose it. --addr serves /healthz, /readyz
 // openSchedulerLedger opens the Postgres ledger, or the embedded one (which
 // a second process cannot open: one scheduler per state directory).
 func openSchedulerLedger(ctx context.Context, g *globals, dsn string) (ledger.Store, bool, func(), error) {
-	if dsn != "" {
-		l, err := openCluster(ctx, dsn, pgledger.Options{PollOnly: true, Logger: g.log})
-		if err != nil {
-			return nil, false, nil, err
-		}
-		return l, false, func() { l.Close() }, nil
-	}
-	l, err := open.Open(ctx, open.Location{StateDir: g.stateDir}, open.Options{})
-	if err != nil {
+	loc := open.Location{StateDir: g.stateDir, DSN: dsn}
+	l, err := openStore(ctx, loc, open.Options{Postgres: pgledger.Options{PollOnly: true, Logger: g.log}})
+	if err != nil && !loc.Postgres() {
 		return nil, false, nil, fmt.Errorf("scheduler: %w (one scheduler per state directory)", err)
+	} else if err != nil {
+		return nil, false, nil, err
 	}
-	return l, true, func() { l.Close() }, nil
+	return l, !loc.Postgres(), func() { l.Close() }, nil
 }

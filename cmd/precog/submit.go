@@ -12,6 +12,7 @@ import (
 
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/ledger/open"
 	"github.com/precog-ml/precog/runner"
 	"github.com/precog-ml/precog/sources"
 )
@@ -76,7 +77,7 @@ keeps going on the workers).`,
 				return err
 			}
 			defer c.Close()
-			led, err := openCluster(ctx, dsn, cliLedgerOptions(g.log))
+			led, err := openCluster(ctx, dsn, open.ForCommand(g.log))
 			if err != nil {
 				return err
 			}

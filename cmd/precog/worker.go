@@ -10,6 +10,7 @@ import (
 	"github.com/precog-ml/precog/internal/opsserver"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/ledger/open"
 	pgledger "github.com/precog-ml/precog/jobs/ledger/postgres"
 	"github.com/precog-ml/precog/runner"
 	"github.com/precog-ml/precog/runner/model"
@@ -58,7 +59,7 @@ body says why. precog_pool_ledger_up follows the same rule.`,
 			if opts.RejectsPerRun <= 0 {
 				return invalid(errors.New("--max-stored-rejects must be > 0"))
 			}
-			led, err := openClusterWaiting(cmd.Context(), databaseURL(db), pgledger.Options{PollOnly: pollOnly, Logger: g.log, RejectsPerRun: opts.RejectsPerRun}, ledgerWait, g.log)
+			led, err := openCluster(cmd.Context(), databaseURL(db), open.Options{Postgres: pgledger.Options{PollOnly: pollOnly, Logger: g.log, RejectsPerRun: opts.RejectsPerRun}, WaitUnreachable: ledgerWait})
 			if err != nil {
 				return err
 			}

@@ -23,8 +23,7 @@ type workerJSON struct {
 	ledger.WorkerInfo
 	LeaseS        float64 `json:"lease_s"`
 	HeartbeatAgeS float64 `json:"heartbeat_age_s"`
-	// State is "up", or "lost" (no heartbeat for one lease: its shards'
-	// leases are expiring and other workers take them over).
+	// State is WorkerInfo.State.
 	State string `json:"state"`
 }
 
@@ -70,10 +69,7 @@ none), started_at, heartbeat_at, heartbeat_age_s, lease_s, lost, state}.`,
 				return err
 			}
 			defer led.Close()
-			ws, err := listWorkers(ctx, led, pool)
-			if err == nil {
-				ws, err = runner.StillHeld(ctx, led, ws)
-			}
+			ws, err := runner.ListWorkers(ctx, led, pool)
 			if err != nil {
 				return err
 			}
@@ -89,29 +85,13 @@ none), started_at, heartbeat_at, heartbeat_age_s, lease_s, lost, state}.`,
 	return cmd
 }
 
-// listWorkers reads the ledger's worker list.
-func listWorkers(ctx context.Context, led ledger.Store, pool string) ([]ledger.WorkerInfo, error) {
-	ws, err := led.ListWorkers(ctx, pool)
-	if err != nil {
-		return nil, fmt.Errorf("list workers: %w", err)
-	}
-	return ws, nil
-}
-
-func workerState(w ledger.WorkerInfo) string {
-	if w.Lost {
-		return "lost"
-	}
-	return "up"
-}
-
 func writeWorkersJSON(out io.Writer, ws []ledger.WorkerInfo) error {
 	arr := make([]workerJSON, 0, len(ws))
 	for _, w := range ws {
 		if w.Current == nil {
 			w.Current = []ledger.ShardRef{}
 		}
-		arr = append(arr, workerJSON{WorkerInfo: w, LeaseS: w.Lease.Seconds(), HeartbeatAgeS: w.HeartbeatAge.Seconds(), State: workerState(w)})
+		arr = append(arr, workerJSON{WorkerInfo: w, LeaseS: w.Lease.Seconds(), HeartbeatAgeS: w.HeartbeatAge.Seconds(), State: w.State()})
 	}
 	return json.NewEncoder(out).Encode(arr)
 }
@@ -124,7 +104,7 @@ func writeWorkers(out io.Writer, ws []ledger.WorkerInfo) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "WORKER\tPOOL\tSTATE\tDEVICES\tVERSION\tHEARTBEAT\tUP\tSHARDS\tMODELS")
 	for _, w := range ws {
-		state, beat := workerState(w), runview.Duration(max(w.HeartbeatAge, time.Millisecond))+" ago"
+		state, beat := w.State(), runview.Duration(max(w.HeartbeatAge, time.Millisecond))+" ago"
 		var held []string
 		for _, c := range w.Current {
 			h := fmt.Sprintf("%s#%d", c.Run, c.Shard)
@@ -162,19 +142,12 @@ func dash(s string) string {
 }
 
 // warnNoWorkers warns on stderr when no worker of pool heartbeated within
-// its lease: a run submitted there waits with no one to run it.
+// its lease (ledger.Unattended).
 func warnNoWorkers(ctx context.Context, led ledger.Store, pool string, stderr io.Writer, log *slog.Logger) {
-	ws, err := listWorkers(ctx, led, pool)
+	none, lost, err := ledger.Unattended(ctx, led, pool)
 	if err != nil {
 		log.Debug("list workers", "err", err)
-		return
+	} else if none {
+		fmt.Fprintf(stderr, "warning: no worker of pool %q has heartbeated within its lease (%d lost): the run waits until one starts (precog worker --pool %s; precog workers lists them)\n", pool, lost, pool)
 	}
-	lost := 0
-	for _, w := range ws {
-		if !w.Lost {
-			return
-		}
-		lost++
-	}
-	fmt.Fprintf(stderr, "warning: no worker of pool %q has heartbeated within its lease (%d lost): the run waits until one starts (precog worker --pool %s; precog workers lists them)\n", pool, lost, pool)
 }

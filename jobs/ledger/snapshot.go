@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -44,3 +45,24 @@ type Snapshots interface {
 	// each Kick, until Stop writes a last one. Write failures go to log.
 	KeepSnapshots(ctx context.Context, log *slog.Logger) (Snapshotter, error)
 }
+
+// StartSnapshots has l keep its snapshot (KeepSnapshots) while this
+// process holds it, e.g. for a local backfill; a ledger that keeps none
+// (Postgres) needs none, and a failure to start is logged: the Snapshotter
+// returned then does nothing.
+func StartSnapshots(ctx context.Context, l Snapshots, log *slog.Logger) Snapshotter {
+	s, err := l.KeepSnapshots(ctx, log)
+	if err != nil {
+		if !errors.Is(err, ErrUnsupported) {
+			log.Warn("ledger snapshots not kept", "err", err)
+		}
+		return noSnapshots{}
+	}
+	return s
+}
+
+// noSnapshots is the Snapshotter of a ledger that keeps none.
+type noSnapshots struct{}
+
+func (noSnapshots) Kick() {}
+func (noSnapshots) Stop() {}

@@ -49,6 +49,32 @@ type WorkerInfo struct {
 	Lost         bool          `json:"lost"`
 }
 
+// State is "up", or "lost": no heartbeat for one Lease, so its shards'
+// leases are expiring and other workers of the pool take them over.
+func (w WorkerInfo) State() string {
+	if w.Lost {
+		return "lost"
+	}
+	return "up"
+}
+
+// Unattended reports whether no worker of pool has heartbeated within its
+// lease (none registered, or every one lost), so that a run submitted
+// there waits with no one to run it; lost counts the pool's lost workers.
+func Unattended(ctx context.Context, l Workers, pool string) (unattended bool, lost int, err error) {
+	ws, err := l.ListWorkers(ctx, pool)
+	if err != nil {
+		return false, 0, fmt.Errorf("list workers: %w", err)
+	}
+	for _, w := range ws {
+		if !w.Lost {
+			return false, lost, nil
+		}
+		lost++
+	}
+	return true, lost, nil
+}
+
 // ShardRef names one shard a worker holds, and the device running it.
 type ShardRef struct {
 	Run    string `json:"run"`

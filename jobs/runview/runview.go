@@ -209,8 +209,13 @@ func publicState(s jobs.RunState) string {
 	return string(s)
 }
 
-// Table writes runs as an aligned table for people.
+// Table writes runs as an aligned table for people, or says there are
+// none yet.
 func Table(w io.Writer, runs []Run) error {
+	if len(runs) == 0 {
+		_, err := fmt.Fprintln(w, "no runs yet")
+		return err
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN\tJOB\tSTATE\tPROGRESS\tROWS/S\tDURATION\tSHARDS (done/failed/all)\tREJECTED\tCREATED\tERROR")
 	for _, r := range runs {

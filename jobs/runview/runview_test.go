@@ -165,3 +165,12 @@ func TestPublicStates(t *testing.T) {
 		}
 	}
 }
+
+// TestTableOfNone: a table of no runs says there are none yet instead of
+// a bare header.
+func TestTableOfNone(t *testing.T) {
+	var b strings.Builder
+	if err := Table(&b, nil); err != nil || b.String() != "no runs yet\n" {
+		t.Fatalf("Table(nil) = %q, %v", b.String(), err)
+	}
+}

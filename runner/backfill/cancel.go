@@ -101,34 +101,17 @@ func (c Cancelled) Report(w io.Writer) error {
 }
 
 // report writes one run's cancel: on a shared ledger as precog cancel RUN
-// --db says it (a pending cleanup too); on the embedded one its state.
+// --db says it (runner.ReportCancel); on the embedded one its state.
 func (rc RunCancel) report(w io.Writer, shared bool) error {
-	var pending *runner.CleanupPendingError
 	switch {
+	case shared:
+		return runner.ReportCancel(w, rc.ID, rc.Res, rc.Err)
 	case errors.Is(rc.Err, ledger.ErrPublishing):
-		then := "it finishes in moments"
-		if shared {
-			then += " (a worker takes over a publish whose worker died)"
-		}
-		return &runner.RefusedError{Err: fmt.Errorf("run %s is publishing (its results are being made visible in every sink): cancelling now could leave the sinks on different versions; %s: %w", rc.ID, then, rc.Err)}
-	case !shared && rc.Err != nil:
-		return rc.Err
-	case !shared:
-		fmt.Fprintf(w, "run %s %s\n", rc.ID, rc.Res.Run.State)
-	case errors.As(rc.Err, &pending):
-		fmt.Fprintln(w, pending.Error())
-		if pending.Recorded {
-			return nil
-		}
-		return rc.Err
-	case rc.Res.Again:
-		fmt.Fprintf(w, "run %s was already cancelled; cleaning its sinks again\n", rc.ID)
-	case rc.Res.Run.ID != "":
-		fmt.Fprintf(w, "run %s cancelled\n", rc.ID)
-	}
-	if rc.Err != nil {
+		return &runner.RefusedError{Err: fmt.Errorf("run %s is publishing (its results are being made visible in every sink): cancelling now could leave the sinks on different versions; it finishes in moments: %w", rc.ID, rc.Err)}
+	case rc.Err != nil:
 		return rc.Err
 	}
+	fmt.Fprintf(w, "run %s %s\n", rc.ID, rc.Res.Run.State)
 	rc.Res.WriteCleaned(w)
 	return nil
 }

@@ -39,14 +39,13 @@ func ClusterReader(led Ledger, id string) Reader {
 // process is executing it).
 func LocalReader(stateDir, id string) Reader {
 	return func(ctx context.Context) (View, bool, bool, error) {
-		loc := open.Location{StateDir: stateDir}
-		led, err := open.Open(ctx, loc, open.Options{})
+		led, err := open.Open(ctx, open.Location{StateDir: stateDir}, open.Options{})
 		if errors.Is(err, ledger.ErrBusy) {
-			s, ok := open.ReadSnapshot(loc)
+			s, ok := ReadSnapshot(stateDir)
 			if !ok {
 				return View{}, false, true, err
 			}
-			v, found := SnapshotView(s, id)
+			v, found := s.Backfill(id)
 			return v, found, true, nil
 		}
 		if err != nil {
@@ -59,22 +58,6 @@ func LocalReader(stateDir, id string) Reader {
 		}
 		return v, err == nil, false, err
 	}
-}
-
-// SnapshotView is the view of backfill id in s as of when s was written;
-// false when s holds no such backfill.
-func SnapshotView(s ledger.Snapshot, id string) (View, bool) {
-	for _, b := range s.Backfills {
-		if b.ID != id {
-			continue
-		}
-		byID := make(map[string]jobs.Run, len(s.Runs))
-		for _, r := range s.Runs {
-			byID[r.ID] = r
-		}
-		return ViewOf(b, byID, s.Shards, s.WrittenAt), true
-	}
-	return View{}, false
 }
 
 // FollowOptions tune Watch and Wait.

@@ -139,11 +139,12 @@ func TestSnapshotView(t *testing.T) {
 	s := ledger.Snapshot{WrittenAt: at, Backfills: []ledger.Backfill{b},
 		Runs:   []jobs.Run{{ID: "r1", Job: "j", State: jobs.RunRunning, Shards: 2, CreatedAt: b.CreatedAt}},
 		Shards: map[string][]jobs.Shard{"r1": {{RunID: "r1", State: jobs.ShardCommitted}, {RunID: "r1", Index: 1, State: jobs.ShardRunning}}}}
-	v, ok := SnapshotView(s, b.ID)
+	snap := ViewSnapshot(t.TempDir(), s)
+	v, ok := snap.Backfill(b.ID)
 	if !ok || v.State != string(jobs.RunRunning) || len(v.Dates) != 1 || v.Dates[0].Run != "r1" || v.Shards.Committed != 1 || v.DurationS != 10 {
-		t.Errorf("SnapshotView = %+v, %v; want running, r1 with 1 committed shard, 10 s as of the snapshot", v, ok)
+		t.Errorf("Backfill of the snapshot = %+v, %v; want running, r1 with 1 committed shard, 10 s as of the snapshot", v, ok)
 	}
-	if _, ok := SnapshotView(s, "other"); ok {
-		t.Error("SnapshotView found a backfill the snapshot lacks")
+	if _, ok := snap.Backfill("other"); ok {
+		t.Error("the snapshot found a backfill the snapshot lacks")
 	}
 }

@@ -20,7 +20,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -80,37 +79,40 @@ func PathIn(stateDir string) string { return filepath.Join(stateDir, FileName) }
 // OpenIn opens the embedded ledger of a state directory (PathIn).
 func OpenIn(stateDir string) (*Ledger, error) { return Open(PathIn(stateDir)) }
 
-// Open opens (creating if needed) the ledger file at path, e.g.
-// ".precog/ledger.db". Other processes may open the same file at once;
-// a transaction waits up to LockWait for theirs.
+// Open opens the ledger file at path, e.g. ".precog/ledger.db". Other
+// processes may open the same file at once; a transaction waits up to
+// LockWait for theirs. The first write creates the file: until then the
+// ledger reads as empty.
 func Open(path string) (*Ledger, error) {
 	return OpenWait(path, LockWait)
 }
 
 // OpenWait is Open with another bound on the wait for other processes'
-// transactions.
+// transactions. An existing file is opened for a transaction at once, so
+// that one held past wait is ledger.ErrBusy here.
 func OpenWait(path string, wait time.Duration) (*Ledger, error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("ledger: create state dir %s: %w", dir, err)
-	}
 	db, err := newStore(path, wait)
 	if err != nil {
 		return nil, err
 	}
-	if err := db.Update(func(tx *bbolt.Tx) error {
-		for _, b := range [][]byte{bucketRuns, bucketCreated, bucketOpen, bucketShards, bucketPublish, bucketTicks, bucketLeaders, bucketSeen, bucketWorkers, bucketRejects} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
+	if db.exists() {
+		if err := db.Update(func(*bbolt.Tx) error { return nil }); err != nil {
+			return nil, fmt.Errorf("ledger: initialise %s: %w", path, err)
 		}
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("ledger: initialise %s: %w", path, err)
 	}
 	l := &Ledger{db: db, now: func() time.Time { return time.Now().UTC() }, PollInterval: time.Second}
 	l.hub = newHub(l)
 	return l, nil
+}
+
+// createBuckets creates the top-level buckets a ledger file holds.
+func createBuckets(tx *bbolt.Tx) error {
+	for _, b := range [][]byte{bucketRuns, bucketCreated, bucketOpen, bucketShards, bucketPublish, bucketTicks, bucketLeaders, bucketSeen, bucketWorkers, bucketRejects} {
+		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Close stops the ledger's wake-ups (the file is closed after each

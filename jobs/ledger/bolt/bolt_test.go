@@ -3,6 +3,7 @@ package bolt
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -95,6 +96,10 @@ func TestHeldFileIsBusy(t *testing.T) {
 	defer l.Close()
 	// A raw bbolt open holds the file's lock for as long as it stays open,
 	// as a frozen process inside a transaction (or an older precog) would.
+	// (The ledger wrote nothing yet: its file does not exist.)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	held, err := bbolt.Open(path, 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -108,5 +113,48 @@ func TestHeldFileIsBusy(t *testing.T) {
 	}
 	if err := l.CreateRun(context.Background(), jobs.Run{ID: "r1", Job: "recs"}, []jobs.Shard{{Index: 0}}); err != nil {
 		t.Fatalf("CreateRun once the holder let go: %v", err)
+	}
+}
+
+// TestNoFileReadsEmpty: a ledger opened where no file exists reads as an
+// empty ledger and creates nothing (not even the state dir), so that a
+// read-only command on a state dir where nothing ran leaves no ledger
+// behind; its first write creates the file, which then reads back.
+func TestNoFileReadsEmpty(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "state")
+	l, err := OpenIn(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if runs, err := l.Runs(ctx, "", 10); err != nil || len(runs) != 0 {
+		t.Fatalf("Runs of a ledger without a file = %v, %v; want none", runs, err)
+	}
+	if _, err := l.Run(ctx, "r1"); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("Run of a ledger without a file = %v, want ErrNotFound", err)
+	}
+	if ws, err := l.ListWorkers(ctx, ""); err != nil || len(ws) != 0 {
+		t.Fatalf("ListWorkers of a ledger without a file = %v, %v; want none", ws, err)
+	}
+	if bs, err := l.Backfills(ctx, "", 10); err != nil || len(bs) != 0 {
+		t.Fatalf("Backfills of a ledger without a file = %v, %v; want none", bs, err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("reads created %s: %v", dir, err)
+	}
+	if err := l.CreateRun(ctx, jobs.Run{ID: "r1", Job: "recs"}, []jobs.Shard{{Index: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(PathIn(dir)); err != nil {
+		t.Fatalf("the first write created no file: %v", err)
+	}
+	again, err := OpenIn(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if r, err := again.Run(ctx, "r1"); err != nil || r.ID != "r1" {
+		t.Fatalf("Run after the first write = %+v, %v", r, err)
 	}
 }

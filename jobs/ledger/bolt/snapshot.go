@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -18,6 +19,19 @@ import (
 
 // SnapshotFile is the snapshot's name in the state dir (ledger.Snapshot).
 const SnapshotFile = "ledger-snapshot.json"
+
+// SnapshotFormat is the version of the snapshot file's layout, bumped at
+// each change: a reader takes only its own (an older precog's snapshot,
+// met during an upgrade, reads as none rather than misread). 1 was the
+// unversioned file of views; 2 holds the raw records of ledger.Snapshot.
+const SnapshotFormat = 2
+
+// snapshotFile is the snapshot file's content: ledger.Snapshot with its
+// format.
+type snapshotFile struct {
+	Format int `json:"format"`
+	ledger.Snapshot
+}
 
 // snapshotRuns and snapshotBackfills bound what a snapshot holds: the
 // newest runs and backfills (and every run of those backfills).
@@ -68,6 +82,7 @@ func (l *Ledger) takeSnapshot(ctx context.Context, now time.Time) (ledger.Snapsh
 			return s, err
 		}
 	}
+	slices.SortStableFunc(runs, func(a, b jobs.Run) int { return b.CreatedAt.Compare(a.CreatedAt) })
 	s.Runs, s.Backfills = runs, bfs
 	return s, nil
 }
@@ -75,7 +90,7 @@ func (l *Ledger) takeSnapshot(ctx context.Context, now time.Time) (ledger.Snapsh
 // writeSnapshot writes s beside the ledger's file atomically (a temporary
 // file renamed over the last one, so a reader never sees half of it).
 func (l *Ledger) writeSnapshot(s ledger.Snapshot) error {
-	b, err := json.Marshal(s)
+	b, err := json.Marshal(snapshotFile{Format: SnapshotFormat, Snapshot: s})
 	if err != nil {
 		return err
 	}
@@ -99,43 +114,54 @@ func (l *Ledger) writeSnapshot(s ledger.Snapshot) error {
 }
 
 // ReadSnapshot returns the snapshot in stateDir when the process that
-// wrote it is alive; ok false otherwise (none, unreadable, or its writer
-// ended: then the ledger itself is free again).
+// wrote it is alive; ok false otherwise (none, unreadable, of another
+// SnapshotFormat, or its writer ended: then the ledger itself is free
+// again).
 func ReadSnapshot(stateDir string) (ledger.Snapshot, bool) {
-	var s ledger.Snapshot
+	var f snapshotFile
 	b, err := os.ReadFile(filepath.Join(stateDir, SnapshotFile))
-	if err != nil || json.Unmarshal(b, &s) != nil {
-		return s, false
+	if err != nil || json.Unmarshal(b, &f) != nil || f.Format != SnapshotFormat {
+		return ledger.Snapshot{}, false
 	}
-	if s.PID <= 0 || syscall.Kill(s.PID, 0) != nil {
-		return s, false
+	if f.PID <= 0 || syscall.Kill(f.PID, 0) != nil {
+		return ledger.Snapshot{}, false
 	}
-	return s, true
+	return f.Snapshot, true
 }
 
 // snapshotter writes snapshots of a ledger this process holds.
 type snapshotter struct {
-	l    *Ledger
-	log  *slog.Logger
-	kick chan struct{}
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
+	l      *Ledger
+	log    *slog.Logger
+	period time.Duration
+	kick   chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
+	once   sync.Once
 }
 
 // KeepSnapshots implements ledger.Snapshots: a snapshot now, every second
 // and after each Kick (at most every 100ms), until Stop writes a last one.
+// Every write transaction of this process on the ledger's file kicks it
+// (a claim, a commit, a failure, a state), whatever Ledger value it went
+// through, so the snapshot follows the ledger by itself.
 func (l *Ledger) KeepSnapshots(ctx context.Context, log *slog.Logger) (ledger.Snapshotter, error) {
-	s := &snapshotter{l: l, log: log, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	return l.keepSnapshots(ctx, log, time.Second), nil
+}
+
+// keepSnapshots is KeepSnapshots writing one every period besides kicks.
+func (l *Ledger) keepSnapshots(ctx context.Context, log *slog.Logger, period time.Duration) *snapshotter {
+	s := &snapshotter{l: l, log: log, period: period, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	ctx = context.WithoutCancel(ctx)
 	s.write(ctx)
+	l.db.file.snap.Store(s)
 	go s.loop(ctx)
-	return s, nil
+	return s
 }
 
 func (s *snapshotter) loop(ctx context.Context) {
 	defer close(s.done)
-	tick := time.NewTicker(time.Second)
+	tick := time.NewTicker(s.period)
 	defer tick.Stop()
 	last := time.Now()
 	for {
@@ -179,6 +205,9 @@ func (s *snapshotter) Kick() {
 
 // Stop implements ledger.Snapshotter.
 func (s *snapshotter) Stop() {
-	s.once.Do(func() { close(s.stop) })
+	s.once.Do(func() {
+		s.l.db.file.snap.CompareAndSwap(s, nil)
+		close(s.stop)
+	})
 	<-s.done
 }

@@ -3,6 +3,7 @@ package bolt
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -72,5 +73,70 @@ func TestSnapshots(t *testing.T) {
 	}
 	if _, ok := ReadSnapshot(dir); ok {
 		t.Fatalf("ReadSnapshot of a snapshot by ended process %d: ok", s.PID)
+	}
+}
+
+// TestSnapshotOfAnotherFormat: a snapshot file an older precog wrote (the
+// unversioned file of views, met while upgrading under a running backfill)
+// or a newer one reads as no snapshot, even while its writer lives,
+// instead of being misread as this format's records.
+func TestSnapshotOfAnotherFormat(t *testing.T) {
+	dir := t.TempDir()
+	old := fmt.Sprintf(`{"written_at":%q,"pid":%d,
+		"runs":[{"id":"r1","job":"recs","state":"running","rows_done":10,"rows_total":20,"created_at":"2026-11-01T04:00:00Z","shards":{"pending":1,"running":1,"committed":0,"failed":0}}],
+		"shards":{"r1":[{"index":0,"state":"running"}]},
+		"backfills":[{"id":"bf","job":"recs","state":"running","dates":[{"value":"2026-11-01","state":"running","run":"r1"}]}]}`,
+		time.Now().UTC().Format(time.RFC3339Nano), os.Getpid())
+	for name, content := range map[string]string{
+		"unversioned (an older precog's views)": old,
+		"a newer format":                        fmt.Sprintf(`{"format":%d,"written_at":%q,"pid":%d,"runs":[]}`, SnapshotFormat+1, time.Now().UTC().Format(time.RFC3339Nano), os.Getpid()),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, SnapshotFile), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if s, ok := ReadSnapshot(dir); ok {
+			t.Errorf("ReadSnapshot of %s: ok, %+v; want no snapshot", name, s)
+		}
+	}
+}
+
+// TestSnapshotFollowsWrites: once KeepSnapshots runs, every write to the
+// ledger's file from this process kicks it, whatever Ledger value it went
+// through: the snapshot shows a run created through another Ledger of the
+// same file without waiting for its period (an hour here) or a Kick.
+func TestSnapshotFollowsWrites(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	l, err := OpenIn(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	keep := l.keepSnapshots(ctx, slog.Default(), time.Hour)
+	defer keep.Stop()
+	other, err := OpenIn(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := other.CreateRun(ctx, jobs.Run{ID: "r1", Job: "recs", ParamsKey: "a", CreatedAt: time.Now().UTC()}, []jobs.Shard{{Index: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if s, ok := ReadSnapshot(dir); ok && len(s.Runs) == 1 && s.Runs[0].ID == "r1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			s, ok := ReadSnapshot(dir)
+			t.Fatalf("snapshot after a write through another Ledger: %v %+v, want run r1", ok, s.Runs)
+		}
+	}
+	// Stopped, it is no longer kicked: the last snapshot stays.
+	keep.Stop()
+	if err := other.CreateRun(ctx, jobs.Run{ID: "r2", Job: "recs", ParamsKey: "b", CreatedAt: time.Now().UTC()}, []jobs.Shard{{Index: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := ReadSnapshot(dir); len(s.Runs) != 1 {
+		t.Fatalf("snapshot after Stop: %+v, want r1 only", s.Runs)
 	}
 }

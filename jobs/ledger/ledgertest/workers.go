@@ -32,7 +32,8 @@ func workerIDs(ws []ledger.WorkerInfo) string {
 // testWorkers: a heartbeat registers a worker with what it reports; the
 // list filters by pool and orders by pool then id; a worker silent for its
 // lease is lost (by the ledger's clock) until it beats again, keeping its
-// start time; a clean stop removes it.
+// start time; a clean stop removes it. Unattended says a pool whose
+// workers are all lost (or that has none) has no one to run its runs.
 func testWorkers(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	gpu := ledger.WorkerInfo{ID: "host-1", Pool: "gpu", Devices: []string{"cuda:0", "cuda:1"}, Version: "v1.2.3",
@@ -64,6 +65,18 @@ func testWorkers(t *testing.T, l ledger.Store) {
 			if ws[0].Lost || ws[1].HeartbeatAge <= shortLease {
 				t.Fatalf("after host-1's lease: %s, age %s; want host-1 lost (age > %s), host-2 alive", workerIDs(ws), ws[1].HeartbeatAge, shortLease)
 			}
+			if ws[1].State() != "lost" || ws[0].State() != "up" {
+				t.Fatalf("states %q, %q; want up, lost", ws[0].State(), ws[1].State())
+			}
+			for pool, want := range map[string]struct {
+				none bool
+				lost int
+			}{"gpu": {true, 1}, "": {false, 0}, "other": {true, 0}} {
+				none, lost, err := ledger.Unattended(ctx, l, pool)
+				if err != nil || none != want.none || (none && lost != want.lost) {
+					t.Fatalf("Unattended(%q) = %v, %d lost, %v; want %v, %d lost", pool, none, lost, err, want.none, want.lost)
+				}
+			}
 			break
 		}
 		if time.Now().After(deadline) {
@@ -80,6 +93,9 @@ func testWorkers(t *testing.T, l ledger.Store) {
 	again := listWorkers(t, l, "gpu")
 	if len(again) != 1 || again[0].Lost || len(again[0].Current) != 0 || !again[0].StartedAt.Equal(g.StartedAt) {
 		t.Fatalf("after a new heartbeat: %+v, want alive, holding nothing, started at %s", again, g.StartedAt)
+	}
+	if none, _, err := ledger.Unattended(ctx, l, "gpu"); none || err != nil {
+		t.Fatalf("Unattended(gpu) after host-1 beat again = %v, %v; want false", none, err)
 	}
 	if err := l.RemoveWorker(ctx, "host-1"); err != nil {
 		t.Fatalf("RemoveWorker: %v", err)

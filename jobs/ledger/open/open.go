@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"time"
 
@@ -51,11 +52,23 @@ type Options struct {
 	// Wait bounds the embedded ledger's wait for another process's
 	// transaction (default bolt.LockWait): a dashboard page waits less.
 	Wait time.Duration
+	// WaitUnreachable is how long a long-lived process (a worker) keeps
+	// retrying, with jittered backoff, a Postgres ledger that is
+	// unreachable as it starts (a restart or failover under a rolling
+	// deploy), logging each failure to Postgres.Logger; then Open gives
+	// up with an *UnreachableError. 0: no retry, as a command wants.
+	WaitUnreachable time.Duration
 	// Existing refuses to create an embedded ledger that does not exist
 	// yet: ErrNoLedger, naming the file. For commands that only read
 	// what runs left (gc, rollback, schedule list), where a missing file
 	// most likely means a wrong --state-dir.
 	Existing bool
+}
+
+// ForCommand are the options of a command that never waits on Wake (runs,
+// status, cancel, submit, gc): no LISTEN connection, a few connections.
+func ForCommand(log *slog.Logger) Options {
+	return Options{Postgres: postgres.Options{PollOnly: true, MaxConns: 4, Logger: log}}
 }
 
 // ErrNoLedger: Options.Existing and the state directory has no embedded
@@ -66,19 +79,16 @@ var ErrNoLedger = errors.New("no ledger")
 // address nobody answers fails in seconds instead of hanging.
 const ConnectTimeout = 15 * time.Second
 
-// Open opens the ledger at loc. The Postgres ledger's errors are the
-// backend's (errors.As a *pgconn.PgError or *pgconn.ConnectError for the
-// caller to tell unreachable from refused); the embedded ledger held past
+// Open opens the ledger at loc. The Postgres ledger's errors are
+// classified: unreachable (down, restarting, a network problem) is an
+// *UnreachableError (errors.Is ErrUnreachable: retry later), a URL that
+// does not parse a *BadURLError (retrying cannot help), a cancelled ctx
+// ctx.Err(); any other (a schema newer than this precog, a wrong password,
+// no such database) is the backend's own. The embedded ledger held past
 // the wait is ledger.ErrBusy.
 func Open(ctx context.Context, loc Location, opts Options) (ledger.Store, error) {
 	if loc.Postgres() {
-		octx, cancel := context.WithTimeout(ctx, ConnectTimeout)
-		defer cancel()
-		l, err := postgres.Open(octx, loc.DSN, opts.Postgres)
-		if err != nil {
-			return nil, err
-		}
-		return l, nil
+		return openPostgres(ctx, loc.DSN, opts)
 	}
 	if loc.StateDir == "" {
 		return nil, errors.New("ledger: no location: neither a state directory nor a Postgres URL")

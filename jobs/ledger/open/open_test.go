@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/precog-ml/precog/internal/testservers"
+	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
 	"github.com/precog-ml/precog/jobs/ledger/bolt"
 	"github.com/precog-ml/precog/jobs/ledger/postgres"
@@ -39,8 +40,8 @@ func TestOpenChooses(t *testing.T) {
 	if _, ok := emb.(*bolt.Ledger); !ok {
 		t.Fatalf("Open with a state dir = %T, want *bolt.Ledger", emb)
 	}
-	if _, err := os.Stat(bolt.PathIn(dir)); err != nil {
-		t.Fatalf("the embedded ledger's file: %v", err)
+	if _, err := os.Stat(bolt.PathIn(dir)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Open of the embedded ledger created its file before a write: %v", err)
 	}
 	if got := (Location{StateDir: dir, DSN: "postgres://u:secret@h/db"}).String(); got != "the Postgres ledger" {
 		t.Fatalf("Location.String() = %q, want no URL", got)
@@ -58,7 +59,13 @@ func TestOpenExisting(t *testing.T) {
 	if _, serr := os.Stat(dir); !errors.Is(serr, os.ErrNotExist) {
 		t.Fatalf("Open(Existing) created %s", dir)
 	}
-	mustOpen(t, Location{StateDir: dir}, Options{}).Close()
+	l := mustOpen(t, Location{StateDir: dir}, Options{})
+	if _, err := Open(context.Background(), Location{StateDir: dir}, Options{Existing: true}); !errors.Is(err, ErrNoLedger) {
+		t.Fatalf("Open(Existing) of a ledger that wrote nothing yet: %v, want ErrNoLedger", err)
+	}
+	if err := l.CreateRun(context.Background(), jobs.Run{ID: "r1", Job: "recs"}, []jobs.Shard{{Index: 0}}); err != nil {
+		t.Fatal(err)
+	}
 	mustOpen(t, Location{StateDir: dir}, Options{Existing: true})
 	if _, err := Open(context.Background(), Location{}, Options{}); err == nil {
 		t.Fatal("Open of no location succeeded")
