@@ -11,7 +11,7 @@ import (
 )
 
 // TestDataPagesBounded: a shard's column chunks are cut into data pages of
-// at most pageBytes before compression (the writer's three page-sized
+// at most DataPageBytes before compression (the writer's three page-sized
 // buffers stay small and warm), and every row reads back. With arrow-go's
 // 1 MiB default the 800 kB id chunk of 100k rows was one page.
 func TestDataPagesBounded(t *testing.T) {
@@ -59,15 +59,15 @@ func TestDataPagesBounded(t *testing.T) {
 				continue
 			}
 			pages++
-			if n := dp.UncompressedSize(); n > pageBytes+1024 {
-				t.Errorf("row group %d: a data page of %d bytes before compression, over %d", rg, n, pageBytes)
+			if n := dp.UncompressedSize(); n > DataPageBytes+1024 {
+				t.Errorf("row group %d: a data page of %d bytes before compression, over %d", rg, n, DataPageBytes)
 			}
 		}
 		if err := pr.Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if need := rows * 8 / pageBytes; pages < need {
+	if need := rows * 8 / DataPageBytes; pages < need {
 		t.Errorf("the id column has %d data pages; %d bytes of ids need at least %d", pages, rows*8, need)
 	}
 	checkConstFile(t, w.final, run, want, "v-c1")

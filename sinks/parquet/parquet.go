@@ -61,13 +61,13 @@ const (
 	DefaultRowGroupBytes = 64 << 20
 )
 
-// pageBytes bounds a data page before compression (arrow-go's default is
+// DataPageBytes bounds a data page before compression (arrow-go's default is
 // 1 MiB). The writer grows its encoding buffer, copies the page into a
 // second buffer and compresses it into a third, each of a page's size and
 // fresh per column per shard; at 64 KiB they are reused warm from cache
 // (a 2M-row null-model job: 36k -> 31k page faults, 0.57 -> 0.52-0.55
 // CPU-s). A reader sees the same values and types in more pages.
-const pageBytes = 64 << 10
+const DataPageBytes = 64 << 10
 
 // writeBuffer is the file's write buffer: the column chunks, written whole
 // when a row group closes, bypass it, so it holds only headers and the
@@ -273,7 +273,7 @@ func (s *Sink) Shard(ctx context.Context, run sinks.RunInfo, index int) (sinks.S
 		parquet.WithMaxRowGroupLength(s.RowGroupRows),
 		parquet.WithCreatedBy("precog"),
 		parquet.WithDictionaryDefault(false),
-		parquet.WithDataPageSize(pageBytes),
+		parquet.WithDataPageSize(DataPageBytes),
 		// Page and column buffers come back to the pool at Commit and
 		// serve the next shard (bufpool: no fresh heap per shard).
 		parquet.WithAllocator(bufpool.Default),
