@@ -2,6 +2,7 @@ package model
 
 import (
 	"context"
+	"syscall"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -70,4 +71,27 @@ func BenchmarkRaw(b *testing.B) {
 			b.ReportMetric(float64(benchRows*b.N)/b.Elapsed().Seconds(), "rows/s")
 		})
 	}
+}
+
+// BenchmarkEncodeUnit is Encode at the pipeline's unit (runner.ReadRows:
+// 16384 rows of 16 float32 features), where the tensor (1 MiB) outgrows
+// the caches that a 1024-row batch fits in; cpu-us/op is this process's
+// CPU per unit.
+func BenchmarkEncodeUnit(b *testing.B) {
+	const n = 16384
+	m := loadModel(b, specFor(b, "ranker"))
+	rec := columnsRecord(features(n, 16, false, 1), n, 16, arrow.PrimitiveTypes.Float32, nil)
+	defer rec.Release()
+	var ru0, ru1 syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	for b.Loop() {
+		bt, err := m.Encode(rec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		bt.Release()
+	}
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	cpu := ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano()
+	b.ReportMetric(float64(cpu)/float64(b.N)/1e3, "cpu-us/op")
 }

@@ -296,6 +296,10 @@ func fillInput[D elem](f fill) []D {
 		// stay in cache while its columns are written, where a whole
 		// column at a time strides through all of dst once per column.
 		ident := len(cols) > 0 && len(rows) == cols[0].arr.Len()
+		if d, ok := any(dst).([]float32); ok && ident && transposeFloat32s(d, w, cols, len(rows)) {
+			clear(dst[len(rows)*w:])
+			return dst
+		}
 		for lo := 0; lo < len(rows); lo += gatherBlock {
 			blk := span{lo: lo, hi: min(lo+gatherBlock, len(rows)), ident: ident}
 			for j, c := range cols {
@@ -305,6 +309,43 @@ func fillInput[D elem](f fill) []D {
 	}
 	clear(dst[len(rows)*w:])
 	return dst
+}
+
+// transposeFloat32s is fillInput's transpose for the usual input, float32
+// columns into a float32 tensor with every row kept: four columns at a
+// time, row by row, so each row's four values are written side by side
+// with no type switch or row index per value. It reports false, writing
+// nothing, when a column is not float32.
+func transposeFloat32s(dst []float32, k int, cols []colRef, n int) bool {
+	if len(cols) != k {
+		return false
+	}
+	src := make([][]float32, k)
+	for j, c := range cols {
+		a, ok := c.arr.(*array.Float32)
+		if !ok {
+			return false
+		}
+		src[j] = a.Float32Values()[:n]
+	}
+	for lo := 0; lo < n; lo += gatherBlock {
+		hi := min(lo+gatherBlock, n)
+		d := dst[lo*k : hi*k]
+		j := 0
+		for ; j+4 <= k; j += 4 {
+			c0, c1, c2, c3 := src[j][lo:hi], src[j+1][lo:hi], src[j+2][lo:hi], src[j+3][lo:hi]
+			for r, v := range c0 {
+				o := d[r*k+j : r*k+j+4 : r*k+j+4]
+				o[0], o[1], o[2], o[3] = v, c1[r], c2[r], c3[r]
+			}
+		}
+		for ; j < k; j++ {
+			for r, v := range src[j][lo:hi] {
+				d[r*k+j] = v
+			}
+		}
+	}
+	return true
 }
 
 // gatherBlock is the rows per block of fillInput's transpose: 256 rows of

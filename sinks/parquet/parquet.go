@@ -61,6 +61,19 @@ const (
 	DefaultRowGroupBytes = 64 << 20
 )
 
+// DataPageBytes bounds a data page before compression (arrow-go's default is
+// 1 MiB). The writer grows its encoding buffer, copies the page into a
+// second buffer and compresses it into a third, each of a page's size and
+// fresh per column per shard; at 64 KiB they are reused warm from cache
+// (a 2M-row null-model job: 36k -> 31k page faults, 0.57 -> 0.52-0.55
+// CPU-s). A reader sees the same values and types in more pages.
+const DataPageBytes = 64 << 10
+
+// writeBuffer is the file's write buffer: the column chunks, written whole
+// when a row group closes, bypass it, so it holds only headers and the
+// footer.
+const writeBuffer = 64 << 10
+
 // Success is the content of _SUCCESS: which run the directory holds.
 type Success struct {
 	Job         string    `json:"job"`
@@ -252,7 +265,7 @@ func (s *Sink) Shard(ctx context.Context, run sinks.RunInfo, index int) (sinks.S
 	if err != nil {
 		return nil, fmt.Errorf("parquet: shard %d: %w", index, err)
 	}
-	bw := bufio.NewWriterSize(f, 1<<20)
+	bw := bufio.NewWriterSize(f, writeBuffer)
 	// Dictionaries pay only for repetitive strings (model_version, params);
 	// on keys and model outputs they cost 4x the write throughput.
 	opts := []parquet.WriterProperty{
@@ -260,6 +273,7 @@ func (s *Sink) Shard(ctx context.Context, run sinks.RunInfo, index int) (sinks.S
 		parquet.WithMaxRowGroupLength(s.RowGroupRows),
 		parquet.WithCreatedBy("precog"),
 		parquet.WithDictionaryDefault(false),
+		parquet.WithDataPageSize(DataPageBytes),
 		// Page and column buffers come back to the pool at Commit and
 		// serve the next shard (bufpool: no fresh heap per shard).
 		parquet.WithAllocator(bufpool.Default),

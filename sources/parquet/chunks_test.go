@@ -1,31 +1,36 @@
 package parquet
 
 import (
-	"context"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	pq "github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/file"
 
 	"github.com/precog-ml/precog/sources"
 )
 
-// TestWholeColumnChunks: a shard whose column chunks all fit the stream
-// buffer is read chunk by chunk in one read each (no buffered stream, whose
-// copy of every page cost 11% of a null-model job); a shard with a larger
-// chunk keeps the stream, which bounds memory whatever the row group's
-// size. Both read every row back.
-func TestWholeColumnChunks(t *testing.T) {
+// TestReadAllocatesStreamBuffer: reading a shard allocates about one
+// stream buffer per column, not the column chunks: the pages are read
+// through a 16 KiB buffer into the page reader's pooled buffers. Reading
+// a small chunk whole allocated it afresh on every shard, and a 1 MiB
+// stream buffer allocated up to 1 MiB per column and copied every page out
+// of it once more (together a third of a null-model job's read CPU).
+// Every row still reads back, from row groups of small chunks and of
+// chunks larger than any buffer.
+func TestReadAllocatesStreamBuffer(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		rows     int64
 		rowGroup int64
-		buffered bool
 	}{
-		{"small chunks", 20_000, 5_000, false},
-		// 200k int64 ids uncompressed: a 1.6 MB chunk, over the 1 MiB buffer.
-		{"a chunk over the buffer", 200_000, 200_000, true},
+		// 20k int64 ids and float32 scores, uncompressed: 160 kB and
+		// 80 kB chunks.
+		{"small chunks", 20_000, 20_000},
+		// 300k rows: a 2.4 MB id chunk of three pages.
+		{"chunks over a MiB", 300_000, 300_000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "d", "part-0.parquet")
@@ -35,16 +40,18 @@ func TestWholeColumnChunks(t *testing.T) {
 			if len(plans) != 1 {
 				t.Fatalf("%d shards, want 1", len(plans))
 			}
-			br, err := src.Open(context.Background(), plans[0].Plan, sources.ReadOptions{BatchSize: 4096})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := br.(*reader).of.props.BufferedStreamEnabled; got != tc.buffered {
-				t.Errorf("buffered stream %v, want %v", got, tc.buffered)
-			}
-			br.Close()
-			recs := readShards(t, src, plans, sources.ReadOptions{BatchSize: 4096})
+			opts := sources.ReadOptions{BatchSize: 4096, Columns: []string{"id", "score"}, Reuse: true}
+			chunks := chunkBytes(t, path, "id", "score")
+			releaseAll(readShards(t, src, plans, opts)) // warms the pool
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			recs := readShards(t, src, plans, opts)
+			runtime.ReadMemStats(&after)
 			defer releaseAll(recs)
+			alloc := int64(after.TotalAlloc - before.TotalAlloc)
+			if limit := min(chunks, 1<<20); alloc >= limit {
+				t.Errorf("reading the shard allocated %d bytes; want under %d (its two column chunks hold %d)", alloc, limit, chunks)
+			}
 			ids := int64Column(t, recs, "id")
 			if int64(len(ids)) != tc.rows {
 				t.Fatalf("read %d ids, want %d", len(ids), tc.rows)
@@ -56,4 +63,26 @@ func TestWholeColumnChunks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// chunkBytes is the total size of the named columns' chunks in path.
+func chunkBytes(t *testing.T, path string, cols ...string) int64 {
+	t.Helper()
+	pf, err := file.OpenParquetFile(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pf.Close()
+	var n int64
+	for rg := range pf.NumRowGroups() {
+		g := pf.MetaData().RowGroup(rg)
+		for _, name := range cols {
+			cc, err := g.ColumnChunk(pf.MetaData().Schema.ColumnIndexByName(name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += cc.TotalCompressedSize()
+		}
+	}
+	return n
 }

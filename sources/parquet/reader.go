@@ -154,7 +154,6 @@ func newReader(ctx context.Context, of *openedFile, sp shardPlan, opts sources.R
 	}
 	r.next = r.rgStart[first] + sp.Offset
 	r.last, r.end = r.next, r.next+sp.Rows
-	of.wholeChunks(first, lastRG)
 
 	props := pqarrow.ArrowReadProperties{BatchSize: int64(read)}
 	fr, err := pqarrow.NewFileReader(of.rdr, props, memory.DefaultAllocator)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/precog-ml/precog/internal/testgen"
 	"github.com/precog-ml/precog/jobs"
+	pqsink "github.com/precog-ml/precog/sinks/parquet"
 )
 
 // feedTarget is issue 33's bar for the pipeline's own ceiling: a job whose
@@ -290,7 +291,8 @@ func sumFile(ctx context.Context, in, outPath string) (int64, error) {
 	defer rr.Release()
 
 	// The same four columns precog's Parquet sink writes, with its writer
-	// properties: model_version dictionary-encoded from a one-value
+	// properties (its page size; its Snappy encoder, registered by the
+	// package): model_version dictionary-encoded from a one-value
 	// dictionary (the constant is never hashed per row), computed_at a
 	// constant built once and sliced.
 	outSchema := arrow.NewSchema(append([]arrow.Field{
@@ -306,7 +308,8 @@ func sumFile(ctx context.Context, in, outPath string) (int64, error) {
 	defer f.Close()
 	w, err := pqarrow.NewFileWriter(outSchema, f,
 		parquet.NewWriterProperties(parquet.WithCompression(compress.Codecs.Snappy), parquet.WithDictionaryDefault(false),
-			parquet.WithDictionaryFor(jobs.ColModelVersion, true), parquet.WithMaxRowGroupLength(128*1024)),
+			parquet.WithDictionaryFor(jobs.ColModelVersion, true), parquet.WithMaxRowGroupLength(128*1024),
+			parquet.WithDataPageSize(pqsink.DataPageBytes)),
 		pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
 	if err != nil {
 		return 0, err
