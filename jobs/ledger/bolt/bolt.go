@@ -9,8 +9,7 @@
 // Leases use wall time. A `precog run` killed while holding shards leaves
 // them leased by a worker that no longer exists; once the lease expires any
 // Claim takes them back. Local runs therefore use short leases renewed by
-// heartbeats, and a restarted process may also call ReleaseWorker with the
-// dead worker's name to reclaim its shards at once.
+// heartbeats.
 package bolt
 
 import (

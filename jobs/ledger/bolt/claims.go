@@ -340,56 +340,6 @@ func release(s *rec, now time.Time) {
 	s.UpdatedAt = now
 }
 
-// ReleaseWorker returns every shard leased by worker, in any run, to pending
-// without counting the attempt, whether or not its lease has expired. A
-// restarted process calls it with the name its dead predecessor used.
-// It returns how many shards it released.
-func (l *Ledger) ReleaseWorker(ctx context.Context, worker string) (int, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	n := 0
-	err := l.db.Update(func(tx *bbolt.Tx) error {
-		n = 0
-		now := l.now()
-		var open [][]byte
-		c := tx.Bucket(bucketOpen).Cursor()
-		for k, _ := c.First(); k != nil; k, _ = c.Next() {
-			open = append(open, k)
-		}
-		for _, k := range open {
-			runID := string(k[bytes.LastIndexByte(k, 0)+1:])
-			rb, err := runShards(tx, runID)
-			if err != nil {
-				return err
-			}
-			var mine []rec
-			rc := rb.Bucket(subRunning).Cursor()
-			for ik, _ := rc.First(); ik != nil; ik, _ = rc.Next() {
-				s, err := getShard(rb, runID, int(binary.BigEndian.Uint32(ik)))
-				if err != nil {
-					return err
-				}
-				if s.Worker == worker {
-					mine = append(mine, s)
-				}
-			}
-			for _, s := range mine {
-				release(&s, now)
-				if err := putShard(rb, s); err != nil {
-					return err
-				}
-				n++
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("ledger: release worker %s: %w", worker, err)
-	}
-	return n, nil
-}
-
 // candidate is an open run of a pool with its bucket of shards.
 type candidate struct {
 	run  jobs.Run
