@@ -2,6 +2,7 @@ package parquet
 
 import (
 	"context"
+	"github.com/apache/arrow-go/v18/arrow"
 	"path/filepath"
 	"testing"
 
@@ -71,4 +72,18 @@ func TestDataPagesBounded(t *testing.T) {
 		t.Errorf("the id column has %d data pages; %d bytes of ids need at least %d", pages, rows*8, need)
 	}
 	checkConstFile(t, w.final, run, want, "v-c1")
+}
+
+// TestPageBytesByNesting: flat files get small pages, files with a list
+// column (embeddings, top-k lists) arrow-go's 1 MiB, where small pages cost
+// the write stage twice the time (the bench's text job).
+func TestPageBytesByNesting(t *testing.T) {
+	flat := arrow.NewSchema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}, {Name: "score", Type: arrow.PrimitiveTypes.Float32}}, nil)
+	if got := pageBytes(flat); got != DataPageBytes {
+		t.Errorf("flat schema: page bound %d, want %d", got, DataPageBytes)
+	}
+	nested := arrow.NewSchema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}, {Name: "embedding", Type: arrow.ListOf(arrow.PrimitiveTypes.Float32)}}, nil)
+	if got := pageBytes(nested); got != NestedDataPageBytes {
+		t.Errorf("schema with a list column: page bound %d, want %d", got, NestedDataPageBytes)
+	}
 }

@@ -62,12 +62,30 @@ const (
 )
 
 // DataPageBytes bounds a data page before compression (arrow-go's default is
-// 1 MiB). The writer grows its encoding buffer, copies the page into a
-// second buffer and compresses it into a third, each of a page's size and
-// fresh per column per shard; at 64 KiB they are reused warm from cache
-// (a 2M-row null-model job: 36k -> 31k page faults, 0.57 -> 0.52-0.55
-// CPU-s). A reader sees the same values and types in more pages.
+// 1 MiB) in a file of flat columns. The writer grows its encoding buffer,
+// copies the page into a second buffer and compresses it into a third, each
+// of a page's size and fresh per column per shard; at 64 KiB they are reused
+// warm from cache (a 2M-row null-model job: 36k -> 31k page faults, 0.57 ->
+// 0.52-0.55 CPU-s; the bench's feed row 0.72-0.82 -> 0.94 of DuckDB). A
+// reader sees the same values and types in more pages.
 const DataPageBytes = 64 << 10
+
+// NestedDataPageBytes bounds a data page in a file with a list column
+// (embeddings, top-k lists): there small pages cost more than they save, as
+// arrow-go pays per page for a nested column's levels and statistics (the
+// bench's text job, 100k rows of 384 floats: the write stage 1.69 s at
+// 64 KiB pages, 0.66-0.72 s at 1 MiB).
+const NestedDataPageBytes = 1 << 20
+
+// pageBytes is the data page bound for a file of schema's columns.
+func pageBytes(schema *arrow.Schema) int64 {
+	for _, f := range schema.Fields() {
+		if _, nested := f.Type.(arrow.NestedType); nested {
+			return NestedDataPageBytes
+		}
+	}
+	return DataPageBytes
+}
 
 // writeBuffer is the file's write buffer: the column chunks, written whole
 // when a row group closes, bypass it, so it holds only headers and the
@@ -273,7 +291,7 @@ func (s *Sink) Shard(ctx context.Context, run sinks.RunInfo, index int) (sinks.S
 		parquet.WithMaxRowGroupLength(s.RowGroupRows),
 		parquet.WithCreatedBy("precog"),
 		parquet.WithDictionaryDefault(false),
-		parquet.WithDataPageSize(DataPageBytes),
+		parquet.WithDataPageSize(pageBytes(run.Schema)),
 		// Page and column buffers come back to the pool at Commit and
 		// serve the next shard (bufpool: no fresh heap per shard).
 		parquet.WithAllocator(bufpool.Default),
