@@ -89,7 +89,7 @@ func checkModels(ctx context.Context, dev string, out *os.File) error {
 	}{{"ranker", 300}, {"recs", 200}, {"heavy", 64}, {"embedder", 130}, {"ranker_static8", 21}} {
 		worst, err := checkTestModel(ctx, dir, tc.name, tc.n, dev)
 		if err != nil {
-			return fmt.Errorf("%s: %w", tc.name, err)
+			return fmt.Errorf("%s on %s: %w", tc.name, dev, err)
 		}
 		fmt.Fprintf(out, "%s on %s: %d rows, max |Δ| %.2g against the reference\n", tc.name, dev, tc.n, worst)
 	}
@@ -103,7 +103,7 @@ func checkModels(ctx context.Context, dev string, out *os.File) error {
 	} {
 		worst, n, err := checkTextModel(ctx, filepath.Join(dir, tc.name), tc.tm, dev)
 		if err != nil {
-			return fmt.Errorf("%s: %w", tc.name, err)
+			return fmt.Errorf("%s on %s: %w", tc.name, dev, err)
 		}
 		fmt.Fprintf(out, "%s on %s: %d rows, max |Δ| %.2g against the reference\n", tc.name, dev, n, worst)
 	}
