@@ -2,7 +2,10 @@
 // ledger, the runner and the CLI share.
 package jobs
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Spec is a parsed, defaulted and validated job spec (contract 1 of docs/contracts.md).
 // Templates ({{.param}}) in paths and queries are already rendered.
@@ -103,10 +106,14 @@ type ModelSpec struct {
 	// order, so top-k lists are the same on every device (a CUDA TopK
 	// orders ties its own way). Which of several items tied at the k-th
 	// score make the list is still the runtime's choice.
-	Outputs   map[string]string `yaml:"outputs"`
-	BatchSize int               `yaml:"batch_size"` // default 1024
-	Device    string            `yaml:"device"`     // cpu | cuda:N; default cpu
-	Threads   int               `yaml:"threads"`    // intra-op threads per session, 0 = auto
+	Outputs map[string]string `yaml:"outputs"`
+	// BatchSize is the rows per inference call. Left out, the device
+	// chooses (ModelSpec.AutoBatch): 1024 on a CPU; on a GPU 16384, or
+	// fewer where a batch's inputs would pass 64 MiB (a GPU sits idle
+	// between small batches: each pays the copies and kernel launches).
+	BatchSize int    `yaml:"batch_size"`
+	Device    string `yaml:"device"`  // cpu | cuda:N; default cpu
+	Threads   int    `yaml:"threads"` // intra-op threads per session, 0 = auto
 	// Sessions is the number of concurrent sessions per device. 0 (the
 	// default) is auto: 2 half-width sessions for a CPU model on 2+ cores,
 	// 2 sessions (CUDA streams) for a GPU model.
@@ -128,6 +135,33 @@ type ModelSpec struct {
 	// converter does not know, or with control flow (If, Loop, Scan), is
 	// refused at load: use fp32.
 	Precision Precision `yaml:"precision"`
+
+	// batchAuto: batch_size was left out, so the device chooses (set by
+	// validation; unexported, so the spec's hash is the same as before).
+	batchAuto bool
+}
+
+// AutoBatch says that the device chooses the batch size: the spec left
+// model.batch_size out (or a spec built in code left it 0).
+func (m ModelSpec) AutoBatch() bool { return m.batchAuto || m.BatchSize <= 0 }
+
+// IsGPU says that device names a GPU (cuda:N).
+func IsGPU(device string) bool { return strings.HasPrefix(device, "cuda:") }
+
+// BatchRows is the rows per inference call of a model whose inputs take
+// rowBytes bytes per row: model.batch_size when the spec sets it; else
+// DefaultBatchSize on a CPU, and on a GPU DefaultGPUBatchSize, cut so
+// that one batch's inputs stay within GPUBatchBytes.
+func (m ModelSpec) BatchRows(rowBytes int) int {
+	switch {
+	case !m.AutoBatch():
+		return m.BatchSize
+	case !IsGPU(m.Device):
+		return DefaultBatchSize
+	case rowBytes > 0:
+		return max(1, min(DefaultGPUBatchSize, GPUBatchBytes/rowBytes))
+	}
+	return DefaultGPUBatchSize
 }
 
 // InputSpec builds one input tensor: either several numeric columns stacked

@@ -46,14 +46,7 @@ func JoinRun(ctx context.Context, p JoinParams) error {
 	if device == "" {
 		device = jobs.DeviceCPU
 	}
-	if p.Parallel <= 0 {
-		p.Parallel = DefaultParallel(device)
-	}
-	devices := make([]string, p.Parallel)
-	for i := range devices {
-		devices[i] = device
-	}
-	w := NewWorker(p.Ledger, WorkerOptions{Run: run.ID, Pool: run.Pool, Devices: devices, StateDir: p.StateDir, Logger: p.Logger})
+	w := NewWorker(p.Ledger, WorkerOptions{Run: run.ID, Pool: run.Pool, Devices: []string{device}, Parallel: p.Parallel, StateDir: p.StateDir, Logger: p.Logger})
 	done := make(chan error, 1)
 	wctx, stopWorker := context.WithCancel(ctx)
 	defer stopWorker()

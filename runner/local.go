@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -94,20 +95,29 @@ type Result struct {
 	Stages *StageStats
 }
 
-// DefaultParallel is the shards a local run processes at once on device.
+// DefaultParallel is the shards one process works on at once on device
+// (a local run's --parallel, a worker's claim loops per device), where the
+// process drives gpus GPUs in all (a worker's --devices; 1 for a run).
 // On a CPU, 2: the pipeline inside a shard overlaps read, inference and
 // writes, and a second shard fills the bubbles at each shard's start and
 // commit (1.4x on a small model, neutral on a compute-bound one). On a
-// GPU, 4: the device's sessions (model.sessions: auto gives 2) each need a
-// shard reading and encoding ahead of them while others write and commit
-// (issue 33's H200 heavy job: 1.36M rows/s with the old defaults, 4.87M
-// with --parallel 8, sessions: 2 and batch 16384; 4 is not yet measured).
-func DefaultParallel(device string) int {
-	if strings.HasPrefix(device, "cuda:") {
-		return 4
+// GPU the model costs the cores nothing, and each shard in flight has one
+// goroutine reading and encoding (about a core when the device keeps up)
+// and its writers: half the cores, shared among the process's GPUs, at
+// least gpuMinParallel, so that the device's sessions (model.sessions:
+// auto gives 2) always have a unit encoded ahead of them. Issue 33's H200
+// (16 cores) ran the heavy job at 1.36M rows/s with the old defaults
+// (1024-row batches, one shard) and 4.87M with 8 shards, 2 sessions and
+// 16384-row batches: on 16 cores one GPU now gets 8 shards by default.
+func DefaultParallel(device string, gpus int) int {
+	if !jobs.IsGPU(device) {
+		return 2
 	}
-	return 2
+	return max(gpuMinParallel, runtime.GOMAXPROCS(0)/(2*max(gpus, 1)))
 }
+
+// gpuMinParallel is the fewest shards in flight per GPU by default.
+const gpuMinParallel = 4
 
 // withDefaults fills in every unset option: the one place defaults live.
 func (o LocalOptions) withDefaults(device string) LocalOptions {
@@ -115,7 +125,7 @@ func (o LocalOptions) withDefaults(device string) LocalOptions {
 		o.StateDir = ".precog"
 	}
 	if o.Parallel <= 0 {
-		o.Parallel = DefaultParallel(device)
+		o.Parallel = DefaultParallel(device, 1)
 	}
 	if o.Lease <= 0 {
 		o.Lease = 30 * time.Second

@@ -91,7 +91,7 @@ type encoded struct {
 func (j *Job) ExecShard(ctx context.Context, t ShardTask) (jobs.Counts, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	unit := ReadRows(j.Spec.Model.BatchSize, t.Shard.EstRows)
+	unit := ReadRows(j.Model.BatchRows(), t.Shard.EstRows)
 	// Reuse: the pipeline copies features into tensors, keeps keys by
 	// value and hands the key column to sinks, which release it after
 	// writing; nothing holds a numeric slice past its record's release.

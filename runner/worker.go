@@ -19,8 +19,13 @@ import (
 type WorkerOptions struct {
 	// Pool is the worker pool whose runs this worker executes ("default").
 	Pool string
-	// Devices run one claim loop each ("cpu", "cuda:0", …). Default cpu.
+	// Devices are where shards run ("cpu", "cuda:0", …), each with its own
+	// claim loops. Default cpu.
 	Devices []string
+	// Parallel is the claim loops per device, each holding one shard at a
+	// time: the shards in flight on it (0: DefaultParallel for the device
+	// among this worker's GPUs).
+	Parallel int
 	// ID names the worker in leases, logs and status (default host-pid);
 	// each claim loop appends its device.
 	ID string
@@ -171,14 +176,27 @@ func (w *Worker) Run(ctx context.Context) error {
 	}()
 	var wg sync.WaitGroup
 	for _, dev := range w.opts.Devices {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.loop(ctx, work, dev)
-		}()
+		for slot := range w.parallel(dev) {
+			wg.Go(func() { w.loop(ctx, work, dev, slot) })
+		}
 	}
 	wg.Wait()
 	return nil
+}
+
+// parallel is the claim loops on dev: opts.Parallel, or DefaultParallel
+// with the cores shared among this worker's GPUs.
+func (w *Worker) parallel(dev string) int {
+	if w.opts.Parallel > 0 {
+		return w.opts.Parallel
+	}
+	gpus := 0
+	for _, d := range w.opts.Devices {
+		if jobs.IsGPU(d) {
+			gpus++
+		}
+	}
+	return DefaultParallel(dev, gpus)
 }
 
 // workerMode is the executor's mode of a worker's claim loop on one
@@ -187,16 +205,22 @@ func (w *Worker) Run(ctx context.Context) error {
 type workerMode struct {
 	w      *Worker
 	device string
-	work   context.Context // outlives the claim loop's context by the drain
-	wake   <-chan struct{}
+	// slot numbers the device's claim loops (presence keeps each one's shard).
+	slot int
+	work context.Context // outlives the claim loop's context by the drain
+	wake <-chan struct{}
 }
 
-// loop is one device's claim loop.
-func (w *Worker) loop(ctx, work context.Context, device string) {
-	id := w.opts.ID + "/" + device
+// loop is one of a device's claim loops, with its own holder name in the
+// ledger (ledger.HolderName); the device's loops share its open runs and
+// models.
+func (w *Worker) loop(ctx, work context.Context, device string, slot int) {
+	id := ledger.HolderName(w.opts.ID, device, slot)
 	wake := w.led.Wake(ctx, w.opts.Pool)
-	w.log.Info("worker ready", "worker", id, "pool", w.opts.Pool, "device", device)
-	w.exec.loop(ctx, work, id, &workerMode{w: w, device: device, work: work, wake: wake}, wake)
+	if slot == 0 {
+		w.log.Info("worker ready", "worker", id, "pool", w.opts.Pool, "device", device, "shards_in_flight", w.parallel(device))
+	}
+	w.exec.loop(ctx, work, id, &workerMode{w: w, device: device, slot: slot, work: work, wake: wake}, wake)
 }
 
 func (m *workerMode) claim(ctx context.Context, id string) (shardTask, error) {
@@ -208,18 +232,18 @@ func (m *workerMode) claim(ctx context.Context, id string) (shardTask, error) {
 	if err != nil {
 		return shardTask{}, err
 	}
-	w.pres.hold(m.device, run.ID, sh.Index)
+	w.pres.hold(m.device, m.slot, run.ID, sh.Index)
 	or, err := w.runs.open(m.work, run, m.device)
 	if err != nil {
 		w.runs.release(or)
 		w.cannotExecute(context.WithoutCancel(m.work), id, run, sh, err)
 		w.exec.report(ShardEvent{Run: run.ID, Worker: id, Shard: sh.Index, Outcome: "unable", Duration: time.Since(began)})
-		w.pres.hold(m.device, "", 0)
+		w.pres.hold(m.device, m.slot, "", 0)
 		return shardTask{}, errClaimSettled
 	}
 	w.unable.clear(run.ID)
 	return shardTask{run: run, shard: sh, job: or.job, snks: or.snks, info: or.info, keepRejects: w.opts.RejectsPerRun,
-		done: func() { w.runs.release(or); w.pres.hold(m.device, "", 0) }}, nil
+		done: func() { w.runs.release(or); w.pres.hold(m.device, m.slot, "", 0) }}, nil
 }
 
 // idle publishes what is due (opts.Run: that run, and stops once it

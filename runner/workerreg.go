@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -19,21 +20,29 @@ import (
 // shows it lost one lease later.
 type presence struct {
 	mu   sync.Mutex
-	held map[string]ledger.ShardRef // device → the shard its loop holds
+	held map[presenceSlot]ledger.ShardRef // a claim loop → the shard it holds
 	kick chan struct{}
 }
 
-func newPresence() *presence {
-	return &presence{held: map[string]ledger.ShardRef{}, kick: make(chan struct{}, 1)}
+// presenceSlot names one claim loop: its device and its number there.
+type presenceSlot struct {
+	device string
+	slot   int
 }
 
-// hold records that device's loop holds shard of run (run "": nothing).
-func (p *presence) hold(device, run string, shard int) {
+func newPresence() *presence {
+	return &presence{held: map[presenceSlot]ledger.ShardRef{}, kick: make(chan struct{}, 1)}
+}
+
+// hold records that claim loop slot of device holds shard of run (run "":
+// nothing).
+func (p *presence) hold(device string, slot int, run string, shard int) {
 	p.mu.Lock()
+	k := presenceSlot{device, slot}
 	if run == "" {
-		delete(p.held, device)
+		delete(p.held, k)
 	} else {
-		p.held[device] = ledger.ShardRef{Run: run, Shard: shard, Device: device}
+		p.held[k] = ledger.ShardRef{Run: run, Shard: shard, Device: device}
 	}
 	p.mu.Unlock()
 	p.changed()
@@ -55,7 +64,9 @@ func (p *presence) current() []ledger.ShardRef {
 	for _, r := range p.held {
 		out = append(out, r)
 	}
-	slices.SortFunc(out, func(a, b ledger.ShardRef) int { return strings.Compare(a.Device, b.Device) })
+	slices.SortFunc(out, func(a, b ledger.ShardRef) int {
+		return cmp.Or(strings.Compare(a.Device, b.Device), strings.Compare(a.Run, b.Run), cmp.Compare(a.Shard, b.Shard))
+	})
 	return out
 }
 

@@ -62,7 +62,7 @@ size and prints the estimated wall time of the run, as backfill --dry-run does.`
 				total += p.Rows
 			}
 			fmt.Fprintf(w, "shard plan: %d shards, %d rows (rows_per_shard %d, batch_size %d)\n",
-				len(plans), total, spec.Source.RowsPerShard, spec.Model.BatchSize)
+				len(plans), total, spec.Source.RowsPerShard, job.Model.BatchRows())
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "  SHARD\tROWS\tSOURCE")
 			for i, p := range plans {

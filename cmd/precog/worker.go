@@ -33,7 +33,10 @@ PRECOG_DATABASE_URL): claim shards of any run submitted to the pool (highest
 priority first; runs of equal priority share the pool), execute them with the
 same pipeline as precog run, and publish a run when its last shard commits.
 
-One claim loop runs per device. A worker needs only the database, its
+Each device works on --parallel shards at once (one claim loop each; by
+default 2 on a CPU, and on a GPU half the cores, shared among the worker's
+GPUs, at least 4: a GPU's model leaves the cores free to read, encode and
+write ahead of it). A worker needs only the database, its
 environment (the secrets the job specs reference as ${VAR}) and read access to
 the models and data; it reads each run's spec from the ledger, and refuses the
 shards of a run whose model file here differs from the one submitted.
@@ -55,6 +58,9 @@ body says why. precog_pool_ledger_up follows the same rule.`,
 			var err error
 			if opts.Devices, err = model.CheckDevices(devices); err != nil {
 				return invalid(fmt.Errorf("--devices: %w", err))
+			}
+			if opts.Parallel < 0 {
+				return invalid(fmt.Errorf("--parallel: must be >= 0 (got %d; 0 picks by the device)", opts.Parallel))
 			}
 			if opts.RejectsPerRun <= 0 {
 				return invalid(errors.New("--max-stored-rejects must be > 0"))
@@ -80,7 +86,8 @@ body says why. precog_pool_ledger_up follows the same rule.`,
 	addDBFlag(cmd, &db)
 	f := cmd.Flags()
 	f.StringVar(&opts.Pool, "pool", jobs.DefaultPool, "worker pool to serve (a job spec's pool field)")
-	f.StringVar(&devices, "devices", jobs.DeviceCPU, "devices, one claim loop each: cpu, cuda:0, cuda:1, …")
+	f.StringVar(&devices, "devices", jobs.DeviceCPU, "devices to run shards on: cpu, cuda:0, cuda:1, …")
+	f.IntVar(&opts.Parallel, "parallel", 0, "shards in flight per device (0: by the device: 2 on a CPU; on a GPU half the cores shared among the worker's GPUs, at least 4)")
 	f.StringVar(&addr, "addr", "", "serve /healthz, /readyz and /metrics on this address, e.g. :9090")
 	f.DurationVar(&ledgerWait, "ledger-wait", 2*time.Minute, "how long a starting worker retries an unreachable Postgres ledger (a restart, a failover) before it exits 75; 0: exit at once")
 	f.BoolVar(&pollOnly, "poll-only", false, "do not LISTEN for notices, poll the ledger (PgBouncer in transaction mode)")

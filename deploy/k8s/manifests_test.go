@@ -38,6 +38,8 @@ type worker struct {
 	flags   map[string]string
 	pool    string
 	devices []string
+	// parallel is --parallel: shards in flight per device.
+	parallel int
 }
 
 func isWorker(d *appsv1.Deployment) bool {
@@ -66,6 +68,12 @@ func workers(t *testing.T, objs []object) []worker {
 		}
 		if w.pool == "" || flags["devices"] == "" {
 			t.Fatalf("worker %s: --pool and --devices must be explicit, got %q", d.Name, c.Args)
+		}
+		// Explicit: 0 would size itself by the pod's cores, and KEDA's
+		// targetQueryValue must be the shards a pod takes.
+		var err error
+		if w.parallel, err = strconv.Atoi(flags["parallel"]); err != nil || w.parallel < 1 {
+			t.Fatalf("worker %s: --parallel must be explicit and > 0, got %q", d.Name, flags["parallel"])
 		}
 		out = append(out, w)
 	}
@@ -120,9 +128,6 @@ func checkDrain(t *testing.T, where string, w worker) {
 // its CPU request, since Go and model.sessions/threads: auto size
 // themselves by GOMAXPROCS, which would otherwise count the node's cores.
 func checkCPUSizing(t *testing.T, where string, w worker) {
-	if w.devices[0] != "cpu" {
-		return
-	}
 	if _, limited := w.c.Resources.Limits[corev1.ResourceCPU]; limited {
 		return
 	}
@@ -180,7 +185,7 @@ func checkDevices(t *testing.T, where string, w worker) {
 }
 
 // checkScaledObject: KEDA scales the pool from zero on its own ledger count,
-// one pod per --devices entries' worth of shards.
+// one pod per (--devices entries × --parallel) shards.
 func checkScaledObject(t *testing.T, where string, w worker, so *scaledObject) {
 	if so == nil {
 		t.Errorf("%s: no ScaledObject targets it", where)
@@ -211,8 +216,8 @@ func checkScaledObject(t *testing.T, where string, w worker, so *scaledObject) {
 	if tr.AuthenticationRef == nil {
 		t.Errorf("%s: the trigger has no authenticationRef (the ledger URL is a secret)", where)
 	}
-	if got, want := tr.Metadata["targetQueryValue"], strconv.Itoa(len(w.devices)); got != want {
-		t.Errorf("%s: targetQueryValue %q, want %s (claim loops per pod)", where, got, want)
+	if got, want := tr.Metadata["targetQueryValue"], strconv.Itoa(len(w.devices)*w.parallel); got != want {
+		t.Errorf("%s: targetQueryValue %q, want %s (devices × --parallel: the shards a pod works on at once)", where, got, want)
 	}
 	if got := tr.Metadata["activationTargetQueryValue"]; got != "0" {
 		t.Errorf("%s: activationTargetQueryValue %q, want \"0\" (the first pending shard wakes the pool)", where, got)

@@ -91,8 +91,19 @@ type Unable struct {
 	Since time.Time `json:"since"`
 }
 
+// HolderName is the lease holder name of a worker's claim loop slot
+// (from 0) on device: "host-pid/cpu" for the first, "host-pid/cpu#2" for
+// the second, so that every loop's leases, and its bars on the run's
+// timeline, are its own.
+func HolderName(worker, device string, slot int) string {
+	if slot == 0 {
+		return worker + "/" + device
+	}
+	return fmt.Sprintf("%s/%s#%d", worker, device, slot+1)
+}
+
 // WorkerOf is the worker that owns a claim loop's lease holder name
-// ("host-pid/cpu" → "host-pid").
+// ("host-pid/cpu" or "host-pid/cpu#2" → "host-pid").
 func WorkerOf(holder string) string {
 	for i := len(holder) - 1; i >= 0; i-- {
 		if holder[i] == '/' {

@@ -96,6 +96,9 @@ type ProbeResult struct {
 	Open time.Duration
 	// Stage is the sinks' Stage of the probe's rows (1 run only; 0 else).
 	Stage time.Duration
+	// Batch is the rows per inference call of the probe's model
+	// (model.batch_size, or the device's choice).
+	Batch int
 }
 
 // Probe measures spec's read → encode → infer → write pipeline at the
@@ -137,6 +140,7 @@ func Probe(ctx context.Context, p ProbeParams) (ProbeResult, error) {
 		defer abortProbeSinks(ctx, snks, info)
 	}
 	res.Open = time.Since(t0) / time.Duration(n)
+	res.Batch = jobsOpen[0].Model.BatchRows()
 	counts, err := streamProbe(ctx, p, jobsOpen, snks, info, &res)
 	if err != nil {
 		return res, err

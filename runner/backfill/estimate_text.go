@@ -22,7 +22,7 @@ func WriteEstimate(ctx context.Context, w io.Writer, p EstimateParams) error {
 	}
 	one := e.One
 	fmt.Fprintf(w, "probe: %d rows at batch size %d, %.0f rows/s (read, encode, infer, write %s, commit)\n",
-		one.Rows, p.Spec.Model.BatchSize, one.Rate, sinkNames(p.Spec))
+		one.Rows, one.Batch, one.Rate, sinkNames(p.Spec))
 	fmt.Fprintf(w, "probe: start-up %s and stage %s per run, ledger %s (%d shards, %s a commit)\n",
 		estDuration(one.Open), estDuration(one.Stage), estDuration(e.Ledger), p.Shards, estDuration(e.Txn))
 	if p.Parallel <= 1 {

@@ -25,6 +25,18 @@ var kindNames = [...]string{"float32", "float64", "int32", "int64", "string"}
 
 func (k elemKind) String() string { return kindNames[k] }
 
+// size is the bytes of one element in a tensor (a string's header for
+// kindString: its bytes vary).
+func (k elemKind) size() int {
+	switch k {
+	case kindFloat32, kindInt32:
+		return 4
+	case kindFloat64, kindInt64:
+		return 8
+	}
+	return 16
+}
+
 func (k elemKind) isFloat() bool { return k == kindFloat32 || k == kindFloat64 }
 
 func (k elemKind) arrowType() arrow.DataType {

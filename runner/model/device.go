@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -52,13 +53,17 @@ func CheckDevice(dev string) error {
 
 // CheckDevices reads a comma-separated list of devices (precog worker
 // --devices: "cpu,cuda:0"), blanks ignored, and checks each with
-// CheckDevice; the first that cannot run is the error.
+// CheckDevice; the first that cannot run is the error, and so is a device
+// listed twice.
 func CheckDevices(list string) ([]string, error) {
 	var out []string
 	for _, d := range strings.Split(list, ",") {
 		if d = strings.TrimSpace(d); d != "" {
 			if err := CheckDevice(d); err != nil {
 				return nil, err
+			}
+			if slices.Contains(out, d) {
+				return nil, fmt.Errorf("%s is listed twice (each device runs --parallel shards at once)", d)
 			}
 			out = append(out, d)
 		}

@@ -32,12 +32,12 @@ func (m *Model) Infer(ctx context.Context, b *Batch) (arrow.RecordBatch, error) 
 	}
 	defer m.release(s)
 
-	// A batch of more rows than model.batch_size (the pipeline reads and
-	// encodes many model batches as one unit) runs in batch_size pieces.
+	// A batch of more rows than BatchRows (the pipeline reads and encodes
+	// many model batches as one unit) runs in BatchRows pieces.
 	chunk := n
 	if m.fixedBatch > 0 {
 		chunk = m.fixedBatch
-	} else if bs := m.spec.BatchSize; bs > 0 && n > bs {
+	} else if bs := m.batch; bs > 0 && n > bs {
 		chunk = bs
 	}
 	collectors := make([]collector, len(m.outputs))

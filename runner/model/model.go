@@ -26,6 +26,8 @@ type Model struct {
 	schema  *arrow.Schema
 	// fixedBatch is the model's static batch dimension; 0 when dynamic.
 	fixedBatch int
+	// batch is the rows of one inference call (BatchRows).
+	batch int
 
 	// plan is the sessions started and each one's intra-op threads.
 	plan     sessionPlan
@@ -107,6 +109,7 @@ func Load(spec jobs.ModelSpec, file string, opts ...LoadOption) (*Model, error) 
 	if err := m.bindOutputs(); err != nil {
 		return nil, err
 	}
+	m.batch = m.resolveBatch()
 	m.version = spec.Version
 	if m.version == "" {
 		sum := sha256.Sum256(data)
@@ -136,6 +139,33 @@ func Load(spec jobs.ModelSpec, file string, opts ...LoadOption) (*Model, error) 
 // Sessions is how many batches the model runs at once: spec.Sessions, or
 // what planSessions chose for sessions: 0 (auto).
 func (m *Model) Sessions() int { return m.plan.sessions }
+
+// BatchRows is the rows of one inference call: model.batch_size, or what
+// the device chose where the spec leaves it out (jobs.ModelSpec.BatchRows,
+// from the bytes of one row's input tensors). A text model's buckets are
+// cut by tokens (text.go) and hold at most this many rows.
+func (m *Model) BatchRows() int { return m.batch }
+
+func (m *Model) resolveBatch() int {
+	if m.hasText && m.spec.AutoBatch() {
+		return bucketRows
+	}
+	return m.spec.BatchRows(m.inputRowBytes())
+}
+
+// inputRowBytes is the bytes of one row across the input tensors (a
+// dynamic width counts as one element: unknown before the data is read).
+func (m *Model) inputRowBytes() int {
+	n := 0
+	for _, in := range m.inputs {
+		w := max(in.width, 1)
+		if in.list == "" && len(in.columns) > 0 {
+			w = len(in.columns)
+		}
+		n += w * in.kind.size()
+	}
+	return n
+}
 
 // Version is the model version stored with every record: the spec's version,
 // else the first 12 hex digits of the model file's sha256.

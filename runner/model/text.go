@@ -327,9 +327,10 @@ func (m *Model) bucketTokens() int {
 	return cpuBucketTokens
 }
 
-// bucketMaxRows is the most rows of one bucket: model.batch_size.
+// bucketMaxRows is the most rows of one bucket: model.batch_size, or
+// bucketRows where the spec leaves it out.
 func (m *Model) bucketMaxRows() int {
-	if m.spec.BatchSize > 0 {
+	if !m.spec.AutoBatch() {
 		return m.spec.BatchSize
 	}
 	return bucketRows

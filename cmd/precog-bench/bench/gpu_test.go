@@ -26,8 +26,8 @@ func TestGPUSectionSkipsWithoutDevice(t *testing.T) {
 	}
 }
 
-// TestOnDevice: the GPU copy of a bench spec runs on the device at the GPU
-// batch, the rest unchanged.
+// TestOnDevice: the GPU copy of a bench spec runs on the device with the
+// batch size the device chooses (no batch_size line), the rest unchanged.
 func TestOnDevice(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "bench-x.yaml")
@@ -35,15 +35,15 @@ func TestOnDevice(t *testing.T) {
 	if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := onDevice(p, "cuda:0", 4096)
+	out, err := onDevice(p, "cuda:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, _ := os.ReadFile(out)
-	if want := "name: x\nmodel:\n  path: m.onnx\n  batch_size: 4096\n  device: cuda:0\nsinks:\n  parquet: { path: out }\n"; string(b) != want || out == p {
+	if want := "name: x\nmodel:\n  path: m.onnx\n  device: cuda:0\nsinks:\n  parquet: { path: out }\n"; string(b) != want || out == p {
 		t.Fatalf("%s:\n%s", out, b)
 	}
-	if _, err := onDevice(out, "cuda:0", 4096); err == nil {
+	if _, err := onDevice(out, "cuda:0"); err == nil {
 		t.Fatal("a spec without the CPU batch was rewritten")
 	}
 }

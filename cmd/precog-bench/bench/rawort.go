@@ -95,7 +95,7 @@ func (h *harness) rawORTWith(spec *jobs.Spec, specPath string, c rawConfig) (flo
 	defer m.Close()
 	fns := make([]func() error, c.sessions)
 	for i := range fns {
-		run, done, err := m.RawRunner(ms.BatchSize) // each holds its own session
+		run, done, err := m.RawRunner(m.BatchRows()) // each holds its own session
 		if err != nil {
 			return 0, err
 		}
@@ -111,5 +111,5 @@ func (h *harness) rawORTWith(spec *jobs.Spec, specPath string, c rawConfig) (flo
 	if err != nil {
 		return 0, err
 	}
-	return float64(calls*ms.BatchSize) / took.Seconds(), nil
+	return float64(calls*m.BatchRows()) / took.Seconds(), nil
 }

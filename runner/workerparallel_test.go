@@ -1,0 +1,81 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/sinks"
+)
+
+// TestWorkerShardsInFlightPerDevice: a worker with --devices cpu and no
+// --parallel works on two shards at once (DefaultParallel), each claim
+// loop under its own holder name; --parallel 3 gives three. Each shard's
+// commit waits, on a barrier in a fault sink around the real Parquet sink,
+// until as many shards as the worker should hold have reached their
+// commit: with fewer loops the barrier never fills and the test fails at
+// its bound; the run then succeeds with every row.
+func TestWorkerShardsInFlightPerDevice(t *testing.T) {
+	for _, c := range []struct {
+		parallel, want int
+	}{{0, 2}, {3, 3}} {
+		t.Run(fmt.Sprintf("parallel %d", c.parallel), func(t *testing.T) {
+			led := clusterLedger(t)
+			_, spec := fixture(t, dataset) // 6 shards of 500 rows
+			run := submit(t, led, spec)
+			var (
+				mu      sync.Mutex
+				waiting int
+				full    = make(chan struct{})
+				holders = map[string]bool{}
+			)
+			barrier := func(int) {
+				mu.Lock()
+				waiting++
+				if waiting == c.want {
+					close(full)
+				}
+				mu.Unlock()
+				select {
+				case <-full:
+				case <-time.After(2 * time.Minute):
+				}
+			}
+			w := NewWorker(led, WorkerOptions{ID: "w0", Parallel: c.parallel, StateDir: t.TempDir(), Lease: time.Hour,
+				Logger: slog.New(slog.DiscardHandler), OnShard: func(e ShardEvent) {
+					mu.Lock()
+					holders[e.Worker] = true
+					mu.Unlock()
+				}})
+			w.runs.openSinks = func(_ context.Context, spec *jobs.Spec) ([]sinks.Sink, error) {
+				return []sinks.Sink{&faultSink{Sink: parquetSink(t, spec), onCommit: barrier}}, nil
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- w.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			select {
+			case <-full:
+			case <-time.After(2 * time.Minute):
+				t.Fatalf("after 2 minutes %d of the %d shards the worker should hold at once reached their commit", waiting, c.want)
+			}
+			got := waitRun(t, led, run.ID, 2*time.Minute)
+			if got.State != jobs.RunSucceeded || got.Counts.RowsOut != 3000 {
+				t.Fatalf("run = %s %+v (%s), want succeeded with 3000 rows", got.State, got.Counts, got.Error)
+			}
+			mu.Lock()
+			names := slices.Sorted(maps.Keys(holders))
+			mu.Unlock()
+			want := []string{"w0/cpu", "w0/cpu#2", "w0/cpu#3"}[:c.want]
+			if !slices.Equal(names, want) {
+				t.Errorf("shards held by %v, want %v", names, want)
+			}
+		})
+	}
+}
