@@ -108,9 +108,10 @@ type ModelSpec struct {
 	// score make the list is still the runtime's choice.
 	Outputs map[string]string `yaml:"outputs"`
 	// BatchSize is the rows per inference call. Left out, the device
-	// chooses (ModelSpec.AutoBatch): 1024 on a CPU; on a GPU 16384, or
-	// fewer where a batch's inputs would pass 64 MiB (a GPU sits idle
-	// between small batches: each pays the copies and kernel launches).
+	// chooses: 1024 on a CPU; on a GPU 16384, or fewer where a call's
+	// inputs would pass 64 MiB (a GPU sits idle between small batches:
+	// each pays the copies and kernel launches). A text model's buckets
+	// hold at most this many rows (1024 when left out).
 	BatchSize int    `yaml:"batch_size"`
 	Device    string `yaml:"device"`  // cpu | cuda:N; default cpu
 	Threads   int    `yaml:"threads"` // intra-op threads per session, 0 = auto

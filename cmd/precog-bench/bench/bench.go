@@ -70,6 +70,10 @@ type config struct {
 	textRows int64
 	// backfillRows is the rows of each date of the estimate section.
 	backfillRows int64
+	// gpuDevice is the device the gpu section measures (cpu: a dry run of
+	// its code); gpuRows the rows of its MLP jobs on that device.
+	gpuDevice string
+	gpuRows   int64
 }
 
 // Main runs the harness with args (the command line without the program
@@ -102,6 +106,8 @@ func Main(args []string, self string) int {
 	fs.Int64Var(&c.wideRows, "wide-rows", 100_000, "rows of the wide section's 1 KB (100-dim) records; its 4 KB (384-dim) records are as many bytes in all")
 	fs.Int64Var(&c.textRows, "text-rows", 0, "rows of the text section's embedding job (length-skewed titles); 0: 50000 per core")
 	fs.Int64Var(&c.backfillRows, "backfill-rows", 1_000_000, "rows of each of the estimate section's 4 dates (ranker; the heavy model's backfill uses a twentieth)")
+	fs.StringVar(&c.gpuDevice, "gpu-device", "cuda:0", "the device the gpu section measures (cpu: a dry run of the section's code on the CPU)")
+	fs.Int64Var(&c.gpuRows, "gpu-rows", 8_000_000, "rows of the gpu section's MLP jobs on the device (their CPU comparisons run -heavy-rows)")
 	fs.StringVar(&c.live, "live-models", "heavy,ranker,recs", "models of the live-fallback comparison, comma-separated (heavy, ranker, recs)")
 	fs.StringVar(&c.loadgen, "loadgen", "", "a prebuilt cmd/precog-bench/loadgen binary (empty: go build it into the scratch directory; set it where no Go toolchain is installed)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the scratch directory")

@@ -14,17 +14,11 @@ import (
 
 	"github.com/precog-ml/precog/internal/gpumon"
 	"github.com/precog-ml/precog/internal/testgen"
+	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/runner/model"
 	"github.com/precog-ml/precog/runner/model/tokenizer"
 )
 
-// gpuDevice is the device the gpu section measures.
-const gpuDevice = "cuda:0"
-
-// gpuHeavyRows is the least rows of the gpu section's MLP runs: a GPU runs
-// heavy at tens of millions of rows a second, and a run of the CPU's
-// heavyRow (150k per core) would measure its start-up.
-const gpuHeavyRows = 8_000_000
 
 //go:embed torchloop.py
 var torchLoop []byte
@@ -39,24 +33,27 @@ var torchLoop []byte
 // python3 has torch; GPU busy % of each run (NVML). Without a usable GPU
 // it says so in one line and measures nothing.
 func (h *harness) gpu(ctx context.Context) (*section, error) {
-	s := &section{Title: fmt.Sprintf("GPU: %s against raw ONNX Runtime CUDA, the CPU and PyTorch", gpuDevice)}
-	if err := model.CheckDevice(gpuDevice); err != nil {
-		s.note("skipped: no usable GPU here (%s: %v)", gpuDevice, err)
+	dev := h.cfg.gpuDevice
+	s := &section{Title: fmt.Sprintf("GPU: %s against raw ONNX Runtime CUDA, the CPU and PyTorch", dev)}
+	if err := model.CheckDevice(dev); err != nil {
+		s.note("skipped: no usable GPU here (%s: %v)", dev, err)
 		return s, nil
+	}
+	if !jobs.IsGPU(dev) {
+		s.note("a dry run on %s: the section's code, not a measurement of a GPU", dev)
 	}
 	mon, err := gpumon.Default()
 	if err != nil {
 		s.note("GPU busy %% not measured: %v", err)
 	}
-	g := &gpuBench{h: h, s: s, mon: mon}
-	rows := max(h.cfg.heavyRow, gpuHeavyRows)
-	if err := g.ceiling(ctx, rows); err != nil {
+	g := &gpuBench{h: h, s: s, mon: mon, dev: dev}
+	if err := g.ceiling(ctx); err != nil {
 		return s, fmt.Errorf("null model: %w", err)
 	}
-	if err := g.mlp(ctx, "heavy", rows, 0.8); err != nil {
+	if err := g.mlp(ctx, "heavy", 0.8); err != nil {
 		return s, fmt.Errorf("heavy: %w", err)
 	}
-	if err := g.mlp(ctx, "ranker", rows, 0); err != nil {
+	if err := g.mlp(ctx, "ranker", 0); err != nil {
 		return s, fmt.Errorf("ranker: %w", err)
 	}
 	if err := g.text(ctx); err != nil {
@@ -71,6 +68,8 @@ type gpuBench struct {
 	h   *harness
 	s   *section
 	mon *gpumon.Monitor
+	// dev is the device measured (cuda:0; cpu in a dry run).
+	dev string
 	// nullRPS is the null model's job on the GPU (ceiling): the most rows/s
 	// the pipeline feeds a model that costs nothing, on this machine.
 	nullRPS float64
@@ -116,23 +115,27 @@ func onDevice(path, dev string) (string, error) {
 	return out, os.WriteFile(out, []byte(y), 0o644)
 }
 
-// mlpSpecs writes a feature model's job over rows rows for the CPU (the
-// bench's batch) and for the GPU (the device's defaults).
-func (g *gpuBench) mlpSpecs(name string, rows int64) (cpuSpec, gpuSpec string, err error) {
+// mlpSpec writes a feature model's job over rows rows, on the CPU at the
+// bench's batch, or (onDev) on the device with the device's defaults.
+func (g *gpuBench) mlpSpec(name string, rows int64, onDev bool) (string, error) {
 	h := g.h
 	data, err := h.dataset(rows)
 	if err != nil {
-		return "", "", err
+		return "", err
 	}
-	sink := fmt.Sprintf("  parquet: { path: %q }\n", filepath.Join(h.cfg.work, "out", "gpu-"+name))
-	if cpuSpec, err = h.writeSpec("bench-gpu-"+name, name, data, map[string]string{"score": "score"}, sink); err != nil {
-		return "", "", err
+	where := "cpu"
+	if onDev {
+		where = "dev"
 	}
-	gpuSpec, err = onDevice(cpuSpec, gpuDevice)
-	return cpuSpec, gpuSpec, err
+	sink := fmt.Sprintf("  parquet: { path: %q }\n", filepath.Join(h.cfg.work, "out", "gpu-"+name+"-"+where))
+	spec, err := h.writeSpec("bench-gpu-"+name+"-"+where, name, data, map[string]string{"score": "score"}, sink)
+	if err != nil || !onDev {
+		return spec, err
+	}
+	return onDevice(spec, g.dev)
 }
 
-// onGPU runs a job spec written by mlpSpecs on the GPU, with its GPU busy share.
+// onGPU runs a job spec written by mlpSpec on the GPU, with its GPU busy share.
 func (g *gpuBench) onGPU(ctx context.Context, name, spec string) (runStats, float64, error) {
 	var st runStats
 	busy, err := g.busy(func() error {
@@ -146,12 +149,12 @@ func (g *gpuBench) onGPU(ctx context.Context, name, spec string) (runStats, floa
 // ceiling measures the pipeline's own ceiling on this machine: the null
 // model (a ReduceSum of the features) run as a job on the GPU with the
 // defaults, what heavy is held against.
-func (g *gpuBench) ceiling(ctx context.Context, rows int64) error {
+func (g *gpuBench) ceiling(ctx context.Context) error {
 	null := testgen.NewNull()
 	if err := null.WriteONNX(filepath.Join(g.h.models, "null.onnx")); err != nil {
 		return err
 	}
-	_, spec, err := g.mlpSpecs("null", rows)
+	spec, err := g.mlpSpec("null", g.h.cfg.gpuRows, true)
 	if err != nil {
 		return err
 	}
@@ -161,16 +164,21 @@ func (g *gpuBench) ceiling(ctx context.Context, rows int64) error {
 	}
 	g.nullRPS = st.SummaryRPS
 	g.s.note("the pipeline's own ceiling on this machine: the null model's job on %s with the defaults, %d rows: %.0f rows/s (%s); stage busy time %s.",
-		gpuDevice, st.RowsIn, st.SummaryRPS, busyText(busy), st.Stages)
+		g.dev, st.RowsIn, st.SummaryRPS, busyText(busy), st.Stages)
 	return nil
 }
 
-// mlp measures a feature model's job on the GPU, with the defaults,
-// against the CPU and, when rawTarget > 0, against the pipeline's ceiling
+// mlp measures a feature model's job on the GPU, with the defaults, over
+// gpuRows rows, against the CPU (over heavyRow rows: the CPU's rows/s
+// settle on fewer) and, when rawTarget > 0, against the pipeline's ceiling
 // and raw ORT CUDA at the batch the device chose.
-func (g *gpuBench) mlp(ctx context.Context, name string, rows int64, rawTarget float64) error {
+func (g *gpuBench) mlp(ctx context.Context, name string, rawTarget float64) error {
 	h := g.h
-	cpuSpec, gpuSpec, err := g.mlpSpecs(name, rows)
+	gpuSpec, err := g.mlpSpec(name, h.cfg.gpuRows, true)
+	if err != nil {
+		return err
+	}
+	cpuSpec, err := g.mlpSpec(name, h.cfg.heavyRow, false)
 	if err != nil {
 		return err
 	}
@@ -180,7 +188,7 @@ func (g *gpuBench) mlp(ctx context.Context, name string, rows int64, rawTarget f
 	}
 	if rawTarget > 0 && g.nullRPS > 0 {
 		g.s.add(atLeast(fmt.Sprintf("%s on %s (%d rows, defaults, %s): run rows/s vs the pipeline's own ceiling (the null model's job on %s, defaults)",
-			name, gpuDevice, onGPU.RowsIn, busyText(busy), gpuDevice), onGPU.SummaryRPS, g.nullRPS, "rows/s", rawTarget))
+			name, g.dev, onGPU.RowsIn, busyText(busy), g.dev), onGPU.SummaryRPS, g.nullRPS, "rows/s", rawTarget))
 	}
 	if rawTarget > 0 {
 		var raw float64
@@ -193,15 +201,15 @@ func (g *gpuBench) mlp(ctx context.Context, name string, rows int64, rawTarget f
 			return fmt.Errorf("raw ORT CUDA: %w", err)
 		}
 		g.s.add(atLeast(fmt.Sprintf("%s on %s (%d rows, defaults, %s): run rows/s (summary) vs raw ORT CUDA at the batch the device chose (%s)",
-			name, gpuDevice, onGPU.RowsIn, busyText(busy), busyText(rawBusy)), onGPU.SummaryRPS, raw, "rows/s", rawTarget))
+			name, g.dev, onGPU.RowsIn, busyText(busy), busyText(rawBusy)), onGPU.SummaryRPS, raw, "rows/s", rawTarget))
 	}
 	onCPU, err := h.runPrecog(ctx, cpuSpec, filepath.Join(h.cfg.work, "state-gpucpu-"+name), nil)
 	if err != nil {
 		return err
 	}
 	g.s.add(atLeast(fmt.Sprintf("%s: %s (defaults) vs cpu (batch %d, %d cores), run rows/s: no model slower on the GPU",
-		name, gpuDevice, batchSize, nprocs()), onGPU.SummaryRPS, onCPU.SummaryRPS, "rows/s", 1.0))
-	g.s.note("%s on %s: stage busy time %s; on the CPU: %s.", name, gpuDevice, onGPU.Stages, onCPU.Stages)
+		name, g.dev, batchSize, nprocs()), onGPU.SummaryRPS, onCPU.SummaryRPS, "rows/s", 1.0))
+	g.s.note("%s on %s: stage busy time %s; on the CPU: %s.", name, g.dev, onGPU.Stages, onCPU.Stages)
 	return nil
 }
 
@@ -241,7 +249,7 @@ model:
   batch_size: %d
 sinks:
   parquet: { path: %q }
-`, data, textRowsPerShard, modelPath, gpuDevice, tokPath, textMaxLen, batchSize, filepath.Join(h.cfg.work, "out", "gpu-text"))
+`, data, textRowsPerShard, modelPath, g.dev, tokPath, textMaxLen, batchSize, filepath.Join(h.cfg.work, "out", "gpu-text"))
 	spec := filepath.Join(h.cfg.work, "jobs", "bench-gpu-text.yaml")
 	if err := os.MkdirAll(filepath.Dir(spec), 0o755); err != nil {
 		return err
@@ -260,7 +268,7 @@ sinks:
 	}
 	raw := 0.0
 	rawBusy, err := g.busy(func() error {
-		for _, c := range []rawConfig{{sessions: 1, device: gpuDevice}, {sessions: 2, device: gpuDevice}} {
+		for _, c := range []rawConfig{{sessions: 1, device: g.dev}, {sessions: 2, device: g.dev}} {
 			rps, err := h.rawTextORTWith(modelPath, tok, min(n, textSample), c)
 			if err != nil {
 				return fmt.Errorf("%s: %w", c, err)
@@ -274,8 +282,8 @@ sinks:
 		return fmt.Errorf("raw ORT CUDA: %w", err)
 	}
 	g.s.add(atLeast(fmt.Sprintf("text job on %s (%d titles, %s): run rows/s (summary) vs raw ORT CUDA on the same buckets (token-sized buckets of %d-row batches, %s)",
-		gpuDevice, st.RowsIn, busyText(busy), batchSize, busyText(rawBusy)), st.SummaryRPS, raw, "rows/s", 0.9))
-	g.s.note("text on %s: stage busy time %s.", gpuDevice, st.Stages)
+		g.dev, st.RowsIn, busyText(busy), batchSize, busyText(rawBusy)), st.SummaryRPS, raw, "rows/s", 0.9))
+	g.s.note("text on %s: stage busy time %s.", g.dev, st.Stages)
 	return g.torch(ctx, st, modelPath, tokPath, data)
 }
 
@@ -311,7 +319,7 @@ func (g *gpuBench) torch(ctx context.Context, st runStats, modelPath, tokPath, d
 			return err
 		}
 		r := atLeast(fmt.Sprintf("text job on %s vs a PyTorch loop (%s, all titles length-sorted, batches of %d, pooling and l2 on the GPU, tokenization included, %s)",
-			gpuDevice, prec, batchSize, busyText(busy)), st.SummaryRPS, res.RowsPerS, "rows/s", 1.0)
+			g.dev, prec, batchSize, busyText(busy)), st.SummaryRPS, res.RowsPerS, "rows/s", 1.0)
 		if prec != "tf32" {
 			r.Target, r.Verdict = "report", "—" // another precision than ONNX Runtime's
 		}

@@ -13,10 +13,10 @@ import (
 // TestGPUSectionSkipsWithoutDevice: where cuda:0 is unusable (this
 // machine) the gpu section measures nothing and says why in one line.
 func TestGPUSectionSkipsWithoutDevice(t *testing.T) {
-	if model.CheckDevice(gpuDevice) == nil {
+	if model.CheckDevice("cuda:0") == nil {
 		t.Skip("cuda:0 works here")
 	}
-	h := &harness{cfg: config{work: t.TempDir()}}
+	h := &harness{cfg: config{work: t.TempDir(), gpuDevice: "cuda:0"}}
 	s, err := h.gpu(context.Background())
 	if err != nil {
 		t.Fatal(err)
