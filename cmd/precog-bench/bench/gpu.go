@@ -19,7 +19,6 @@ import (
 	"github.com/precog-ml/precog/runner/model/tokenizer"
 )
 
-
 //go:embed torchloop.py
 var torchLoop []byte
 
