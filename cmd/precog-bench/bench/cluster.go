@@ -124,7 +124,7 @@ func (c *clusterBench) overhead(ctx context.Context, s *section) error {
 	if err != nil {
 		return err
 	}
-	ws, err := c.startWorkers(ctx, "overhead", 1, 30*time.Second)
+	ws, err := c.startWorkers(ctx, workerParams{tag: "overhead", n: 1, lease: 30 * time.Second})
 	if err != nil {
 		return err
 	}
@@ -156,7 +156,7 @@ func (c *clusterBench) overhead(ctx context.Context, s *section) error {
 	s.add(atLeast(fmt.Sprintf("overhead: one `precog worker` (submit → run succeeded, %s) vs `precog run` (wall, %s), heavy model, %d rows, %d shards",
 		dur(bestWorker), dur(bestRun), h.cfg.heavyRow, h.cfg.heavyRow/rowsPerFile),
 		rows/bestWorker.Seconds(), rows/bestRun.Seconds(), "rows/s", 0.95))
-	s.note("overhead: best of 3 alternating measurements each; `precog run` / worker wall times (of which the `precog submit` command: it loads the model and plans, as `precog run` does, before the worker loads it again): %s. `precog run` executes 2 shards at once (its default); the worker has one claim loop (--devices cpu), so ONNX Runtime's intra-op threads carry its parallelism.", strings.Join(walls, ", "))
+	s.note("overhead: best of 3 alternating measurements each; `precog run` / worker wall times (of which the `precog submit` command: it loads the model and plans, as `precog run` does, before the worker loads it again): %s. Both execute 2 shards at once (their default on a CPU).", strings.Join(walls, ", "))
 	return nil
 }
 
@@ -259,7 +259,7 @@ func (c *clusterBench) pickup(ctx context.Context, s *section) error {
 		return err
 	}
 	defer pj.Close()
-	ws, err := c.startWorkers(ctx, "pickup", 1, 30*time.Second)
+	ws, err := c.startWorkers(ctx, workerParams{tag: "pickup", n: 1, lease: 30 * time.Second, parallel: 1})
 	if err != nil {
 		return err
 	}
@@ -342,7 +342,8 @@ func (c *clusterBench) straggler(ctx context.Context, s *section) error {
 		return err
 	}
 	defer pj.Close()
-	ws, err := c.startWorkers(ctx, "straggler", stragglerWorkers, stragglerLease)
+	// One shard per worker: the frozen worker holds exactly the one shard.
+	ws, err := c.startWorkers(ctx, workerParams{tag: "straggler", n: stragglerWorkers, lease: stragglerLease, parallel: 1})
 	if err != nil {
 		return err
 	}

@@ -31,9 +31,20 @@ type workerProc struct {
 	frozen bool
 }
 
-// startWorkers starts n `precog worker` processes on the ledger at dsn with
-// the given shard lease and waits until each logs that it is ready.
-func (c *clusterBench) startWorkers(ctx context.Context, tag string, n int, lease time.Duration) ([]*workerProc, error) {
+// workerParams are the `precog worker` processes startWorkers starts.
+type workerParams struct {
+	tag   string
+	n     int
+	lease time.Duration
+	// parallel is --parallel, the shards each holds at once (0: its
+	// default, 2 on a CPU).
+	parallel int
+}
+
+// startWorkers starts p.n `precog worker` processes on the ledger at dsn and
+// waits until each logs that it is ready.
+func (c *clusterBench) startWorkers(ctx context.Context, p workerParams) ([]*workerProc, error) {
+	tag, n, lease := p.tag, p.n, p.lease
 	host, _ := os.Hostname()
 	var ws []*workerProc
 	for i := range n {
@@ -48,7 +59,7 @@ func (c *clusterBench) startWorkers(ctx context.Context, tag string, n int, leas
 			stopWorkers(ws)
 			return nil, fmt.Errorf("worker log %s: %w", logPath, err)
 		}
-		cmd := exec.CommandContext(ctx, c.h.cfg.bin, "--state-dir", dir, "worker", "--db", c.dsn, "--lease", lease.String())
+		cmd := exec.CommandContext(ctx, c.h.cfg.bin, "--state-dir", dir, "worker", "--db", c.dsn, "--lease", lease.String(), "--parallel", fmt.Sprint(p.parallel))
 		cmd.Stdout, cmd.Stderr, cmd.Env = f, f, os.Environ()
 		err = cmd.Start()
 		f.Close()
