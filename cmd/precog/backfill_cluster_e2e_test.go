@@ -120,16 +120,27 @@ func TestClusterBackfill(t *testing.T) {
 	}
 
 	// The bound, read from the ledger every 20ms from before the workers
-	// start until the backfill ends.
+	// start until the backfill ends, in one statement (one snapshot): run
+	// by run, a run read running just before it ended and the run admitted
+	// in its place read running just after count as two.
+	inFlight, err := pgx.Connect(context.Background(), c.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inFlight.Close(context.Background())
 	var maxInFlight atomic.Int32
 	stop := make(chan struct{})
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
 		for {
-			_, _, n := c.backfillView(id)
-			if int32(n) > maxInFlight.Load() {
-				maxInFlight.Store(int32(n))
+			var n int32
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := inFlight.QueryRow(ctx, `SELECT count(*) FROM precog_backfill_runs br JOIN precog_runs r ON r.id = br.run_id
+				WHERE br.backfill_id = $1 AND r.state IN ('running', 'publishing')`, id).Scan(&n)
+			cancel()
+			if err == nil && n > maxInFlight.Load() {
+				maxInFlight.Store(n)
 			}
 			select {
 			case <-stop:

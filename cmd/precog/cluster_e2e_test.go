@@ -716,7 +716,7 @@ func TestClusterPostgresRestart(t *testing.T) {
 }
 
 // TestClusterDrain: a worker SIGTERMed mid-shard claims nothing more,
-// finishes or releases its shard within --drain-timeout and exits 0; the
+// finishes or releases its shards within --drain-timeout and exits 0; the
 // run completes on the other worker.
 func TestClusterDrain(t *testing.T) {
 	j := e2eAllSinks
@@ -740,8 +740,10 @@ func TestClusterDrain(t *testing.T) {
 	if !found || !strings.Contains(log, "worker stopped") {
 		t.Errorf("w1's log lacks the drain and the stop")
 	}
-	if n := strings.Count(after, `msg="shard committed"`); n > 1 {
-		t.Errorf("w1 committed %d shards after SIGTERM: it went on claiming", n)
+	// It held at most --parallel shards (2, the default on a CPU) when
+	// told to stop, and may commit each of them.
+	if n := strings.Count(after, `msg="shard committed"`); n > 2 {
+		t.Errorf("w1 committed %d shards after SIGTERM with 2 in flight at most: it went on claiming", n)
 	}
 	for _, s := range c.shards(id) {
 		if s.State == jobs.ShardRunning && strings.HasPrefix(s.Worker, w1.workerIDPrefix()) {
