@@ -259,6 +259,15 @@ type RetrySpec struct {
 	// executor). A permanent error (disk full, permission, bad data) fails
 	// the attempt at once. Default 60s.
 	TransientWindow Duration `yaml:"transient_window"`
+	// KeepFailed is how long a cluster run (precog submit, run --db) that
+	// failed with its staged data still good (a shard out of attempts)
+	// keeps that data in its sinks, so that `precog retry RUN` within it
+	// resumes the run without recomputing its committed shards; then a
+	// worker of the pool removes it (and a retry recomputes every shard).
+	// 0 removes it at once. A permanent error, the reject limit and failed
+	// checks remove it at once. precog run (the embedded ledger) keeps a
+	// failed run open instead. Default 24h.
+	KeepFailed Duration `yaml:"keep_failed"`
 }
 
 // ServingSpec configures the lookup API for this job's namespace.

@@ -104,7 +104,7 @@ func Cancel(ctx context.Context, led ledger.Store, id string, o CancelOptions) (
 	} else if res.Cleaned, err = AbortSinks(ctx, run, AbortOptions{ScanUnindexed: o.ScanUnindexed}); err != nil {
 		res.Run, _ = led.Run(ctx, id)
 		return res, cleanupPending(ctx, led, run, err, o.Log)
-	} else if err := led.CleanupDone(ctx, id); err != nil && !errors.Is(err, ledger.ErrUnsupported) {
+	} else if err := led.CleanupDone(ctx, ledger.CleanupDoneParams{RunID: id}); err != nil && !errors.Is(err, ledger.ErrUnsupported) {
 		o.Log.Warn("the run's sinks are clean, but its pending-cleanup record stays (a worker cleans them again)", "run", id, "err", err)
 	}
 	res.Run, err = led.Run(ctx, id)
@@ -136,7 +136,7 @@ func (e *CleanupPendingError) Unwrap() error { return e.Err }
 // sinks still hold its data, and returns the *CleanupPendingError.
 func cleanupPending(ctx context.Context, led ledger.Store, run jobs.Run, cause error, log *slog.Logger) error {
 	pe := &CleanupPendingError{Run: run, Err: cause}
-	switch err := led.AddCleanup(ctx, run.ID, jobs.RedactSecrets(cause.Error())); {
+	switch err := led.AddCleanup(ctx, ledger.CleanupParams{RunID: run.ID, Reason: jobs.RedactSecrets(cause.Error())}); {
 	case errors.Is(err, ledger.ErrUnsupported):
 	case err != nil:
 		log.Warn("could not record the pending sink cleanup for the workers", "run", run.ID, "err", err)
