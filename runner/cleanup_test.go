@@ -187,3 +187,27 @@ func mustRun(t *testing.T, led ledger.Ledger, id string) jobs.Run {
 	}
 	return r
 }
+
+// TestCancelDropsKeptData: precog cancel of a failed cluster run whose
+// staged data is kept removes that data now (the run stays failed, the
+// record is cleared); a second cancel has nothing left to do.
+func TestCancelDropsKeptData(t *testing.T) {
+	led, spec, run, _, _ := keptCase(t, time.Hour)
+	ctx := context.Background()
+	res, err := Cancel(ctx, led, run.ID, CancelOptions{CleanAgain: true, Log: slog.New(slog.DiscardHandler)})
+	if err != nil || !res.Dropped || len(res.Cleaned) != 1 {
+		t.Fatalf("cancel of the kept run = %+v, %v; want its staged data dropped from its one sink", res, err)
+	}
+	if n := staged(t, spec); n != 0 {
+		t.Errorf("%d staged files left, want none", n)
+	}
+	if got := mustRun(t, led, run.ID); got.State != jobs.RunFailed {
+		t.Errorf("run after the cancel is %s, want failed still", got.State)
+	}
+	if _, err := led.PendingCleanup(ctx, run.ID); !errors.Is(err, ledger.ErrNotFound) {
+		t.Errorf("pending cleanup after the cancel: %v, want none", err)
+	}
+	if _, err := Cancel(ctx, led, run.ID, CancelOptions{CleanAgain: true}); !errors.Is(err, ErrNotCancellable) {
+		t.Errorf("second cancel = %v, want ErrNotCancellable", err)
+	}
+}
