@@ -104,8 +104,8 @@ func retryToSuccess(t *testing.T, led ledger.Store, spec *jobs.Spec, run jobs.Ru
 // TestFailedClusterRunKeepsStagedData: a cluster run whose shard ran out
 // of attempts fails, but its sinks keep the committed shards' staged data
 // for retry.keep_failed (a pending cleanup due in an hour; status says
-// until when), and precog retry takes it back up: no committed shard is
-// executed again, and the output is exact. (Aborting at once, as before,
+// until when; precog gc keeps it), and precog retry takes it back up: no
+// committed shard is executed again, and the output is exact. (Aborting at once, as before,
 // made the retry recompute every committed shard: retry.keep_failed: 0
 // still does, which the last check pins.)
 func TestFailedClusterRunKeepsStagedData(t *testing.T) {
@@ -122,6 +122,23 @@ func TestFailedClusterRunKeepsStagedData(t *testing.T) {
 	v, err := RunView(ctx, led, "", mustRun(t, led, run.ID), nil, time.Now())
 	if err != nil || v.StagedKeptUntil == "" || v.StagedRemoved {
 		t.Fatalf("view of the failed run: %+v, %v; want its staged data kept until a time", v, err)
+	}
+	rep, err := GC(ctx, spec, led, GCOptions{})
+	if err != nil {
+		t.Fatalf("gc: %v", err)
+	}
+	seen := 0
+	for _, e := range rep.Entries {
+		if e.RunID != run.ID {
+			continue
+		}
+		seen++
+		if e.Action != GCKept || !strings.Contains(e.Reason, "keeps it for a retry until") {
+			t.Errorf("gc of the failed run's kept data: %+v, want kept for the retry", e)
+		}
+	}
+	if seen == 0 {
+		t.Errorf("gc listed nothing of the failed run: %+v", rep.Entries)
 	}
 	heal()
 	if res := retryToSuccess(t, led, spec, run); !res.Kept {
