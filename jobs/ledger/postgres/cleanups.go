@@ -14,9 +14,6 @@ import (
 
 var _ ledger.Cleanups = (*Ledger)(nil)
 
-// cleanableStates are the run states whose sinks a cleanup may empty.
-const cleanableStates = `('failed', 'cancelled')`
-
 // AddCleanup implements ledger.Cleanups. The run's row is locked, so a
 // RetryRun either reopened it before (ErrRunOpen here) or sees the record.
 func (l *Ledger) AddCleanup(ctx context.Context, p ledger.CleanupParams) error {
