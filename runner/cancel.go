@@ -147,7 +147,8 @@ func dropKept(ctx context.Context, led ledger.Store, res CancelResult, o CancelO
 	actx, cancel := context.WithTimeout(ctx, cleanupAbortTimeout)
 	defer cancel()
 	if res.Cleaned, err = AbortSinks(actx, res.Run, AbortOptions{ScanUnindexed: o.ScanUnindexed}); err != nil {
-		return res, fmt.Errorf("run %s: removing its kept staged data: %w (a worker of pool %s finishes it once this claim lapses)", id, err, jobs.PoolOrDefault(res.Run.Pool))
+		releaseCleanup(ctx, led, id, err, o.Log)
+		return res, fmt.Errorf("run %s: removing its kept staged data: %w (the cleanup is due now: a worker of pool %s finishes it)", id, err, jobs.PoolOrDefault(res.Run.Pool))
 	}
 	if err := led.CleanupDone(ctx, ledger.CleanupDoneParams{RunID: id, Holder: holder}); err != nil {
 		o.Log.Warn("the run's sinks are clean, but its pending-cleanup record stays (a worker cleans them again)", "run", id, "err", err)

@@ -81,6 +81,7 @@ func cleanRun(ctx context.Context, led ledger.Store, runID, holder string, log *
 	defer cancel()
 	cleaned, err := AbortSinks(actx, run, AbortOptions{})
 	if err != nil {
+		releaseCleanup(ctx, led, runID, err, log)
 		return err
 	}
 	err = led.CleanupDone(ctx, ledger.CleanupDoneParams{RunID: runID, Holder: holder})
@@ -96,6 +97,16 @@ func cleanRun(ctx context.Context, led ledger.Store, runID, holder string, log *
 	}
 	log.Info("finished the sink cleanup of a "+string(run.State)+" run", "run", runID, "sinks", cleaned)
 	return nil
+}
+
+// releaseCleanup ends a claim whose cleanup failed (cause), recording the
+// cleanup again as due now: precog retry need not wait for the claim's
+// lease, and another worker may try.
+func releaseCleanup(ctx context.Context, led ledger.Cleanups, runID string, cause error, log *slog.Logger) {
+	err := led.AddCleanup(context.WithoutCancel(ctx), ledger.CleanupParams{RunID: runID, Reason: jobs.RedactSecrets(cause.Error())})
+	if err != nil {
+		log.Warn("release the claim on a failed sink cleanup (it lapses with its lease)", "run", runID, "err", err)
+	}
 }
 
 // endRunAfter fails a cluster run after one of its shards failed for good

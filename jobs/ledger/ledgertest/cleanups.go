@@ -112,7 +112,9 @@ func testCleanups(t *testing.T, l ledger.Store) {
 
 // testCleanupsDueLater: a failed run's cleanup due in an hour (its staged
 // data kept for a retry) is recorded with that due time but neither
-// listed nor claimable; recorded again due now, it is both.
+// listed nor claimable; recorded again due now, it is both. Recording a
+// claimed cleanup again ends the claim (a holder whose cleanup failed
+// releases it so).
 func testCleanupsDueLater(t *testing.T, l ledger.Store) {
 	ctx := context.Background()
 	later := endedIn(t, l, "recs", "gpu", 2, jobs.RunFailed)
@@ -144,6 +146,17 @@ func testCleanupsDueLater(t *testing.T, l ledger.Store) {
 	}
 	if got := dueIn(t, l, "gpu", 10); !slices.Equal(got, []string{now.ID}) {
 		t.Fatalf("CleanupsDue(gpu) with %s claimed = %v, want [%s]", later.ID, got, now.ID)
+	}
+	// Recorded again (w1's cleanup failed), the claim ends: w2 may try.
+	if err := l.AddCleanup(ctx, ledger.CleanupParams{RunID: later.ID, Reason: "redis down"}); err != nil {
+		t.Fatalf("AddCleanup of a claimed cleanup: %v", err)
+	}
+	if err := l.BeginCleanup(ctx, ledger.BeginCleanupParams{RunID: later.ID, Holder: "w2", Lease: longLease}); err != nil {
+		t.Fatalf("BeginCleanup(w2) once w1's claim was released: %v", err)
+	}
+	wantErr(t, "CleanupDone(w1) of w2's claim", l.CleanupDone(ctx, ledger.CleanupDoneParams{RunID: later.ID, Holder: "w1"}), ledger.ErrLeaseLost)
+	if err := l.CleanupDone(ctx, ledger.CleanupDoneParams{RunID: later.ID, Holder: "w2"}); err != nil {
+		t.Fatalf("CleanupDone(w2): %v", err)
 	}
 }
 
