@@ -48,8 +48,9 @@ type Cleanups interface {
 	// the holder may remove the run's data until the lease ends.
 	// ErrNotFound when there is no record (cleaned, or the run was
 	// retried) or it is not due yet (a record of a run that is not failed
-	// or cancelled is dropped: it is nobody's to clean); ErrCleaning when
-	// another holder's claim is live.
+	// or cancelled is dropped: it is nobody's to clean); ErrCleaning while
+	// a claim is live, the holder's own included (two claim loops of one
+	// worker do not clean the same run twice).
 	BeginCleanup(ctx context.Context, p BeginCleanupParams) error
 	// CleanupDone clears runID's record. With p.Holder set it is fenced:
 	// only that holder's claim is cleared, and a record gone or claimed by

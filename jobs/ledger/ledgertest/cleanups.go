@@ -205,8 +205,13 @@ func testCleanupFence(t *testing.T, l ledger.Store) {
 	}
 	wantErr(t, "BeginCleanup(w2) while w1 cleans", l.BeginCleanup(ctx, ledger.BeginCleanupParams{RunID: r.ID, Holder: "w2", Lease: longLease}), ledger.ErrCleaning)
 	wantErr(t, "CleanupDone(w2) of w1's claim", l.CleanupDone(ctx, ledger.CleanupDoneParams{RunID: r.ID, Holder: "w2"}), ledger.ErrLeaseLost)
-	// w1 claims again with a lease of a microsecond: over by the next
-	// statement on the ledger's clock.
+	wantErr(t, "BeginCleanup(w1) while its own claim is live", l.BeginCleanup(ctx, ledger.BeginCleanupParams{RunID: r.ID, Holder: "w1", Lease: longLease}), ledger.ErrCleaning)
+	// w1 releases its claim (recording the cleanup again) and claims again
+	// with a lease of a microsecond: over by the next statement on the
+	// ledger's clock.
+	if err := l.AddCleanup(ctx, ledger.CleanupParams{RunID: r.ID, Reason: "again"}); err != nil {
+		t.Fatalf("AddCleanup (release): %v", err)
+	}
 	if err := l.BeginCleanup(ctx, ledger.BeginCleanupParams{RunID: r.ID, Holder: "w1", Lease: time.Microsecond}); err != nil {
 		t.Fatalf("BeginCleanup(w1) again: %v", err)
 	}

@@ -110,7 +110,7 @@ func (l *Ledger) BeginCleanup(ctx context.Context, p ledger.BeginCleanupParams) 
 			return fmt.Errorf("the run is %s: its data is in use, not to clean (record dropped): %w", state, ledger.ErrNotFound)
 		case !due:
 			return fmt.Errorf("its cleanup is not due yet: %w", ledger.ErrNotFound)
-		case live && deref(holder) != p.Holder:
+		case live:
 			return fmt.Errorf("%s holds it: %w", deref(holder), ledger.ErrCleaning)
 		}
 		_, err = tx.Exec(ctx, `UPDATE precog_cleanups SET holder = $2, held_until = now() + $3::bigint * interval '1 microsecond' WHERE run_id = $1`,
