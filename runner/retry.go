@@ -104,7 +104,7 @@ func (r RetryResult) stagedNote() string {
 	case r.Kept:
 		return " (its staged data was kept: committed shards are not recomputed)"
 	case r.Removed:
-		return " (its staged data was removed after retry.keep_failed: the shards its sinks lost are recomputed)"
+		return " (its staged data was removed: the shards its sinks lost are recomputed)"
 	}
 	return ""
 }
