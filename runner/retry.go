@@ -44,8 +44,9 @@ type RetryResult struct {
 	AllCommitted bool
 	// Kept: the failed cluster run's staged data was still kept
 	// (retry.keep_failed): its committed shards are not recomputed.
-	// Removed: it was removed (the window passed): the shards its sinks
-	// lost are recomputed. Neither: the ledger keeps no record of it.
+	// Removed: it was removed (at the failure, or once the window
+	// passed): the shards its sinks lost are recomputed. Neither: the
+	// ledger keeps no record of it.
 	Kept, Removed bool
 	// Resumed is the local run's result (RetryParams.Resume).
 	Resumed *Result
