@@ -67,7 +67,7 @@ func TestParseBadSpecs(t *testing.T) {
 			return baseSpec + "  redis: { adr: x, namespace: recs }\n"
 		}, nil, `sinks.redis.adr: unknown field "adr"; did you mean "addr"?`, 15},
 		{"unknown field lists known ones", func(t *testing.T) string { return baseSpec + "retry: { zzzzzz: 1 }\n" },
-			nil, `retry.zzzzzz: unknown field "zzzzzz" (known fields: max_attempts, transient_window)`, 15},
+			nil, `retry.zzzzzz: unknown field "zzzzzz" (known fields: keep_failed, max_attempts, transient_window)`, 15},
 		{"wrong type", func(t *testing.T) string { return mutate(t, "batch_size: 256", "batch_size: lots") },
 			nil, `model.batch_size: expected an integer, got "lots"`, 12},
 		{"wrong kind", func(t *testing.T) string {
@@ -202,6 +202,10 @@ func TestParseBadSpecs(t *testing.T) {
 			`--param date: value "a b" may only contain letters, digits and _ . : = -`, 0},
 		{"retry zero", func(t *testing.T) string { return baseSpec + "retry: { max_attempts: 0 }\n" },
 			nil, `retry.max_attempts: must be >= 1 (got 0)`, 15},
+		{"keep_failed negative", func(t *testing.T) string { return baseSpec + "retry: { keep_failed: -1h }\n" },
+			nil, `retry.keep_failed: must be between 0 (remove a failed run's staged data at once) and 720h (got -1h0m0s)`, 15},
+		{"keep_failed over a month", func(t *testing.T) string { return baseSpec + "retry: { keep_failed: 721h }\n" },
+			nil, `retry.keep_failed: must be between 0 (remove a failed run's staged data at once) and 720h (got 721h0m0s)`, 15},
 		{"max rejected out of range", func(t *testing.T) string { return baseSpec + "max_rejected_fraction: 1.5\n" },
 			nil, `max_rejected_fraction: must be between 0 and 1 (got 1.5)`, 15},
 		{"max rejected NaN", func(t *testing.T) string { return baseSpec + "max_rejected_fraction: .nan\n" },
@@ -399,6 +403,7 @@ func TestDefaults(t *testing.T) {
 		{"postgres retain", s.Sinks.Postgres.Retain, 2},
 		{"parquet compression", s.Sinks.Parquet.Compression, "snappy"},
 		{"retry", s.Retry.MaxAttempts, 3},
+		{"retry keep_failed", s.Retry.KeepFailed.Duration, 24 * time.Hour},
 		{"max rejected", s.MaxRejected(), 0.01},
 		// No file: relative paths stay relative to the working directory.
 		{"model path", s.Model.Path, "models/recs.onnx"},
@@ -407,6 +412,9 @@ func TestDefaults(t *testing.T) {
 		if !reflect.DeepEqual(c.got, c.want) {
 			t.Errorf("%s = %#v, want %#v", c.name, c.got, c.want)
 		}
+	}
+	if z, err := Parse([]byte(y+"retry: { keep_failed: 0s }\n"), "", dateParam, nil); err != nil || z.Retry.KeepFailed.Duration != 0 {
+		t.Errorf("retry.keep_failed: 0s = %v, %v; want 0 (remove at once), not the default", z.Retry.KeepFailed, err)
 	}
 	if got := (&Spec{}).MaxRejected(); got != 0.01 {
 		t.Errorf("MaxRejected of a hand-built spec = %v", got)

@@ -259,6 +259,17 @@ type RetrySpec struct {
 	// executor). A permanent error (disk full, permission, bad data) fails
 	// the attempt at once. Default 60s.
 	TransientWindow Duration `yaml:"transient_window"`
+	// KeepFailed is how long a cluster run (precog submit, run --db) that
+	// failed with its staged data still good (a shard out of attempts)
+	// keeps that data in its sinks, so that `precog retry RUN` within it
+	// resumes the run without recomputing its committed shards (precog
+	// status RUN says until when; precog gc keeps it; precog cancel RUN
+	// removes it now); then a worker of the pool removes it, and a retry
+	// recomputes the committed shards. 0 removes it at once. A permanent
+	// error, the reject limit and failed checks remove it at once. precog
+	// run (the embedded ledger) keeps a failed run open instead. At most
+	// 720h. Default 24h.
+	KeepFailed Duration `yaml:"keep_failed"`
 }
 
 // ServingSpec configures the lookup API for this job's namespace.

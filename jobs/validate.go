@@ -53,6 +53,10 @@ const (
 	DefaultMaxRejectedFraction = 0.01
 	DefaultDuplicateKeys       = "fail"
 	DefaultTransientWindow     = 60 * time.Second
+	DefaultKeepFailed          = 24 * time.Hour
+	// MaxKeepFailed bounds retry.keep_failed: staged data is not kept
+	// longer than a month.
+	MaxKeepFailed = 30 * 24 * time.Hour
 	// MinRedisTTL is the shortest sinks.redis.ttl (other than 0, no
 	// expiry): a shorter one expires records while the run is still
 	// writing, publishing a version with keys missing.
@@ -140,6 +144,9 @@ func (d *decoder) applyDefaults(s *Spec) {
 	if absent("retry.transient_window") {
 		s.Retry.TransientWindow.Duration = DefaultTransientWindow
 	}
+	if absent("retry.keep_failed") {
+		s.Retry.KeepFailed.Duration = DefaultKeepFailed
+	}
 	if s.MaxRejectedFraction == nil {
 		f := DefaultMaxRejectedFraction
 		s.MaxRejectedFraction = &f
@@ -192,6 +199,9 @@ func (d *decoder) validate(s *Spec) {
 	}
 	if w := s.Retry.TransientWindow.Duration; w < 0 || w > 24*time.Hour {
 		d.fail("retry.transient_window", "must be between 0 (no retries of transient errors) and 24h (got %v)", w)
+	}
+	if k := s.Retry.KeepFailed.Duration; k < 0 || k > MaxKeepFailed {
+		d.fail("retry.keep_failed", "must be between 0 (remove a failed run's staged data at once) and 720h (got %v)", k)
 	}
 	switch s.DuplicateKeys {
 	case "fail", "reject":

@@ -57,6 +57,10 @@ type CancelResult struct {
 	NoSpec bool
 	// Cleaned names the sinks the run's unpublished data was removed from.
 	Cleaned []string
+	// Dropped is set when the run had failed with its staged data kept
+	// for a retry (retry.keep_failed): that data was removed now, and the
+	// run stays failed.
+	Dropped bool
 }
 
 // drainPoll is how often Cancel looks for the holders of a cancelled run's
@@ -80,6 +84,8 @@ func Cancel(ctx context.Context, led ledger.Store, id string, o CancelOptions) (
 	switch {
 	case run.State == jobs.RunCancelled && o.CleanAgain:
 		res.Again = true
+	case run.State == jobs.RunFailed:
+		return dropKept(ctx, led, res, o)
 	case run.State.Terminal():
 		return res, fmt.Errorf("run %s is %s: %w", id, run.State, ErrNotCancellable)
 	default:
@@ -104,11 +110,51 @@ func Cancel(ctx context.Context, led ledger.Store, id string, o CancelOptions) (
 	} else if res.Cleaned, err = AbortSinks(ctx, run, AbortOptions{ScanUnindexed: o.ScanUnindexed}); err != nil {
 		res.Run, _ = led.Run(ctx, id)
 		return res, cleanupPending(ctx, led, run, err, o.Log)
-	} else if err := led.CleanupDone(ctx, id); err != nil && !errors.Is(err, ledger.ErrUnsupported) {
+	} else if err := led.CleanupDone(ctx, ledger.CleanupDoneParams{RunID: id}); err != nil && !errors.Is(err, ledger.ErrUnsupported) {
 		o.Log.Warn("the run's sinks are clean, but its pending-cleanup record stays (a worker cleans them again)", "run", id, "err", err)
 	}
 	res.Run, err = led.Run(ctx, id)
 	return res, err
+}
+
+// dropKept is Cancel of a failed cluster run whose staged data is kept
+// for a retry (a pending cleanup): the cleanup is made due now and done
+// here, under a claim that fences precog retry; the run stays failed. A
+// failed run with nothing kept is ErrNotCancellable, as before.
+func dropKept(ctx context.Context, led ledger.Store, res CancelResult, o CancelOptions) (CancelResult, error) {
+	id := res.Run.ID
+	notKept := fmt.Errorf("run %s is %s (its staged data is not kept for a retry): %w", id, res.Run.State, ErrNotCancellable)
+	if _, err := led.PendingCleanup(ctx, id); errors.Is(err, ledger.ErrNotFound) || errors.Is(err, ledger.ErrUnsupported) {
+		return res, notKept
+	} else if err != nil {
+		return res, err
+	}
+	err := led.AddCleanup(ctx, ledger.CleanupParams{RunID: id, Reason: o.Reason})
+	if errors.Is(err, ledger.ErrRunOpen) {
+		return res, fmt.Errorf("run %s was retried meanwhile: %w", id, ErrNotCancellable)
+	} else if err != nil {
+		return res, err
+	}
+	holder := fmt.Sprintf("precog cancel (pid %d)", os.Getpid())
+	switch err := led.BeginCleanup(ctx, ledger.BeginCleanupParams{RunID: id, Holder: holder, Lease: cleanupLease}); {
+	case errors.Is(err, ledger.ErrCleaning):
+		return res, fmt.Errorf("run %s: a worker is removing its staged data now: %w", id, ErrNotCancellable)
+	case errors.Is(err, ledger.ErrNotFound):
+		return res, notKept
+	case err != nil:
+		return res, err
+	}
+	actx, cancel := context.WithTimeout(ctx, cleanupAbortTimeout)
+	defer cancel()
+	if res.Cleaned, err = AbortSinks(actx, res.Run, AbortOptions{ScanUnindexed: o.ScanUnindexed}); err != nil {
+		releaseCleanup(ctx, led, id, err, o.Log)
+		return res, fmt.Errorf("run %s: removing its kept staged data: %w (the cleanup is due now: a worker of pool %s finishes it)", id, err, jobs.PoolOrDefault(res.Run.Pool))
+	}
+	if err := led.CleanupDone(ctx, ledger.CleanupDoneParams{RunID: id, Holder: holder}); err != nil {
+		o.Log.Warn("the run's sinks are clean, but its pending-cleanup record stays (a worker cleans them again)", "run", id, "err", err)
+	}
+	res.Dropped = true
+	return res, nil
 }
 
 // CleanupPendingError means the run is cancelled but its sinks still hold
@@ -136,7 +182,7 @@ func (e *CleanupPendingError) Unwrap() error { return e.Err }
 // sinks still hold its data, and returns the *CleanupPendingError.
 func cleanupPending(ctx context.Context, led ledger.Store, run jobs.Run, cause error, log *slog.Logger) error {
 	pe := &CleanupPendingError{Run: run, Err: cause}
-	switch err := led.AddCleanup(ctx, run.ID, jobs.RedactSecrets(cause.Error())); {
+	switch err := led.AddCleanup(ctx, ledger.CleanupParams{RunID: run.ID, Reason: jobs.RedactSecrets(cause.Error())}); {
 	case errors.Is(err, ledger.ErrUnsupported):
 	case err != nil:
 		log.Warn("could not record the pending sink cleanup for the workers", "run", run.ID, "err", err)

@@ -28,6 +28,8 @@ func ReportCancel(w io.Writer, id string, res CancelResult, err error) error {
 			return nil
 		}
 		return err
+	case res.Dropped:
+		fmt.Fprintf(w, "run %s had failed; removed the staged data it kept for a retry (it stays failed; precog retry %s now recomputes its shards)\n", id, id)
 	case res.Again:
 		fmt.Fprintf(w, "run %s was already cancelled; cleaning its sinks again\n", id)
 	case res.Run.ID != "":

@@ -74,7 +74,7 @@ type gcSink struct {
 // error is a *sinks.LockedError naming it. The report lists every place,
 // kept or not; the error joins what went wrong after everything else was
 // done.
-func GC(ctx context.Context, spec *jobs.Spec, led ledger.Ledger, opts GCOptions) (GCReport, error) {
+func GC(ctx context.Context, spec *jobs.Spec, led ledger.Store, opts GCOptions) (GCReport, error) {
 	rep := GCReport{Job: spec.Name, DryRun: opts.DryRun, Entries: []GCEntry{}}
 	snks, err := OpenSinks(ctx, spec)
 	if err != nil {
@@ -117,8 +117,12 @@ func GC(ctx context.Context, spec *jobs.Spec, led ledger.Ledger, opts GCOptions)
 			rep.OpenRuns++
 		}
 	}
+	kept, err := keptUntil(ctx, led, runs, time.Now())
+	if err != nil {
+		return rep, fmt.Errorf("gc: pending cleanups of job %s: %w", spec.Name, err)
+	}
 	for _, g := range inv {
-		entries, err := gcSinkVersions(ctx, g, target, byVersion, opts.DryRun)
+		entries, err := gcSinkVersions(ctx, g, target, gcRuns{byVersion: byVersion, keptUntil: kept}, opts.DryRun)
 		rep.Entries = append(rep.Entries, entries...)
 		if err != nil {
 			errs = append(errs, err)
@@ -173,9 +177,40 @@ func anyUnpublished(vs []sinks.StoredVersion) bool {
 	return false
 }
 
+// gcRuns is what the ledger says of the job's runs: each by version,
+// and until when a failed run keeps its staged data for a retry.
+type gcRuns struct {
+	byVersion map[string]jobs.Run
+	keptUntil map[string]time.Time // run id → due time of its cleanup
+}
+
+// keptUntil maps each failed run of runs whose staged data is kept for a
+// retry (a pending cleanup not due at now) to when it is due. A ledger
+// without cleanups keeps none.
+func keptUntil(ctx context.Context, led ledger.Cleanups, runs []jobs.Run, now time.Time) (map[string]time.Time, error) {
+	out := map[string]time.Time{}
+	for _, r := range runs {
+		if r.State != jobs.RunFailed {
+			continue
+		}
+		c, err := led.PendingCleanup(ctx, r.ID)
+		switch {
+		case errors.Is(err, ledger.ErrUnsupported):
+			return out, nil
+		case errors.Is(err, ledger.ErrNotFound):
+		case err != nil:
+			return nil, err
+		case c.DueAt.After(now):
+			out[r.ID] = c.DueAt
+		}
+	}
+	return out, nil
+}
+
 // gcSinkVersions decides every entry of one sink and aborts, once per
-// version, those no published state or open run keeps.
-func gcSinkVersions(ctx context.Context, g *gcSink, target sinks.RunInfo, runs map[string]jobs.Run, dryRun bool) ([]GCEntry, error) {
+// version, those no published state, open run or retry keeps.
+func gcSinkVersions(ctx context.Context, g *gcSink, target sinks.RunInfo, gr gcRuns, dryRun bool) ([]GCEntry, error) {
+	runs := gr.byVersion
 	var out []GCEntry
 	var errs []error
 	aborted := map[string]error{}
@@ -192,6 +227,9 @@ func gcSinkVersions(ctx context.Context, g *gcSink, target sinks.RunInfo, runs m
 			e.Action, e.Reason = GCKept, "retained"
 		case known && !r.State.Terminal():
 			e.Action, e.Reason = GCKept, fmt.Sprintf("open run %s (%s)", r.ID, r.State)
+		case known && !gr.keptUntil[r.ID].IsZero():
+			e.Action, e.Reason = GCKept, fmt.Sprintf("failed run %s keeps it for a retry until %s (precog retry %s resumes it; precog cancel %s removes it)",
+				r.ID, gr.keptUntil[r.ID].UTC().Format(time.RFC3339), r.ID, r.ID)
 		case known && heldKept(r, time.Now()):
 			e.Action, e.Reason = GCKept, fmt.Sprintf("run %s held by its checks until %s (publish --accept or cancel it)", r.ID, r.UpdatedAt.Add(HeldRetention).Format(time.RFC3339))
 		case dryRun:

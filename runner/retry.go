@@ -16,7 +16,7 @@ import (
 // RetryParams name the run to retry and who executes its shards.
 type RetryParams struct {
 	// Ledger holds Run.
-	Ledger ledger.Ledger
+	Ledger ledger.Store
 	// Run is the run to retry, as read from Ledger.
 	Run jobs.Run
 	// Cluster: Ledger is the pool's (Postgres). The failed shards, or the
@@ -42,6 +42,12 @@ type RetryResult struct {
 	// AllCommitted: a failed cluster run reopened with every shard
 	// committed (it failed at publish; a worker publishes it again).
 	AllCommitted bool
+	// Kept: the failed cluster run's staged data was still kept
+	// (retry.keep_failed): its committed shards are not recomputed.
+	// Removed: it was removed (at the failure, or once the window
+	// passed): the shards its sinks lost are recomputed. Neither: the
+	// ledger keeps no record of it.
+	Kept, Removed bool
 	// Resumed is the local run's result (RetryParams.Resume).
 	Resumed *Result
 }
@@ -86,11 +92,22 @@ func (r RetryResult) String() string {
 	case r.Reopened == 0 && r.Run.State == jobs.RunFailed && r.AllCommitted:
 		return fmt.Sprintf("run %s failed at publish with every shard committed: it is back to running, and a worker of the %s pool publishes it again", r.Run.ID, pool)
 	case r.Reopened == 0 && r.Run.State == jobs.RunFailed:
-		return fmt.Sprintf("run %s is back to running; the %s pool's workers pick up its remaining shards", r.Run.ID, pool)
+		return fmt.Sprintf("run %s is back to running; the %s pool's workers pick up its remaining shards%s", r.Run.ID, pool, r.stagedNote())
 	case r.Reopened == 0:
 		return fmt.Sprintf("run %s (%s) has no failed shards: nothing to retry", r.Run.ID, r.Run.State)
 	}
-	return fmt.Sprintf("run %s: %d failed shard(s) back to pending; the %s pool's workers pick them up", r.Run.ID, r.Reopened, pool)
+	return fmt.Sprintf("run %s: %d failed shard(s) back to pending; the %s pool's workers pick them up%s", r.Run.ID, r.Reopened, pool, r.stagedNote())
+}
+
+// stagedNote says what became of a failed cluster run's staged data.
+func (r RetryResult) stagedNote() string {
+	switch {
+	case r.Kept:
+		return " (its staged data was kept: committed shards are not recomputed)"
+	case r.Removed:
+		return " (its staged data was removed: the shards its sinks lost are recomputed)"
+	}
+	return ""
 }
 
 // refuseSuperseded refuses when a run of r's job and params created after
@@ -115,14 +132,18 @@ func refuseSuperseded(ctx context.Context, led ledger.Ledger, r jobs.Run) error 
 
 // retryCluster puts a cluster run's failed shards back to pending, or
 // reopens a failed run.
-func retryCluster(ctx context.Context, led ledger.Ledger, res RetryResult) (RetryResult, error) {
+func retryCluster(ctx context.Context, led ledger.Store, res RetryResult) (RetryResult, error) {
 	r := res.Run
 	var err error
 	switch {
 	case !r.State.Terminal():
 		res.Reopened, err = led.RetryFailed(ctx, r.ID)
 	case r.State == jobs.RunFailed:
+		res.Kept, res.Removed = stagedKept(ctx, led, r)
 		res.Reopened, err = led.RetryRun(ctx, r.ID)
+		if errors.Is(err, ledger.ErrCleaning) {
+			return res, refused(fmt.Errorf("run %s: %w; retry it once that is done (the retry then recomputes the shards its sinks lost)", r.ID, err))
+		}
 		if errors.Is(err, ledger.ErrUnsupported) {
 			return res, fmt.Errorf("run %s failed and this ledger cannot reopen a failed run yet; submit it again (a new run, every shard recomputed) with:\n  %s",
 				r.ID, CommandLine(r.Params, "submit", r.SpecFile))
@@ -146,6 +167,15 @@ func retryCluster(ctx context.Context, led ledger.Ledger, res RetryResult) (Retr
 		res.AllCommitted = serr == nil && allCommitted(shards)
 	}
 	return res, nil
+}
+
+// stagedKept reports whether failed cluster run r's staged data is kept
+// for a retry (a pending cleanup), or was removed (none: every failed
+// cluster run's sinks are aborted, at once or once retry.keep_failed
+// passed). Neither when the ledger cannot tell.
+func stagedKept(ctx context.Context, led ledger.Cleanups, r jobs.Run) (kept, removed bool) {
+	_, err := led.PendingCleanup(ctx, r.ID)
+	return err == nil, errors.Is(err, ledger.ErrNotFound)
 }
 
 // allCommitted reports whether every shard is committed.

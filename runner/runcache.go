@@ -51,9 +51,10 @@ func newRunCache(max int, models *modelCache, log *slog.Logger) *runCache {
 }
 
 // runKey names a run made ready on a device. It includes the run's
-// generation (jobs.Run.Retries): a failed run was aborted in every sink
-// (its run table dropped, its Redis version deleted), so a retried run
-// prepares its sinks again instead of writing to what the failure removed.
+// generation (jobs.Run.Retries): a failed run's sinks may have been
+// aborted (its run table dropped, its Redis version deleted), so a retried
+// run prepares its sinks again (Prepare keeps what is still there) instead
+// of writing to what was removed.
 func runKey(run jobs.Run, device string) string {
 	return fmt.Sprintf("%s|%d|%s", run.ID, run.Retries, device)
 }

@@ -28,9 +28,29 @@ func RunView(ctx context.Context, led ledger.Store, stateDir string, r jobs.Run,
 		return v, err
 	}
 	if stateDir == "" {
-		return v, nil
+		return stagedView(ctx, led, r, v)
 	}
 	return LocalView(stateDir, r, shards, v, now), nil
+}
+
+// stagedView is v with what became of failed cluster run r's staged data:
+// kept until its pending cleanup is due, or removed (none pending; every
+// failed cluster run's sinks are aborted, at once or after
+// retry.keep_failed). A ledger without cleanups tells nothing.
+func stagedView(ctx context.Context, led ledger.Cleanups, r jobs.Run, v runview.Run) (runview.Run, error) {
+	if r.State != jobs.RunFailed {
+		return v, nil
+	}
+	c, err := led.PendingCleanup(ctx, r.ID)
+	switch {
+	case err == nil:
+		v.StagedKeptUntil = c.DueAt.UTC().Format(time.RFC3339)
+	case errors.Is(err, ledger.ErrNotFound):
+		v.StagedRemoved = true
+	case !errors.Is(err, ledger.ErrUnsupported):
+		return v, err
+	}
+	return v, nil
 }
 
 // LocalView is v, the view of an embedded-ledger run, shown interrupted

@@ -274,7 +274,8 @@ func (m *workerMode) claimFailed(ctx context.Context, id string, err error, fail
 }
 
 // settled ends the run when a shard failed for good (a permanent error,
-// or its last attempt): nothing is published and the sinks are cleaned.
+// or its last attempt): nothing is published and the sinks are cleaned
+// (after retry.keep_failed for a shard out of attempts: endRunAfter).
 // After a commit it enforces the reject limit and tries the publish step.
 func (m *workerMode) settled(ctx context.Context, id string, t shardTask, r attemptResult) bool {
 	w := m.w
@@ -286,7 +287,7 @@ func (m *workerMode) settled(ctx context.Context, id string, t shardTask, r atte
 		w.tryPublish(ctx, id, t.run.ID)
 	case r.outcome == outPermanent || r.outcome == outFailed && r.exhausted:
 		cause := fmt.Errorf("shard %d failed on worker %s after %d attempt(s): %w", t.shard.Index, id, t.shard.Attempts, r.err)
-		endRunFailed(context.WithoutCancel(ctx), w.led, t, cause, w.log)
+		endRunAfter(context.WithoutCancel(ctx), w.led, t, r, cause, w.log)
 	}
 	return true
 }

@@ -76,7 +76,7 @@ what, action, reason, run_id, run_state}]).`,
 // missing embedded ledger most likely means a wrong --state-dir: without
 // it gc cannot tell an open run's data from an orphan, so only a dry run
 // goes on (with a warning).
-func openGCLedger(cmd *cobra.Command, g *globals, db string, dryRun bool) (ledger.Ledger, error) {
+func openGCLedger(cmd *cobra.Command, g *globals, db string, dryRun bool) (ledger.Store, error) {
 	loc, opts := open.Location{StateDir: g.stateDir, DSN: databaseURL(db)}, open.ForCommand(g.log)
 	opts.Existing = true
 	l, err := openStore(cmd.Context(), loc, opts)

@@ -584,11 +584,12 @@ func killAndResume(t *testing.T, e *modeEnv) {
 // same run up (on the Postgres ledger a worker of the pool executes it
 // while retry --wait follows it): it succeeds with the exact output in
 // both sinks, and every shard it committed took one attempt (the failed
-// shards' spent attempts were reset, not refused as out of attempts). The
-// modes differ in one thing, which the case pins: `precog run` leaves a
-// run whose shards ran out of attempts open, so its committed shard is
-// kept as it was; `precog run --db` fails the run and aborts its sinks,
-// so the retry recomputes the shard the Parquet sink lost.
+// shards' spent attempts were reset, not refused as out of attempts). On
+// both modes the shard committed before the failure is not executed again
+// (same worker, same time): `precog run` leaves a run whose shards ran out
+// of attempts open; `precog run --db` fails it but keeps its staged sink
+// data for retry.keep_failed (precog status says until when), and the
+// retry takes that data back up.
 func retryAfterFailure(t *testing.T, e *modeEnv) {
 	pg, p := sinkDownAfterFirstCommit(t, e, "retry: { max_attempts: 1, transient_window: 0s }\n")
 	if code := procExit(t, p, 2*time.Minute); code != 1 {
@@ -616,6 +617,10 @@ func retryAfterFailure(t *testing.T, e *modeEnv) {
 	}
 
 	if e.mode.db {
+		st := e.precog("status", run.ID)
+		if want := "staged data kept until "; st.code != 0 || !strings.Contains(st.stdout, want) || !strings.Contains(st.stdout, "precog retry "+run.ID+" resumes") {
+			t.Errorf("status of the failed run: exit %d, want a line %q…:\n%s%s", st.code, want, st.stdout, st.stderr)
+		}
 		e.start(nil, "worker")
 	}
 	r := e.precog("retry", run.ID, "--wait", "--parallel", "1", "--no-progress")
@@ -633,8 +638,8 @@ func retryAfterFailure(t *testing.T, e *modeEnv) {
 		}
 	}
 	for _, s := range before {
-		if a := after[s.Index]; s.State == jobs.ShardCommitted && !e.mode.db && (a.Worker != s.Worker || !a.UpdatedAt.Equal(s.UpdatedAt)) {
-			t.Errorf("shard %d, committed before the failure of an open run, was executed again (worker %s at %s, was %s at %s)", s.Index, a.Worker, a.UpdatedAt, s.Worker, s.UpdatedAt)
+		if a := after[s.Index]; s.State == jobs.ShardCommitted && (a.Worker != s.Worker || !a.UpdatedAt.Equal(s.UpdatedAt)) {
+			t.Errorf("shard %d, committed before the failure, was executed again (worker %s at %s, was %s at %s)", s.Index, a.Worker, a.UpdatedAt, s.Worker, s.UpdatedAt)
 		}
 	}
 	checkScores(t, target)

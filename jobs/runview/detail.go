@@ -95,6 +95,12 @@ func (d Detail) Write(w io.Writer) error {
 	if r.Error != "" {
 		fmt.Fprintf(tw, "error\t%s\n", oneLine(r.Error, 300))
 	}
+	switch {
+	case r.StagedKeptUntil != "":
+		fmt.Fprintf(tw, "retry\tstaged data kept until %s; precog retry %s resumes the run (committed shards are not recomputed)\n", r.StagedKeptUntil, r.ID)
+	case r.StagedRemoved:
+		fmt.Fprintf(tw, "retry\tstaged data removed; precog retry %s recomputes the shards its sinks lost\n", r.ID)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

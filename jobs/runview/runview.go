@@ -84,6 +84,12 @@ type Run struct {
 	// Resume is the command that resumes an interrupted run ("" for
 	// other states).
 	Resume string `json:"resume,omitempty"`
+	// StagedKeptUntil (RFC 3339) is when a failed cluster run's staged
+	// data, kept for retry.keep_failed, is removed: precog retry before
+	// then resumes the run. StagedRemoved: it was removed, and a retry
+	// recomputes the shards its sinks lost. Neither for other runs.
+	StagedKeptUntil string `json:"staged_kept_until,omitempty"`
+	StagedRemoved   bool   `json:"staged_removed,omitempty"`
 }
 
 // StateInterrupted is the state shown for a local run whose process is

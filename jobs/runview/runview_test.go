@@ -174,3 +174,32 @@ func TestTableOfNone(t *testing.T) {
 		t.Fatalf("Table(nil) = %q, %v", b.String(), err)
 	}
 }
+
+// TestDetailStagedData: a failed cluster run's detail view says until when
+// its staged data is kept and that precog retry resumes it, or that it was
+// removed and a retry recomputes; other runs say neither.
+func TestDetailStagedData(t *testing.T) {
+	at := time.Date(2026, 11, 1, 4, 0, 0, 0, time.UTC)
+	v := FromAt(jobs.Run{ID: "recs-1", Job: "recs", State: jobs.RunFailed, Error: "shard 3 out of attempts", CreatedAt: at, UpdatedAt: at}, nil, at)
+	detail := func(v Run) string {
+		t.Helper()
+		var buf bytes.Buffer
+		if err := (Detail{Run: v}).Write(&buf); err != nil {
+			t.Fatal(err)
+		}
+		return buf.String()
+	}
+	if out := detail(v); strings.Contains(out, "staged data") {
+		t.Errorf("a run with nothing known of its staged data mentions it:\n%s", out)
+	}
+	kept := v
+	kept.StagedKeptUntil = "2026-11-02T04:00:00Z"
+	if out := detail(kept); !strings.Contains(out, "staged data kept until 2026-11-02T04:00:00Z; precog retry recs-1 resumes the run") {
+		t.Errorf("kept: detail lacks the retry line:\n%s", out)
+	}
+	gone := v
+	gone.StagedRemoved = true
+	if out := detail(gone); !strings.Contains(out, "staged data removed; precog retry recs-1 recomputes") {
+		t.Errorf("removed: detail lacks the retry line:\n%s", out)
+	}
+}

@@ -78,6 +78,9 @@ func Exercise(t *testing.T, newLedger func(t *testing.T) ledger.Store) {
 		{"ChecksHold", testChecksHold},
 		// ledger.Cleanups (cleanups.go)
 		{"Cleanups", testCleanups},
+		{"CleanupsDueLater", testCleanupsDueLater},
+		{"CleanupRetryTakesBack", testCleanupRetryTakesBack},
+		{"CleanupFence", testCleanupFence},
 		// ledger.Workers (workers.go)
 		{"Workers", testWorkers},
 		{"WorkerUnable", testWorkerUnable},

@@ -256,6 +256,15 @@ CREATE TABLE IF NOT EXISTS precog_cleanups (
 );
 CREATE INDEX IF NOT EXISTS precog_cleanups_pool ON precog_cleanups (pool);
 `,
+	// 12: when a pending cleanup is due (a failed run's staged data is kept
+	// for retry.keep_failed, so precog retry resumes it; a row recorded
+	// before is due at once, as it was) and who claimed it until when (a
+	// lease: RetryRun refuses a run whose sinks are being cleaned).
+	`
+ALTER TABLE precog_cleanups ADD COLUMN IF NOT EXISTS not_before timestamptz NOT NULL DEFAULT '-infinity';
+ALTER TABLE precog_cleanups ADD COLUMN IF NOT EXISTS holder text;
+ALTER TABLE precog_cleanups ADD COLUMN IF NOT EXISTS held_until timestamptz;
+`,
 }
 
 // migrateLockKey is the pg_advisory_xact_lock key that serialises schema

@@ -239,11 +239,14 @@ func runPool(ctx context.Context, tx pgx.Tx, runID string) (string, error) {
 }
 
 // RetryRun takes a failed run back up: the run goes back to running with
-// its error cleared and its Retries counted up (workers re-prepare its
-// sinks: the failure aborted them), its failed shards to pending with attempts reset, and
-// its pool is woken; committed shards are kept (a sink that lost them when
-// the failed run was aborted reports them at stage time, and they are
-// recomputed). It returns the shards moved. A succeeded or cancelled run is
+// its error cleared and its Retries counted up (workers prepare its sinks
+// again), its failed shards to pending with attempts reset, and its pool
+// is woken; committed shards are kept. Its pending cleanup, if any, is
+// deleted in the same transaction, so the staged data it kept is the
+// retried run's again and no worker removes it (a claim live on it is
+// ErrCleaning, and nothing changes); a sink that lost shards (the cleanup
+// ran, or the failure aborted it) reports them at stage time, and they are
+// recomputed. It returns the shards moved. A succeeded or cancelled run is
 // ErrRunFinished; when (job, params) has another open run meanwhile, an
 // *OpenRunError names it.
 func (l *Ledger) RetryRun(ctx context.Context, runID string) (int, error) {
@@ -264,6 +267,9 @@ func (l *Ledger) RetryRun(ctx context.Context, runID string) (int, error) {
 				return fmt.Errorf("run %s is %s: %w", runID, state, ledger.ErrRunFinished)
 			}
 			return nil // open already: just its failed shards
+		}
+		if err := takeBackCleanup(ctx, tx, runID); err != nil {
+			return err
 		}
 		if _, err := tx.Exec(ctx, `UPDATE precog_runs SET state = 'running', error = '', publisher = NULL, publish_until = NULL,
 			retries = retries + 1, updated_at = now() WHERE id = $1`, runID); err != nil {
@@ -306,4 +312,21 @@ func (l *Ledger) JobNames(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("ledger: job names: %w", err)
 	}
 	return names, nil
+}
+
+// takeBackCleanup deletes the pending cleanup of a failed run being
+// reopened (its row locked by the caller), unless a holder's claim on it
+// is live: that holder is removing the run's data now (ErrCleaning).
+func takeBackCleanup(ctx context.Context, tx pgx.Tx, runID string) error {
+	var holder *string
+	err := tx.QueryRow(ctx, `SELECT holder FROM precog_cleanups WHERE run_id = $1 AND held_until > now() FOR UPDATE`, runID).Scan(&holder)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return err
+	default:
+		return fmt.Errorf("%s is removing its staged data from its sinks: %w", deref(holder), ledger.ErrCleaning)
+	}
+	_, err = tx.Exec(ctx, `DELETE FROM precog_cleanups WHERE run_id = $1`, runID)
+	return err
 }
