@@ -580,12 +580,14 @@ type localMode struct {
 func (lr *localRun) runShards(ctx context.Context, run jobs.Run, onRows func(int64), onDone func(jobs.Counts) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	worker := ledger.ProcessName()
 	m := &localMode{lr: lr, run: run, cancel: cancel, onRows: onRows, onDone: onDone}
 	ex := &executor{led: lr.led, lease: lr.opts.Lease, stall: lr.opts.StallTimeout, log: lr.log}
 	var wg sync.WaitGroup
-	for range lr.opts.Parallel {
-		wg.Go(func() { ex.loop(ctx, ctx, worker, m, nil) })
+	for slot := range lr.opts.Parallel {
+		// Each loop holds its leases under its own name, as a worker's do
+		// (the dashboard's timeline draws one lane per name).
+		holder := ledger.HolderName(ledger.ProcessName(), lr.job.Spec.Model.Device, slot)
+		wg.Go(func() { ex.loop(ctx, ctx, holder, m, nil) })
 	}
 	wg.Wait()
 	if cause := context.Cause(ctx); cause != nil {

@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/precog-ml/precog/jobs"
+	"github.com/precog-ml/precog/jobs/ledger"
+	"github.com/precog-ml/precog/jobs/ledger/bolt"
 	"github.com/precog-ml/precog/sinks"
 )
 
@@ -77,5 +80,52 @@ func TestWorkerShardsInFlightPerDevice(t *testing.T) {
 				t.Errorf("shards held by %v, want %v", names, want)
 			}
 		})
+	}
+}
+
+// TestLocalRunLoopsHoldUnderOwnNames: precog run's claim loops hold their
+// leases under their own names (host-pid/cpu, host-pid/cpu#2), as a
+// worker's do, so each shard records which loop committed it and the
+// dashboard's timeline has one lane per loop. A barrier in the commit
+// makes both loops hold a shard at once.
+func TestLocalRunLoopsHoldUnderOwnNames(t *testing.T) {
+	dir, spec := fixture(t, dataset)
+	var (
+		mu      sync.Mutex
+		waiting int
+		full    = make(chan struct{})
+	)
+	fs := &faultSink{Sink: parquetSink(t, spec), onCommit: func(int) {
+		mu.Lock()
+		if waiting++; waiting == 2 {
+			close(full)
+		}
+		mu.Unlock()
+		select {
+		case <-full:
+		case <-time.After(2 * time.Minute):
+		}
+	}}
+	state := filepath.Join(dir, "state")
+	res, err := RunLocal(context.Background(), spec, LocalOptions{StateDir: state, Parallel: 2, Sinks: []sinks.Sink{fs}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	led, err := bolt.OpenIn(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer led.Close()
+	shards, err := led.Shards(context.Background(), res.Run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, s := range shards {
+		names[s.Worker] = true
+	}
+	me := ledger.ProcessName()
+	if want := []string{me + "/cpu", me + "/cpu#2"}; !slices.Equal(slices.Sorted(maps.Keys(names)), want) {
+		t.Errorf("shards committed by %v, want %v", slices.Sorted(maps.Keys(names)), want)
 	}
 }
