@@ -87,7 +87,11 @@ type Result struct {
 	// RowsThisProcess counts the source rows this process read.
 	RowsThisProcess int64
 	Duration        time.Duration
-	RejectsDir      string
+	// Startup is the part of Duration before the first shard could be
+	// claimed: the model loaded (on a GPU, CUDA's start-up), the sinks
+	// checked, the run opened.
+	Startup    time.Duration
+	RejectsDir string
 	Outputs         []string
 	// AlreadyDone is set when SkipSucceeded found the same work succeeded.
 	AlreadyDone bool
@@ -224,6 +228,7 @@ func RunLocal(ctx context.Context, spec *jobs.Spec, opts LocalOptions) (Result, 
 	res := Result{Run: run, Resumed: resumed, RejectsDir: filepath.Join(opts.StateDir, "rejects", run.ID), Stages: &StageStats{}}
 	lr := &localRun{job: job, led: led, snks: snks, opts: opts, log: opts.Logger, res: &res, start: start,
 		info: sinks.NewRunInfo(spec, run, job.Output)}
+	res.Startup = time.Since(start)
 	err = lr.runAndPublish(ctx, run)
 	res.Duration = time.Since(start)
 	return res, err

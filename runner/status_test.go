@@ -115,6 +115,20 @@ func TestResultSummary(t *testing.T) {
 	if strings.Contains(b.String(), "rejects:") {
 		t.Errorf("a run without rejects names their directory:\n%s", b.String())
 	}
+	// A start-up that took a tenth of the run or more (CUDA's, before a
+	// short run) is named, with the rate after it.
+	res = Result{Run: jobs.Run{ID: "r2"}, RowsThisProcess: 8_000_000, Duration: 2500 * time.Millisecond, Startup: 2 * time.Second}
+	b.Reset()
+	res.WriteSummary(&b)
+	if want := "duration:  2.5s (3200000 rows/s; 16000000 rows/s after 2s of start-up)\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("summary lacks %q:\n%s", want, b.String())
+	}
+	res.Startup = 100 * time.Millisecond
+	b.Reset()
+	res.WriteSummary(&b)
+	if strings.Contains(b.String(), "start-up") {
+		t.Errorf("a start-up of 4%% of the run is named:\n%s", b.String())
+	}
 }
 
 // TestRejectsShort: a listing of every reject says nothing; one cut by

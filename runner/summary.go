@@ -6,6 +6,17 @@ import (
 	"time"
 )
 
+// afterStartup is the summary's rate after start-up, when start-up took a
+// tenth of the run or more (a GPU's CUDA start-up before a short run):
+// "; 20000000 rows/s after 2.9s of start-up".
+func (res Result) afterStartup() string {
+	work := res.Duration - res.Startup
+	if res.Startup <= 0 || work <= 0 || res.Startup*10 < res.Duration {
+		return ""
+	}
+	return fmt.Sprintf("; %.0f rows/s after %s of start-up", float64(res.RowsThisProcess)/work.Seconds(), res.Startup.Round(time.Millisecond))
+}
+
 // WriteSummary prints a succeeded local run for people: what precog run
 // and precog retry print on stdout as their result.
 func (res Result) WriteSummary(w io.Writer) {
@@ -22,7 +33,7 @@ func (res Result) WriteSummary(w io.Writer) {
 	if r.Counts.RowsIn == 0 {
 		fmt.Fprintln(w, "  note:      the dataset has zero rows; an empty result was published")
 	}
-	fmt.Fprintf(w, "  duration:  %s (%.0f rows/s)\n", res.Duration.Round(time.Millisecond), rate)
+	fmt.Fprintf(w, "  duration:  %s (%.0f rows/s%s)\n", res.Duration.Round(time.Millisecond), rate, res.afterStartup())
 	if st := res.Stages.String(); st != "" {
 		fmt.Fprintf(w, "  stages:    %s busy, summed over the shards in flight (the busiest bounds the run)\n", st)
 	}

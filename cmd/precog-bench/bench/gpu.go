@@ -161,9 +161,9 @@ func (g *gpuBench) ceiling(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	g.nullRPS = st.SummaryRPS
+	g.nullRPS = st.WorkRPS
 	g.s.note("the pipeline's own ceiling on this machine: the null model's job on %s with the defaults, %d rows: %.0f rows/s (%s); stage busy time %s.",
-		g.dev, st.RowsIn, st.SummaryRPS, busyText(busy), st.Stages)
+		g.dev, st.RowsIn, st.WorkRPS, busyText(busy), st.Stages)
 	return nil
 }
 
@@ -187,7 +187,7 @@ func (g *gpuBench) mlp(ctx context.Context, name string, rawTarget float64) erro
 	}
 	if rawTarget > 0 && g.nullRPS > 0 {
 		g.s.add(atLeast(fmt.Sprintf("%s on %s (%d rows, defaults, %s): run rows/s vs the pipeline's own ceiling (the null model's job on %s, defaults)",
-			name, g.dev, onGPU.RowsIn, busyText(busy), g.dev), onGPU.SummaryRPS, g.nullRPS, "rows/s", rawTarget))
+			name, g.dev, onGPU.RowsIn, busyText(busy), g.dev), onGPU.WorkRPS, g.nullRPS, "rows/s", rawTarget))
 	}
 	if rawTarget > 0 {
 		var raw float64
@@ -199,15 +199,15 @@ func (g *gpuBench) mlp(ctx context.Context, name string, rawTarget float64) erro
 		if err != nil {
 			return fmt.Errorf("raw ORT CUDA: %w", err)
 		}
-		g.s.add(atLeast(fmt.Sprintf("%s on %s (%d rows, defaults, %s): run rows/s (summary) vs raw ORT CUDA at the batch the device chose (%s)",
-			name, g.dev, onGPU.RowsIn, busyText(busy), busyText(rawBusy)), onGPU.SummaryRPS, raw, "rows/s", rawTarget))
+		g.s.add(atLeast(fmt.Sprintf("%s on %s (%d rows, defaults, %s): run rows/s after start-up vs raw ORT CUDA at the batch the device chose (%s)",
+			name, g.dev, onGPU.RowsIn, busyText(busy), busyText(rawBusy)), onGPU.WorkRPS, raw, "rows/s", rawTarget))
 	}
 	onCPU, err := h.runPrecog(ctx, cpuSpec, filepath.Join(h.cfg.work, "state-gpucpu-"+name), nil)
 	if err != nil {
 		return err
 	}
 	g.s.add(atLeast(fmt.Sprintf("%s: %s (defaults) vs cpu (batch %d, %d cores), run rows/s: no model slower on the GPU",
-		name, g.dev, batchSize, nprocs()), onGPU.SummaryRPS, onCPU.SummaryRPS, "rows/s", 1.0))
+		name, g.dev, batchSize, nprocs()), onGPU.WorkRPS, onCPU.WorkRPS, "rows/s", 1.0))
 	g.s.note("%s on %s: stage busy time %s; on the CPU: %s.", name, g.dev, onGPU.Stages, onCPU.Stages)
 	return nil
 }
@@ -280,10 +280,14 @@ sinks:
 	if err != nil {
 		return fmt.Errorf("raw ORT CUDA: %w", err)
 	}
-	g.s.add(atLeast(fmt.Sprintf("text job on %s (%d titles, %s): run rows/s (summary) vs raw ORT CUDA on the same buckets (token-sized buckets of %d-row batches, %s)",
-		g.dev, st.RowsIn, busyText(busy), batchSize, busyText(rawBusy)), st.SummaryRPS, raw, "rows/s", 0.9))
+	g.s.add(atLeast(fmt.Sprintf("text job on %s (%d titles, %s): run rows/s after start-up vs raw ORT CUDA on the same buckets (token-sized buckets of %d-row batches, %s)",
+		g.dev, st.RowsIn, busyText(busy), batchSize, busyText(rawBusy)), st.WorkRPS, raw, "rows/s", 0.9))
 	g.s.note("text on %s: stage busy time %s.", g.dev, st.Stages)
-	return g.torch(ctx, st, modelPath, tokPath, data)
+	if err := g.torch(ctx, st, modelPath, tokPath, data); err != nil {
+		return err
+	}
+	g.minilm(ctx, tokPath, data)
+	return nil
 }
 
 // torch runs the PyTorch loop in fp32 and TF32 where python3 has torch
@@ -318,7 +322,7 @@ func (g *gpuBench) torch(ctx context.Context, st runStats, modelPath, tokPath, d
 			return err
 		}
 		r := atLeast(fmt.Sprintf("text job on %s vs a PyTorch loop (%s, all titles length-sorted, batches of %d, pooling and l2 on the GPU, tokenization included, %s)",
-			g.dev, prec, batchSize, busyText(busy)), st.SummaryRPS, res.RowsPerS, "rows/s", 1.0)
+			g.dev, prec, batchSize, busyText(busy)), st.WorkRPS, res.RowsPerS, "rows/s", 1.0)
 		if prec != "tf32" {
 			r.Target, r.Verdict = "report", "—" // another precision than ONNX Runtime's
 		}

@@ -113,6 +113,9 @@ model:
 type runStats struct {
 	Wall       time.Duration
 	SummaryRPS float64 // rows/s printed by the summary (rows this process / run duration)
+	// WorkRPS is the summary's rate after start-up where it names one
+	// (start-up a tenth of the run or more), else SummaryRPS.
+	WorkRPS float64
 	RowsIn     int64
 	RowsOut    int64
 	Skipped    int // shards already committed by an earlier attempt
@@ -129,7 +132,8 @@ type runStats struct {
 }
 
 var (
-	reRate    = regexp.MustCompile(`\((\d+) rows/s\)`)
+	reRate    = regexp.MustCompile(`\((\d+) rows/s[;)]`)
+	reWork    = regexp.MustCompile(`; (\d+) rows/s after `)
 	reRows    = regexp.MustCompile(`rows:\s+(\d+) in, (\d+) out`)
 	reResumed = regexp.MustCompile(`resumed:\s+(\d+) of (\d+) shards`)
 	reStages  = regexp.MustCompile(`stages:\s+(.*) busy`)
@@ -184,6 +188,10 @@ func (h *harness) runPrecog(ctx context.Context, spec, stateDir string, killWhen
 	s := out.String()
 	if m := reRate.FindStringSubmatch(s); m != nil {
 		st.SummaryRPS, _ = strconv.ParseFloat(m[1], 64)
+	}
+	st.WorkRPS = st.SummaryRPS
+	if m := reWork.FindStringSubmatch(s); m != nil {
+		st.WorkRPS, _ = strconv.ParseFloat(m[1], 64)
 	}
 	if m := reRows.FindStringSubmatch(s); m != nil {
 		st.RowsIn, _ = strconv.ParseInt(m[1], 10, 64)
