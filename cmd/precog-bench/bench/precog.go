@@ -116,11 +116,11 @@ type runStats struct {
 	// WorkRPS is the summary's rate after start-up where it names one
 	// (start-up a tenth of the run or more), else SummaryRPS.
 	WorkRPS float64
-	RowsIn     int64
-	RowsOut    int64
-	Skipped    int // shards already committed by an earlier attempt
-	Shards     int
-	MaxRSS     int64 // bytes
+	RowsIn  int64
+	RowsOut int64
+	Skipped int // shards already committed by an earlier attempt
+	Shards  int
+	MaxRSS  int64 // bytes
 	// CPU is the command's user+system CPU time.
 	CPU    time.Duration
 	Killed bool
