@@ -163,7 +163,8 @@ func TestValidatePrintsPlanAndInspect(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	for _, w := range []string{"valid", "shard plan: 4 shards, 4000 rows", "part-00000.parquet", "score"} {
+	// The batch (the spec's) and the shards in flight the device chose.
+	for _, w := range []string{"valid", "on cpu: 256 rows a call, ", " sessions, 2 shards in flight here by default", "shard plan: 4 shards, 4000 rows", "part-00000.parquet", "score"} {
 		if !strings.Contains(r.stdout, w) {
 			t.Errorf("validate output lacks %q:\n%s", w, r.stdout)
 		}

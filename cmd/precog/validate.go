@@ -30,7 +30,8 @@ func newValidateCmd(g *globals) *cobra.Command {
   - on device cuda:N, whether the model is large enough for a GPU: a warning
     when its estimated FLOPs per row are too few to beat the same machine's CPU.
 
-Then print the shard plan (from file metadata only: no data is read).
+Then print what the device chose (rows per inference call, sessions, shards in
+flight by default) and the shard plan (from file metadata only: no data is read).
 --estimate then probes the model on a short real sample at the spec's batch
 size and prints the estimated wall time of the run, as backfill --dry-run does.`,
 		Example: `  precog validate jobs/user-recs.yaml
@@ -52,6 +53,8 @@ size and prints the estimated wall time of the run, as backfill --dry-run does.`
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "job %s: valid\n", spec.Name)
 			fmt.Fprintf(w, "model %s (version %s)\n", spec.Model.Path, job.Model.Version())
+			fmt.Fprintf(w, "on %s: %d rows a call, %d sessions, %d shards in flight here by default (precog run --parallel 0)\n",
+				spec.Model.Device, job.Model.BatchRows(), job.Model.Sessions(), runner.DefaultParallel(spec.Model.Device, 1))
 			printText(w, job.Model)
 			fmt.Fprintf(w, "output schema:\n")
 			for _, f := range job.Output.Fields() {
