@@ -92,7 +92,7 @@ type Result struct {
 	// checked, the run opened.
 	Startup    time.Duration
 	RejectsDir string
-	Outputs         []string
+	Outputs    []string
 	// AlreadyDone is set when SkipSucceeded found the same work succeeded.
 	AlreadyDone bool
 	// Stages is the busy time of each pipeline stage in this process.

@@ -34,22 +34,9 @@ func TestWorkerShardsInFlightPerDevice(t *testing.T) {
 			run := submit(t, led, spec)
 			var (
 				mu      sync.Mutex
-				waiting int
-				full    = make(chan struct{})
 				holders = map[string]bool{}
 			)
-			barrier := func(int) {
-				mu.Lock()
-				waiting++
-				if waiting == c.want {
-					close(full)
-				}
-				mu.Unlock()
-				select {
-				case <-full:
-				case <-time.After(2 * time.Minute):
-				}
-			}
+			barrier, full := commitBarrier(c.want)
 			w := NewWorker(led, WorkerOptions{ID: "w0", Parallel: c.parallel, StateDir: t.TempDir(), Lease: time.Hour,
 				Logger: slog.New(slog.DiscardHandler), OnShard: func(e ShardEvent) {
 					mu.Lock()
@@ -66,7 +53,7 @@ func TestWorkerShardsInFlightPerDevice(t *testing.T) {
 			select {
 			case <-full:
 			case <-time.After(2 * time.Minute):
-				t.Fatalf("after 2 minutes %d of the %d shards the worker should hold at once reached their commit", waiting, c.want)
+				t.Fatalf("after 2 minutes fewer than the %d shards the worker should hold at once reached their commit", c.want)
 			}
 			got := waitRun(t, led, run.ID, 2*time.Minute)
 			if got.State != jobs.RunSucceeded || got.Counts.RowsOut != 3000 {
@@ -90,22 +77,8 @@ func TestWorkerShardsInFlightPerDevice(t *testing.T) {
 // makes both loops hold a shard at once.
 func TestLocalRunLoopsHoldUnderOwnNames(t *testing.T) {
 	dir, spec := fixture(t, dataset)
-	var (
-		mu      sync.Mutex
-		waiting int
-		full    = make(chan struct{})
-	)
-	fs := &faultSink{Sink: parquetSink(t, spec), onCommit: func(int) {
-		mu.Lock()
-		if waiting++; waiting == 2 {
-			close(full)
-		}
-		mu.Unlock()
-		select {
-		case <-full:
-		case <-time.After(2 * time.Minute):
-		}
-	}}
+	barrier, _ := commitBarrier(2)
+	fs := &faultSink{Sink: parquetSink(t, spec), onCommit: barrier}
 	state := filepath.Join(dir, "state")
 	res, err := RunLocal(context.Background(), spec, LocalOptions{StateDir: state, Parallel: 2, Sinks: []sinks.Sink{fs}})
 	if err != nil {
@@ -128,4 +101,24 @@ func TestLocalRunLoopsHoldUnderOwnNames(t *testing.T) {
 	if want := []string{me + "/cpu", me + "/cpu#2"}; !slices.Equal(slices.Sorted(maps.Keys(names)), want) {
 		t.Errorf("shards committed by %v, want %v", slices.Sorted(maps.Keys(names)), want)
 	}
+}
+
+// commitBarrier is a faultSink's onCommit that holds every commit until n
+// of them wait at once (or 2 minutes pass: with fewer shards in flight it
+// never fills, and the test fails on what it then sees); full closes then.
+func commitBarrier(n int) (onCommit func(int), full <-chan struct{}) {
+	var mu sync.Mutex
+	waiting := 0
+	ch := make(chan struct{})
+	return func(int) {
+		mu.Lock()
+		if waiting++; waiting == n {
+			close(ch)
+		}
+		mu.Unlock()
+		select {
+		case <-ch:
+		case <-time.After(2 * time.Minute):
+		}
+	}, ch
 }

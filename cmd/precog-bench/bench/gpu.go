@@ -231,29 +231,9 @@ func (g *gpuBench) text(ctx context.Context) error {
 	if err := writeTitles(data, n); err != nil {
 		return err
 	}
-	y := fmt.Sprintf(`name: bench-gpu-text
-source:
-  parquet: { path: %q }
-  key: id
-  rows_per_shard: %d
-model:
-  path: %q
-  device: %s
-  inputs:
-    input_ids:      { text: title, tokenizer: %q, max_length: %d }
-    attention_mask: { mask_of: input_ids }
-  outputs: { last_hidden_state: embedding }
-  pooling: mean
-  normalize: l2
-  batch_size: %d
-sinks:
-  parquet: { path: %q }
-`, data, textRowsPerShard, modelPath, g.dev, tokPath, textMaxLen, batchSize, filepath.Join(h.cfg.work, "out", "gpu-text"))
-	spec := filepath.Join(h.cfg.work, "jobs", "bench-gpu-text.yaml")
-	if err := os.MkdirAll(filepath.Dir(spec), 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(spec, []byte(y), 0o644); err != nil {
+	spec, err := h.writeTextJob(textJob{Name: "bench-gpu-text", Data: data, Model: modelPath, Tokenizer: tokPath,
+		Device: g.dev, Batch: batchSize, Out: filepath.Join(h.cfg.work, "out", "gpu-text")})
+	if err != nil {
 		return err
 	}
 	var st runStats
@@ -311,7 +291,7 @@ func (g *gpuBench) torch(ctx context.Context, st runStats, modelPath, tokPath, d
 		}
 		var out []byte
 		busy, err := g.busy(func() error {
-			cmd := exec.CommandContext(ctx, "python3", script, modelPath, tokPath, data, fmt.Sprint(textMaxLen), fmt.Sprint(batchSize), prec)
+			cmd := exec.CommandContext(ctx, "python3", script, "embedder", modelPath, tokPath, data, fmt.Sprint(textMaxLen), fmt.Sprint(batchSize), prec)
 			var err error
 			if out, err = cmd.Output(); err != nil {
 				return fmt.Errorf("python3 %s: %w", filepath.Base(script), err)

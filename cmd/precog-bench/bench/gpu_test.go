@@ -1,12 +1,14 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/runner/model"
 )
 
@@ -45,5 +47,33 @@ func TestOnDevice(t *testing.T) {
 	}
 	if _, err := onDevice(out, "cuda:0"); err == nil {
 		t.Fatal("a spec without the CPU batch was rewritten")
+	}
+}
+
+// TestWriteTextJob: the bench's text jobs (the text section's, the gpu
+// section's and its MiniLM-shaped one) come from one writer; each option
+// reaches the spec, and a left-out batch size is the device's choice.
+func TestWriteTextJob(t *testing.T) {
+	h := &harness{cfg: config{work: t.TempDir()}}
+	for _, j := range []textJob{
+		{Name: "plain", Batch: 1024},
+		{Name: "gpu", Device: "cuda:0", Precision: jobs.PrecisionFP16, TokenTypes: true},
+	} {
+		j.Data, j.Model, j.Tokenizer, j.Out = "data", "m.onnx", "tok.json", "out"
+		p, err := h.writeTextJob(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec, err := jobs.Load(p, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", j.Name, err)
+		}
+		m := spec.Model
+		_, types := m.Inputs["token_type_ids"]
+		device := cmp.Or(j.Device, jobs.DeviceCPU)
+		if spec.Name != j.Name || m.Device != device || m.AutoBatch() != (j.Batch == 0) || types != j.TokenTypes ||
+			m.Precision != cmp.Or(j.Precision, jobs.PrecisionFP32) || m.Pooling != jobs.PoolingMean || spec.Source.Key != "id" {
+			t.Errorf("%s: spec %+v", j.Name, m)
+		}
 	}
 }

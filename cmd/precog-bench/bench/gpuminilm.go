@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	_ "embed"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,9 +11,6 @@ import (
 
 	"github.com/precog-ml/precog/jobs"
 )
-
-//go:embed minilm.py
-var miniLMScript []byte
 
 // miniLMResult is one line of minilm.py run.
 type miniLMResult struct {
@@ -27,7 +23,7 @@ type miniLMResult struct {
 
 // minilm measures issue 33's text model: a BERT of MiniLM's shape (6
 // layers, 384 wide) that PyTorch builds and exports on this machine
-// (minilm.py), run as precog's text job in fp32 (ONNX Runtime's TF32
+// (torchloop.py minilm-export), run as precog's text job in fp32 (ONNX Runtime's TF32
 // matmuls) and precision: fp16, against the same weights in a PyTorch loop
 // in TF32, fp32 and fp16, end to end with tokenization, each with its GPU
 // busy %, and the least cosine between precog's vectors and PyTorch's.
@@ -51,11 +47,11 @@ func (g *gpuBench) minilmRows(ctx context.Context, tokPath, data string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	script := filepath.Join(dir, "minilm.py")
-	if err := os.WriteFile(script, miniLMScript, 0o644); err != nil {
+	script := filepath.Join(dir, "torchloop.py")
+	if err := os.WriteFile(script, torchLoop, 0o644); err != nil {
 		return err
 	}
-	if out, err := exec.CommandContext(ctx, "python3", script, "export", tokPath, dir).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(ctx, "python3", script, "minilm-export", tokPath, dir).CombinedOutput(); err != nil {
 		return fmt.Errorf("export: %w: %s", err, tail(string(out), 1500))
 	}
 	precog := map[jobs.Precision]runStats{}
@@ -87,10 +83,10 @@ func (g *gpuBench) minilmRows(ctx context.Context, tokPath, data string) error {
 		}
 		var res miniLMResult
 		b, err := g.busy(func() error {
-			cmd := exec.CommandContext(ctx, "python3", script, "run", dir, tokPath, data, fmt.Sprint(textMaxLen), fmt.Sprint(batchSize), prec, against)
+			cmd := exec.CommandContext(ctx, "python3", script, "minilm", dir, tokPath, data, fmt.Sprint(textMaxLen), fmt.Sprint(batchSize), prec, against)
 			out, err := cmd.Output()
 			if err != nil {
-				return fmt.Errorf("python3 minilm.py run %s: %w", prec, err)
+				return fmt.Errorf("python3 torchloop.py minilm %s: %w", prec, err)
 			}
 			return json.Unmarshal(lastLine(out), &res)
 		})
@@ -124,30 +120,6 @@ func (g *gpuBench) minilmRows(ctx context.Context, tokPath, data string) error {
 // minilmSpec writes the MiniLM-shaped text job in precision p, with the
 // device's defaults (batch size, shards in flight, sessions).
 func (g *gpuBench) minilmSpec(dir, tokPath, data string, p jobs.Precision) (string, error) {
-	h := g.h
-	y := fmt.Sprintf(`name: bench-gpu-minilm-%s
-source:
-  parquet: { path: %q }
-  key: id
-  rows_per_shard: %d
-model:
-  path: %q
-  device: %s
-  precision: %s
-  inputs:
-    input_ids:      { text: title, tokenizer: %q, max_length: %d }
-    attention_mask: { mask_of: input_ids }
-    token_type_ids: { zeros_like: input_ids }
-  outputs: { last_hidden_state: embedding }
-  pooling: mean
-  normalize: l2
-sinks:
-  parquet: { path: %q }
-`, p, data, textRowsPerShard, filepath.Join(dir, "minilm.onnx"), g.dev, p, tokPath, textMaxLen,
-		filepath.Join(h.cfg.work, "out", "gpu-minilm-"+string(p)))
-	spec := filepath.Join(h.cfg.work, "jobs", "bench-gpu-minilm-"+string(p)+".yaml")
-	if err := os.MkdirAll(filepath.Dir(spec), 0o755); err != nil {
-		return "", err
-	}
-	return spec, os.WriteFile(spec, []byte(y), 0o644)
+	return g.h.writeTextJob(textJob{Name: "bench-gpu-minilm-" + string(p), Data: data, Model: filepath.Join(dir, "minilm.onnx"),
+		Tokenizer: tokPath, Device: g.dev, Precision: p, TokenTypes: true, Out: filepath.Join(g.h.cfg.work, "out", "gpu-minilm-"+string(p))})
 }

@@ -285,28 +285,9 @@ func (h *harness) textJob(ctx context.Context, s *section, dir string, n int, mo
 		return err
 	}
 	slog.Info("titles written", "rows", n, "took", time.Since(t0).Round(time.Millisecond))
-	y := fmt.Sprintf(`name: bench-text
-source:
-  parquet: { path: %q }
-  key: id
-  rows_per_shard: %d
-model:
-  path: %q
-  inputs:
-    input_ids:      { text: title, tokenizer: %q, max_length: %d }
-    attention_mask: { mask_of: input_ids }
-  outputs: { last_hidden_state: embedding }
-  pooling: mean
-  normalize: l2
-  batch_size: %d
-sinks:
-  parquet: { path: %q }
-`, data, textRowsPerShard, modelPath, tokPath, textMaxLen, batchSize, filepath.Join(h.cfg.work, "out", "text"))
-	spec := filepath.Join(h.cfg.work, "jobs", "bench-text.yaml")
-	if err := os.MkdirAll(filepath.Dir(spec), 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(spec, []byte(y), 0o644); err != nil {
+	spec, err := h.writeTextJob(textJob{Name: "bench-text", Data: data, Model: modelPath, Tokenizer: tokPath,
+		Batch: batchSize, Out: filepath.Join(h.cfg.work, "out", "text")})
+	if err != nil {
 		return err
 	}
 	raw, err := h.rawTextORT(modelPath, tok, min(n, textSample))
