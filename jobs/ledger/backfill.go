@@ -87,6 +87,19 @@ type Backfills interface {
 	// SetBackfill changes a backfill's parallelism (> 0) and whether it is
 	// cancelled, admitting waiting runs up to the new bound.
 	SetBackfill(ctx context.Context, id string, parallel int, cancelled bool) error
+	// RetryBackfillRun takes runID, the failed current run of a value of
+	// backfill id, back up as Ledger.RetryRun does (back to running, its
+	// committed shards kept, its failed ones pending, the staged data a
+	// pending cleanup kept the run's again), and has it wait for admission
+	// like a new run: it counts against Parallel once admitted, in value
+	// order, so the bound holds however many values are reopened. It
+	// returns the shards moved. ErrNotFound when runID is not the current
+	// run of a value of id; ErrRunOpen when the run is open (nothing to
+	// reopen); RetryRun's ErrRunFinished, *OpenRunError and ErrCleaning,
+	// changing nothing; ErrUnsupported on a ledger that cannot reopen a
+	// failed run (the embedded one: `precog retry` gives the value a new
+	// run).
+	RetryBackfillRun(ctx context.Context, id, runID string) (int, error)
 }
 
 // BackfillState sums up a backfill from its current runs (by id): running

@@ -217,6 +217,12 @@ func (l *Ledger) SetBackfill(ctx context.Context, id string, parallel int, cance
 	return nil
 }
 
+// RetryBackfillRun implements ledger.Backfills: ErrUnsupported, as
+// RetryRun (a failed value of a local backfill gets a new run).
+func (l *Ledger) RetryBackfillRun(ctx context.Context, id, runID string) (int, error) {
+	return 0, ledger.Unsupported(backend, "reopen run "+runID+" of backfill "+id, "a failed value of a local backfill gets a new run")
+}
+
 // admitted drops from cands the pending runs of backfills that may not
 // start yet: a backfill admits its waiting runs in value order while fewer
 // than Parallel of its runs are running or publishing, none once it is

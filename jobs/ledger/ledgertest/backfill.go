@@ -166,3 +166,94 @@ func testBackfill(t *testing.T, l ledger.Store) {
 	_, err = l.Backfill(ctx, "bf-3")
 	wantErr(t, "Backfill of a refused backfill", err, ledger.ErrNotFound)
 }
+
+// testBackfillRetryRun: RetryBackfillRun reopens a value's failed run whose
+// staged data is kept (its pending cleanup taken back, its committed shard
+// kept as it was, its failed one pending) and has it wait for admission:
+// with Parallel 1 and another value in flight it is not claimable until
+// that value ends, then it is, before the later values. It refuses a run
+// that is not the current run of a value (ErrNotFound) and one that is
+// open (ErrRunOpen). A ledger that cannot reopen a failed run says
+// ErrUnsupported and changes nothing.
+func testBackfillRetryRun(t *testing.T, l ledger.Store) {
+	ctx := context.Background()
+	values := []string{"2024-11-01", "2024-11-02", "2024-11-03"}
+	var children []ledger.BackfillRun
+	for _, v := range values {
+		br := backfillChild("bfjob", v)
+		br.Run.Shards, br.Shards = 2, []jobs.Shard{br.Shards[0], {RunID: br.Run.ID, Index: 1, Plan: br.Shards[0].Plan, EstRows: br.Shards[0].EstRows}}
+		children = append(children, br)
+	}
+	b := ledger.Backfill{ID: "bf-r", Job: "bfjob", Param: "date", From: values[0], To: values[2], Step: "1d", Parallel: 1, Priority: -1, Pool: "bf"}
+	if err := l.CreateBackfill(ctx, b, children); err != nil {
+		t.Fatalf("CreateBackfill: %v", err)
+	}
+	// Value 1: shard 0 committed by w1, shard 1 out of attempts, the run
+	// failed with its staged data kept; value 2 is admitted and claimed.
+	first := children[0].Run.ID
+	r, s := claimNext(t, l, "bf", "w1", longLease)
+	if r.ID != first {
+		t.Fatalf("first claim went to run %s, want %s", r.ID, first)
+	}
+	if err := l.Complete(ctx, ledger.CompleteParams{RunID: first, Shard: s.Index, Worker: "w1", Counts: jobs.Counts{RowsIn: 1, RowsOut: 1}}); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	s = claim(t, l, first, "w1", longLease)
+	if err := l.Fail(ctx, ledger.FailParams{RunID: first, Shard: s.Index, Worker: "w1", Msg: "redis down", Retry: true, MaxAttempts: 1}); err != nil {
+		t.Fatalf("Fail: %v", err)
+	}
+	if err := l.SetRunState(ctx, first, jobs.RunFailed, "shard 1 out of attempts"); err != nil {
+		t.Fatalf("SetRunState(failed): %v", err)
+	}
+	kept := cleanupsSupported(t, l, mustRun(t, l, first), time.Hour)
+	committed := mustShard(t, l, first, 0)
+	if r, _ := claimNext(t, l, "bf", "w2", longLease); r.ID != children[1].Run.ID {
+		t.Fatalf("claim after value 1 failed went to run %s, want value 2's %s", r.ID, children[1].Run.ID)
+	}
+
+	n, err := l.RetryBackfillRun(ctx, "bf-r", first)
+	if !kept {
+		wantErr(t, "RetryBackfillRun on a ledger that cannot reopen a failed run", err, ledger.ErrUnsupported)
+		if got := mustRun(t, l, first); got.State != jobs.RunFailed {
+			t.Fatalf("run after the refusal is %s, want failed", got.State)
+		}
+		return
+	}
+	if err != nil || n != 1 {
+		t.Fatalf("RetryBackfillRun = %d, %v; want 1 shard moved", n, err)
+	}
+	if got := mustRun(t, l, first); got.State != jobs.RunRunning || got.Error != "" {
+		t.Fatalf("reopened run is %s (%q), want running", got.State, got.Error)
+	}
+	if got := mustShard(t, l, first, 0); got.State != jobs.ShardCommitted || got.Worker != "w1" || !got.UpdatedAt.Equal(committed.UpdatedAt) {
+		t.Fatalf("committed shard after the reopening = %+v, want it as it was (%+v)", got, committed)
+	}
+	if got := mustShard(t, l, first, 1); got.State != jobs.ShardPending || got.Attempts != 0 {
+		t.Fatalf("failed shard after the reopening = %+v, want pending with attempts reset", got)
+	}
+	wantErr(t, "PendingCleanup of the reopened run", func() error { _, err := l.PendingCleanup(ctx, first); return err }(), ledger.ErrNotFound)
+	// Parallel 1 and value 2 in flight: the reopened run waits.
+	r2, s2 := claimNext(t, l, "bf", "w3", longLease)
+	if r2.ID != children[1].Run.ID {
+		t.Fatalf("claim with value 2 in flight went to run %s, want value 2's %s (the reopened run waits)", r2.ID, children[1].Run.ID)
+	}
+	_, _, err = l.ClaimNext(ctx, ledger.ClaimNextParams{Pool: "bf", Worker: "w4", Lease: longLease})
+	wantErr(t, "ClaimNext with 1 of 1 values in flight and value 1 reopened", err, ledger.ErrNoShard)
+	wantErr(t, "RetryBackfillRun of an open run", func() error { _, err := l.RetryBackfillRun(ctx, "bf-r", first); return err }(), ledger.ErrRunOpen)
+	wantErr(t, "RetryBackfillRun of a run of no value", func() error { _, err := l.RetryBackfillRun(ctx, "bf-r", "nope"); return err }(), ledger.ErrNotFound)
+	wantErr(t, "RetryBackfillRun of another backfill", func() error { _, err := l.RetryBackfillRun(ctx, "bf-none", first); return err }(), ledger.ErrNotFound)
+
+	// Value 2 ends: the reopened value 1 is admitted before value 3.
+	s1 := mustShard(t, l, children[1].Run.ID, 0)
+	if s1.State == jobs.ShardRunning {
+		if err := l.Complete(ctx, ledger.CompleteParams{RunID: s1.RunID, Shard: 0, Worker: s1.Worker, Counts: jobs.Counts{RowsIn: 1, RowsOut: 1}}); err != nil {
+			t.Fatalf("Complete: %v", err)
+		}
+	}
+	finish(t, l, r2, s2, jobs.RunSucceeded)
+	if r, s := claimNext(t, l, "bf", "w5", longLease); r.ID != first || s.Index != 1 {
+		t.Fatalf("claim after value 2 ended went to run %s shard %d, want the reopened %s's shard 1", r.ID, s.Index, first)
+	}
+	_, _, err = l.ClaimNext(ctx, ledger.ClaimNextParams{Pool: "bf", Worker: "w6", Lease: longLease})
+	wantErr(t, "ClaimNext with the reopened value in flight", err, ledger.ErrNoShard)
+}

@@ -89,6 +89,7 @@ func Exercise(t *testing.T, newLedger func(t *testing.T) ledger.Store) {
 		{"RejectsCap", testRejectsCap},
 		// ledger.Backfills (backfill.go)
 		{"Backfill", testBackfill},
+		{"BackfillRetryRun", testBackfillRetryRun},
 		// ledger.Snapshots (snapshots.go)
 		{"Snapshots", testSnapshots},
 	}

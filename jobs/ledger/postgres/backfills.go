@@ -205,6 +205,44 @@ func (l *Ledger) SetBackfill(ctx context.Context, id string, parallel int, cance
 	return nil
 }
 
+// RetryBackfillRun implements ledger.Backfills: in one transaction the
+// backfill's row is locked (as AddBackfillRuns and admission lock it), the
+// run reopened as RetryRun does, its mapping marked waiting and the
+// backfill's admission run, so a reopened run is claimable only once the
+// bound admits it (the admission trigger fires on terminal states only:
+// failed to running would pass it by).
+func (l *Ledger) RetryBackfillRun(ctx context.Context, id, runID string) (int, error) {
+	var re reopened
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		var current bool
+		err := tx.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM precog_backfill_runs o
+				WHERE o.backfill_id = br.backfill_id AND o.value = br.value AND o.seq > br.seq)
+			FROM precog_backfills b JOIN precog_backfill_runs br ON br.backfill_id = b.id
+			WHERE b.id = $1 AND br.run_id = $2 FOR UPDATE OF b`, id, runID).Scan(&current)
+		if errors.Is(err, pgx.ErrNoRows) || err == nil && !current {
+			return fmt.Errorf("run %s is not the current run of a value of backfill %s: %w", runID, id, ledger.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		if re, err = retryRunTx(ctx, tx, runID); err != nil {
+			return err
+		}
+		if re.open {
+			return fmt.Errorf("run %s is open, not failed: %w", runID, ledger.ErrRunOpen)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE precog_backfill_runs SET admitted = false WHERE backfill_id = $1 AND run_id = $2`, id, runID); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `SELECT precog_backfill_admit($1)`, id)
+		return err
+	})
+	if err := l.retryRunError(ctx, runID, re, err); err != nil {
+		return 0, fmt.Errorf("backfill %s: %w", id, err)
+	}
+	return re.moved, nil
+}
+
 // poolName is the pool recorded for a backfill ("" reads as the default).
 func poolName(p string) string {
 	return jobs.PoolOrDefault(p)

@@ -250,54 +250,82 @@ func runPool(ctx context.Context, tx pgx.Tx, runID string) (string, error) {
 // ErrRunFinished; when (job, params) has another open run meanwhile, an
 // *OpenRunError names it.
 func (l *Ledger) RetryRun(ctx context.Context, runID string) (int, error) {
-	n := 0
-	var job, paramsKey string
+	var re reopened
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		var pool string
-		var state jobs.RunState
-		err := tx.QueryRow(ctx, `SELECT pool, state, job, params_key FROM precog_runs WHERE id = $1 FOR UPDATE`, runID).Scan(&pool, &state, &job, &paramsKey)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("run %s: %w", runID, ledger.ErrNotFound)
-		}
-		if err != nil {
-			return err
-		}
-		if state != jobs.RunFailed {
-			if state.Terminal() {
-				return fmt.Errorf("run %s is %s: %w", runID, state, ledger.ErrRunFinished)
-			}
-			return nil // open already: just its failed shards
-		}
-		if err := takeBackCleanup(ctx, tx, runID); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `UPDATE precog_runs SET state = 'running', error = '', publisher = NULL, publish_until = NULL,
-			retries = retries + 1, updated_at = now() WHERE id = $1`, runID); err != nil {
-			return err
-		}
-		tag, err := tx.Exec(ctx, `UPDATE precog_run_shards SET state = 'pending', attempts = 0, error = '', worker = NULL,
-			lease_until = NULL, worker2 = NULL, lease2_until = NULL, updated_at = now()
-			WHERE run_id = $1 AND state IN ('failed', 'running')`, runID)
-		if err != nil {
-			return err
-		}
-		n = int(tag.RowsAffected())
-		return notify(ctx, tx, pool)
+		var err error
+		re, err = retryRunTx(ctx, tx, runID)
+		return err
 	})
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "precog_runs_open_key" {
-		if open, oerr := l.OpenRun(ctx, job, paramsKey); oerr == nil {
-			return 0, fmt.Errorf("ledger: retry run %s: %w", runID, &ledger.OpenRunError{Job: job, ParamsKey: paramsKey, RunID: open.ID, State: open.State})
-		}
-		return 0, fmt.Errorf("ledger: retry run %s: job %s has another open run: %w", runID, job, ledger.ErrRunOpen)
+	if err := l.retryRunError(ctx, runID, re, err); err != nil {
+		return 0, err
 	}
-	if err != nil {
-		return 0, fmt.Errorf("ledger: retry run %s: %w", runID, err)
-	}
-	if n == 0 {
+	if re.open { // open already: just its failed shards
 		return l.RetryFailed(ctx, runID)
 	}
-	return n, nil
+	return re.moved, nil
+}
+
+// reopened is what retryRunTx did: the shards it moved, and the run's job
+// and params key (to name an open run of them); open when the run was
+// open already and nothing changed.
+type reopened struct {
+	moved          int
+	job, paramsKey string
+	open           bool
+}
+
+// retryRunTx is RetryRun inside tx: it locks run runID's row and, when the
+// run failed, reopens it (see RetryRun) and wakes its pool.
+func retryRunTx(ctx context.Context, tx pgx.Tx, runID string) (reopened, error) {
+	var re reopened
+	var pool string
+	var state jobs.RunState
+	err := tx.QueryRow(ctx, `SELECT pool, state, job, params_key FROM precog_runs WHERE id = $1 FOR UPDATE`, runID).Scan(&pool, &state, &re.job, &re.paramsKey)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return re, fmt.Errorf("run %s: %w", runID, ledger.ErrNotFound)
+	}
+	if err != nil {
+		return re, err
+	}
+	if state != jobs.RunFailed {
+		if state.Terminal() {
+			return re, fmt.Errorf("run %s is %s: %w", runID, state, ledger.ErrRunFinished)
+		}
+		re.open = true
+		return re, nil
+	}
+	if err := takeBackCleanup(ctx, tx, runID); err != nil {
+		return re, err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE precog_runs SET state = 'running', error = '', publisher = NULL, publish_until = NULL,
+		retries = retries + 1, updated_at = now() WHERE id = $1`, runID); err != nil {
+		return re, err
+	}
+	tag, err := tx.Exec(ctx, `UPDATE precog_run_shards SET state = 'pending', attempts = 0, error = '', worker = NULL,
+		lease_until = NULL, worker2 = NULL, lease2_until = NULL, updated_at = now()
+		WHERE run_id = $1 AND state IN ('failed', 'running')`, runID)
+	if err != nil {
+		return re, err
+	}
+	re.moved = int(tag.RowsAffected())
+	return re, notify(ctx, tx, pool)
+}
+
+// retryRunError wraps err, the error of a transaction that reopened run
+// runID (re), naming the open run of its job and params that the
+// reopening collided with.
+func (l *Ledger) retryRunError(ctx context.Context, runID string, re reopened, err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "precog_runs_open_key" {
+		if open, oerr := l.OpenRun(ctx, re.job, re.paramsKey); oerr == nil {
+			return fmt.Errorf("ledger: retry run %s: %w", runID, &ledger.OpenRunError{Job: re.job, ParamsKey: re.paramsKey, RunID: open.ID, State: open.State})
+		}
+		return fmt.Errorf("ledger: retry run %s: job %s has another open run: %w", runID, re.job, ledger.ErrRunOpen)
+	}
+	if err != nil {
+		return fmt.Errorf("ledger: retry run %s: %w", runID, err)
+	}
+	return nil
 }
 
 // JobNames lists every job that has a run in the ledger, by name: the
