@@ -114,20 +114,31 @@ func (r RetryResult) stagedNote() string {
 // r has succeeded: retrying r would compute results older than what
 // readers see, and its publish would try to move them back.
 func refuseSuperseded(ctx context.Context, led ledger.Ledger, r jobs.Run) error {
+	o, err := SupersededBy(ctx, led, r)
+	if err != nil || o.ID == "" {
+		return err
+	}
+	return refused(fmt.Errorf("run %s is superseded: the newer run %s of %s (same params) succeeded, and readers see its results; retrying %s would try to move them back. Submit a new run instead, or pass --force",
+		r.ID, o.ID, r.Job, r.ID))
+}
+
+// SupersededBy is the run of r's job and params created after r that
+// succeeded (zero when none): reopening r would compute results older than
+// what readers see.
+func SupersededBy(ctx context.Context, led ledger.Ledger, r jobs.Run) (jobs.Run, error) {
 	runs, err := led.Runs(ctx, r.Job, 0)
 	if err != nil {
-		return err
+		return jobs.Run{}, err
 	}
 	for _, o := range runs { // newest first
 		if o.ID == r.ID || !o.CreatedAt.After(r.CreatedAt) {
 			break
 		}
 		if o.ParamsKey == r.ParamsKey && o.State == jobs.RunSucceeded {
-			return refused(fmt.Errorf("run %s is superseded: the newer run %s of %s (same params) succeeded, and readers see its results; retrying %s would try to move them back. Submit a new run instead, or pass --force",
-				r.ID, o.ID, r.Job, r.ID))
+			return o, nil
 		}
 	}
-	return nil
+	return jobs.Run{}, nil
 }
 
 // retryCluster puts a cluster run's failed shards back to pending, or

@@ -37,14 +37,16 @@ func printBackfillStatus(ctx context.Context, bl backfill.Ledger, id string, w i
 }
 
 // retryBackfill is `precog retry ID` of a backfill: each failed or
-// cancelled value gets a new run (backfill.Retry); on the embedded ledger
-// they run here.
+// cancelled value is taken up again (backfill.Retry: a failed run whose
+// staged data is kept is resumed, the others get new runs), printed value
+// by value; on the embedded ledger the new runs run here.
 func retryBackfill(ctx context.Context, g *globals, led *openedLedger, bl ledger.Store, b ledger.Backfill, parallel int, out io.Writer) error {
-	values, err := backfill.Retry(ctx, bl, b.ID, os.LookupEnv, nil)
+	res, err := backfill.Retry(ctx, bl, b.ID, os.LookupEnv, nil)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(out, backfill.RetryMessage(b.ID, values))
+	fmt.Fprintln(out, res)
+	values := res.New()
 	if len(values) == 0 || led.cluster != nil {
 		return nil
 	}

@@ -33,12 +33,12 @@ func backfillActions(g *globals, db string, drain time.Duration) dashboard.Backf
 				return "", err
 			}
 			defer led.Close()
-			values, err := backfill.Retry(ctx, led.Store, id, os.LookupEnv, nil)
+			res, err := backfill.Retry(ctx, led.Store, id, os.LookupEnv, nil)
 			if err != nil {
 				return "", err
 			}
-			msg := backfill.RetryMessage(id, values)
-			if led.cluster == nil && len(values) > 0 {
+			msg := strings.ReplaceAll(res.String(), "\n ", ";")
+			if led.cluster == nil && len(res.New()) > 0 {
 				msg += "; the same precog backfill command executes them on this machine"
 			}
 			return msg, nil

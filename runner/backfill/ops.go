@@ -67,16 +67,6 @@ func Cancel(ctx context.Context, led Ledger, b ledger.Backfill) (open []string, 
 	return open, nil
 }
 
-// RetryMessage says what Retry did to backfill id: the values given a new
-// run, and who executes them (the pool's workers, or, local, the precog
-// backfill command on this machine).
-func RetryMessage(id string, values []string) string {
-	if len(values) == 0 {
-		return fmt.Sprintf("backfill %s has no failed or cancelled value: nothing to retry", id)
-	}
-	return fmt.Sprintf("backfill %s: new runs for %v", id, values)
-}
-
 // RunRetried executes on this machine the new runs Retry gave values of
 // backfill id (the embedded ledger), with the specs they recorded and this
 // environment (one that does not load here is a *runner.RefusedError);
