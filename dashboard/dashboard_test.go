@@ -474,3 +474,62 @@ func TestBoltDirWithoutLedger(t *testing.T) {
 		t.Errorf("the dashboard created %s: %v", dir, err)
 	}
 }
+
+// TestRunPageStagedData: the run page of a failed cluster run says what
+// precog status says of its staged data: kept until when (precog retry
+// resumes the run) or removed (a retry recomputes); the live part too, and
+// the JSON view has staged_kept_until / staged_removed. A run of the
+// embedded ledger, which keeps no staged data of a failed run, and a
+// succeeded run show no such line.
+func TestRunPageStagedData(t *testing.T) {
+	for name, open := range ledgers(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			led, src := open(t)
+			s := seed(t, led)
+			kept := mustCreate(t, led, "scores", 2).ID
+			commit(t, led, kept, "w-a", 1000)
+			setState(t, led, kept, jobs.RunFailed, "1 shard out of attempts")
+			err := led.AddCleanup(ctx, ledger.CleanupParams{RunID: kept, Reason: "failed; staged data kept for retry.keep_failed 1h", DueIn: time.Hour})
+			cluster := !errors.Is(err, ledger.ErrUnsupported)
+			if cluster && err != nil {
+				t.Fatal(err)
+			}
+			ts := newServer(t, Options{Source: src, Actions: ledgerActions(led)})
+			lines := map[string]string{kept: "", s.Failed: "", s.Succeeded: ""}
+			var until string
+			if cluster {
+				c, err := led.PendingCleanup(ctx, kept)
+				if err != nil {
+					t.Fatal(err)
+				}
+				until = c.DueAt.UTC().Format(time.RFC3339)
+				lines[kept] = `<p class="note" data-staged>Retry: staged data kept until ` + until + `; precog retry ` + kept + ` resumes the run (committed shards are not recomputed)</p>`
+				lines[s.Failed] = `<p class="note" data-staged>Retry: staged data removed; precog retry ` + s.Failed + ` recomputes the shards its sinks lost</p>`
+			}
+			for id, want := range lines {
+				for _, path := range []string{"/runs/" + id, "/runs/" + id + "?part=live"} {
+					code, body, _ := get(t, ts, path, token)
+					if code != 200 {
+						t.Fatalf("GET %s = %d", path, code)
+					}
+					if n := strings.Count(body, "data-staged"); want == "" && n != 0 || want != "" && (n != 1 || !strings.Contains(body, want)) {
+						t.Errorf("GET %s: %d staged-data lines; want %q\n%s", path, n, want, body)
+					}
+				}
+			}
+			_, body, _ := get(t, ts, "/api/runs/"+kept, token)
+			var got struct {
+				Run runview.Run `json:"run"`
+			}
+			if err := json.Unmarshal([]byte(body), &got); err != nil || got.Run.StagedKeptUntil != until || got.Run.StagedRemoved {
+				t.Errorf("api run of the kept run: %+v (%v); want staged_kept_until %q", got.Run, err, until)
+			}
+			_, body, _ = get(t, ts, "/api/runs/"+s.Failed, token)
+			got.Run = runview.Run{}
+			if err := json.Unmarshal([]byte(body), &got); err != nil || got.Run.StagedRemoved != cluster || got.Run.StagedKeptUntil != "" {
+				t.Errorf("api run of the failed run: %+v (%v); want staged_removed %v", got.Run, err, cluster)
+			}
+		})
+	}
+}

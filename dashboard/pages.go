@@ -196,7 +196,11 @@ type shardRow struct {
 	Updated time.Time
 }
 
-func loadDetail(ctx context.Context, led ledger.Ledger, view viewFunc, id string, page int, now time.Time) (runDetail, error) {
+// loadDetail is run id's page (shards page page) at now: its view, with
+// what became of a failed cluster run's staged data (runner.StagedView:
+// the retry line precog status prints), its shards, errors, rejects and
+// charts.
+func loadDetail(ctx context.Context, led ledger.Store, view viewFunc, id string, page int, now time.Time) (runDetail, error) {
 	run, err := led.Run(ctx, id)
 	if err != nil {
 		return runDetail{}, fmt.Errorf("run %s: %w", id, err)
@@ -207,7 +211,11 @@ func loadDetail(ctx context.Context, led ledger.Ledger, view viewFunc, id string
 	}
 	// The spec as recorded keeps ${…} unexpanded, but a credential may be
 	// written literally: the view never shows one.
-	d := runDetail{Row: rowOf(view(run, shards, now), run), Spec: jobs.RedactSecrets(string(run.Spec)), SpecFile: run.SpecFile}
+	v, err := runner.StagedView(ctx, led, run, view(run, shards, now))
+	if err != nil {
+		return runDetail{}, fmt.Errorf("run %s: staged data: %w", id, err)
+	}
+	d := runDetail{Row: rowOf(v, run), Spec: jobs.RedactSecrets(string(run.Spec)), SpecFile: run.SpecFile}
 	workers := map[string]bool{}
 	d.Page = pagerOf(page, len(shards))
 	for i, sh := range shards {

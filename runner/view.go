@@ -28,16 +28,17 @@ func RunView(ctx context.Context, led ledger.Store, stateDir string, r jobs.Run,
 		return v, err
 	}
 	if stateDir == "" {
-		return stagedView(ctx, led, r, v)
+		return StagedView(ctx, led, r, v)
 	}
 	return LocalView(stateDir, r, shards, v, now), nil
 }
 
-// stagedView is v with what became of failed cluster run r's staged data:
+// StagedView is v with what became of failed cluster run r's staged data:
 // kept until its pending cleanup is due, or removed (none pending; every
 // failed cluster run's sinks are aborted, at once or after
-// retry.keep_failed). A ledger without cleanups tells nothing.
-func stagedView(ctx context.Context, led ledger.Cleanups, r jobs.Run, v runview.Run) (runview.Run, error) {
+// retry.keep_failed). A ledger without cleanups tells nothing. Also the
+// dashboard's run page.
+func StagedView(ctx context.Context, led ledger.Cleanups, r jobs.Run, v runview.Run) (runview.Run, error) {
 	if r.State != jobs.RunFailed {
 		return v, nil
 	}

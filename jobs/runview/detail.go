@@ -95,11 +95,8 @@ func (d Detail) Write(w io.Writer) error {
 	if r.Error != "" {
 		fmt.Fprintf(tw, "error\t%s\n", oneLine(r.Error, 300))
 	}
-	switch {
-	case r.StagedKeptUntil != "":
-		fmt.Fprintf(tw, "retry\tstaged data kept until %s; precog retry %s resumes the run (committed shards are not recomputed)\n", r.StagedKeptUntil, r.ID)
-	case r.StagedRemoved:
-		fmt.Fprintf(tw, "retry\tstaged data removed; precog retry %s recomputes the shards its sinks lost\n", r.ID)
+	if note := r.RetryNote(); note != "" {
+		fmt.Fprintf(tw, "retry\t%s\n", note)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -92,6 +92,19 @@ type Run struct {
 	StagedRemoved   bool   `json:"staged_removed,omitempty"`
 }
 
+// RetryNote says what became of a failed cluster run's staged data and so
+// what precog retry does with the run, as precog status and the
+// dashboard's run page show it ("" for other runs).
+func (r Run) RetryNote() string {
+	switch {
+	case r.StagedKeptUntil != "":
+		return fmt.Sprintf("staged data kept until %s; precog retry %s resumes the run (committed shards are not recomputed)", r.StagedKeptUntil, r.ID)
+	case r.StagedRemoved:
+		return fmt.Sprintf("staged data removed; precog retry %s recomputes the shards its sinks lost", r.ID)
+	}
+	return ""
+}
+
 // StateInterrupted is the state shown for a local run whose process is
 // gone (killed, crashed, stopped): the ledger still says running, but
 // nothing executes it until the same command resumes it. Never stored.
