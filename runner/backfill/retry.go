@@ -85,8 +85,9 @@ type retryValue struct {
 // or one a worker is cleaning now) gets a new run, planned again from the
 // spec its run recorded with this environment's ${ENV} values. A recorded
 // spec that does not load here (a variable unset) is a
-// *runner.RefusedError, and nothing changes; so is a value whose params got
-// another open run meanwhile.
+// *runner.RefusedError, and nothing changes. So is a value whose params got
+// another open run meanwhile (another process), found as the runs are
+// taken up: the values resumed before it stay resumed.
 func Retry(ctx context.Context, led ledger.Store, id string, lookupEnv func(string) (string, bool), plan PlanFunc) (Retried, error) {
 	out := Retried{ID: id}
 	if plan == nil {

@@ -220,7 +220,7 @@ func (l *Ledger) RetryBackfillRun(ctx context.Context, id, runID string) (int, e
 			FROM precog_backfills b JOIN precog_backfill_runs br ON br.backfill_id = b.id
 			WHERE b.id = $1 AND br.run_id = $2 FOR UPDATE OF b`, id, runID).Scan(&current)
 		if errors.Is(err, pgx.ErrNoRows) || err == nil && !current {
-			return fmt.Errorf("run %s is not the current run of a value of backfill %s: %w", runID, id, ledger.ErrNotFound)
+			return fmt.Errorf("not the current run of a value of the backfill: %w", ledger.ErrNotFound)
 		}
 		if err != nil {
 			return err
@@ -237,8 +237,8 @@ func (l *Ledger) RetryBackfillRun(ctx context.Context, id, runID string) (int, e
 		_, err = tx.Exec(ctx, `SELECT precog_backfill_admit($1)`, id)
 		return err
 	})
-	if err := l.retryRunError(ctx, runID, re, err); err != nil {
-		return 0, fmt.Errorf("backfill %s: %w", id, err)
+	if err := l.retryRunError(ctx, "retry run "+runID+" of backfill "+id, re, err); err != nil {
+		return 0, err
 	}
 	return re.moved, nil
 }

@@ -256,7 +256,7 @@ func (l *Ledger) RetryRun(ctx context.Context, runID string) (int, error) {
 		re, err = retryRunTx(ctx, tx, runID)
 		return err
 	})
-	if err := l.retryRunError(ctx, runID, re, err); err != nil {
+	if err := l.retryRunError(ctx, "retry run "+runID, re, err); err != nil {
 		return 0, err
 	}
 	if re.open { // open already: just its failed shards
@@ -311,19 +311,19 @@ func retryRunTx(ctx context.Context, tx pgx.Tx, runID string) (reopened, error) 
 	return re, notify(ctx, tx, pool)
 }
 
-// retryRunError wraps err, the error of a transaction that reopened run
-// runID (re), naming the open run of its job and params that the
+// retryRunError wraps err, the error of a transaction that reopened a
+// run (re) for op, naming the open run of its job and params that the
 // reopening collided with.
-func (l *Ledger) retryRunError(ctx context.Context, runID string, re reopened, err error) error {
+func (l *Ledger) retryRunError(ctx context.Context, op string, re reopened, err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "precog_runs_open_key" {
 		if open, oerr := l.OpenRun(ctx, re.job, re.paramsKey); oerr == nil {
-			return fmt.Errorf("ledger: retry run %s: %w", runID, &ledger.OpenRunError{Job: re.job, ParamsKey: re.paramsKey, RunID: open.ID, State: open.State})
+			return fmt.Errorf("ledger: %s: %w", op, &ledger.OpenRunError{Job: re.job, ParamsKey: re.paramsKey, RunID: open.ID, State: open.State})
 		}
-		return fmt.Errorf("ledger: retry run %s: job %s has another open run: %w", runID, re.job, ledger.ErrRunOpen)
+		return fmt.Errorf("ledger: %s: job %s has another open run: %w", op, re.job, ledger.ErrRunOpen)
 	}
 	if err != nil {
-		return fmt.Errorf("ledger: retry run %s: %w", runID, err)
+		return fmt.Errorf("ledger: %s: %w", op, err)
 	}
 	return nil
 }
