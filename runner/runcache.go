@@ -23,6 +23,10 @@ type openRun struct {
 	info sinks.RunInfo
 	refs int
 	used time.Time
+	// ready closes once the run is open (err: or could not be); until
+	// then other claim loops wait for it without holding the cache's lock.
+	ready chan struct{}
+	err   error
 }
 
 func (o *openRun) close() {
@@ -60,21 +64,44 @@ func runKey(run jobs.Run, device string) string {
 }
 
 // open returns the run made ready for device; the caller releases it.
+// The first claim loop to ask opens it (model load, sinks' Prepare: a
+// sink that is down can take a transient window) without holding the
+// cache's lock, so loops working on other runs go on; loops asking for
+// the same run wait for that one open (or ctx).
 func (c *runCache) open(ctx context.Context, run jobs.Run, device string) (*openRun, error) {
 	key := runKey(run, device)
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if o, ok := c.runs[key]; ok {
 		o.refs++
 		o.used = time.Now()
+		c.mu.Unlock()
+		select {
+		case <-o.ready:
+		case <-ctx.Done():
+			c.release(o)
+			return nil, ctx.Err()
+		}
+		if o.err != nil {
+			c.release(o)
+			return nil, o.err
+		}
 		return o, nil
 	}
-	o, err := openRunFor(ctx, run, device, c.models.load, c.openSinks)
+	o := &openRun{key: key, refs: 1, used: time.Now(), ready: make(chan struct{})}
+	c.runs[key] = o
+	c.mu.Unlock()
+	opened, err := openRunFor(ctx, run, device, c.models.load, c.openSinks)
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if err != nil {
+		o.err = err
+		o.refs--
+		delete(c.runs, key) // the next claim tries again
+		close(o.ready)
 		return nil, err
 	}
-	o.key, o.refs, o.used = key, 1, time.Now()
-	c.runs[key] = o
+	o.job, o.snks, o.info = opened.job, opened.snks, opened.info
+	close(o.ready)
 	c.evict()
 	return o, nil
 }
@@ -90,7 +117,8 @@ func (c *runCache) release(o *openRun) {
 	c.evict()
 }
 
-// evict closes least recently used runs nobody uses beyond the bound.
+// evict closes least recently used runs nobody uses beyond the bound (a
+// run being opened is in use by its opener).
 func (c *runCache) evict() {
 	evictLRU(c.runs, c.max, func(o *openRun) (time.Time, bool) { return o.used, o.refs == 0 }, (*openRun).close)
 }

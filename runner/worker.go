@@ -27,7 +27,7 @@ type WorkerOptions struct {
 	// among this worker's GPUs).
 	Parallel int
 	// ID names the worker in leases, logs and status (default host-pid);
-	// each claim loop appends its device.
+	// each claim loop holds leases as ledger.HolderName(ID, device, slot).
 	ID string
 	// Lease is how long a claimed shard stays leased without a heartbeat.
 	Lease time.Duration
