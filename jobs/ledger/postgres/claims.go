@@ -183,6 +183,18 @@ const holds = `s.run_id = $1 AND s.idx = $2 AND s.state = 'running'
 	AND ((s.worker = $3 AND s.lease_until > now()) OR (s.worker2 = $3 AND s.lease2_until > now()))
 	AND EXISTS (SELECT 1 FROM precog_runs r WHERE r.id = $1 AND r.state IN ` + openStates + `)`
 
+// holdsLocked is holds for a commit: it takes the run's row FOR SHARE, so
+// a commit and a change of the run's state (failed, cancelled: an UPDATE
+// of that row) are ordered. Without it a commit whose statement began
+// while the run was open could land after the run had failed (READ
+// COMMITTED: the subquery saw the open state, and the two statements touch
+// different rows): a committed shard in a failed run whose sinks were
+// already aborted. With it the commit waits for the state change and then
+// sees the run terminal, or the state change waits for the commit.
+const holdsLocked = `s.run_id = $1 AND s.idx = $2 AND s.state = 'running'
+	AND ((s.worker = $3 AND s.lease_until > now()) OR (s.worker2 = $3 AND s.lease2_until > now()))
+	AND EXISTS (SELECT 1 FROM precog_runs r WHERE r.id = $1 AND r.state IN ` + openStates + ` FOR SHARE)`
+
 // Heartbeat extends worker's lease on the shard to now+lease.
 func (l *Ledger) Heartbeat(ctx context.Context, p ledger.HeartbeatParams) error {
 	runID, shard, worker, lease := p.RunID, p.Shard, p.Worker, p.Lease
@@ -219,7 +231,7 @@ func (l *Ledger) Complete(ctx context.Context, p ledger.CompleteParams) error {
 		rows_in = $4, rows_out = $5, rejected = $6, key_sketch = $7, reject_sample = $8::jsonb, cost = $9::jsonb, error = '',
 		run_ms = extract(epoch FROM now() - CASE WHEN s.worker = $3 THEN s.claimed_at ELSE s.claimed2_at END) * 1000,
 		worker = $3, lease_until = NULL, worker2 = NULL, lease2_until = NULL, claimed2_at = NULL, updated_at = now()
-		WHERE ` + holds
+		WHERE ` + holdsLocked
 	cost, err := costJSON(p.Cost)
 	if err != nil {
 		return fmt.Errorf("ledger: complete run %s shard %d by %s: cost: %w", runID, shard, worker, err)
