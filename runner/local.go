@@ -109,7 +109,9 @@ type Result struct {
 // goroutine reading and encoding (about a core when the device keeps up)
 // and its writers: half the cores, shared among the process's GPUs, at
 // least gpuMinParallel, so that the device's sessions (model.sessions:
-// auto gives 2) always have a unit encoded ahead of them. Issue 33's H200
+// auto gives 2) always have a unit encoded ahead of them, and at most
+// gpuMaxParallel (a 128-core host would otherwise hold 64 shards' queues
+// in memory for one GPU). Issue 33's H200
 // (16 cores) ran the heavy job at 1.36M rows/s with the old defaults
 // (1024-row batches, one shard) and 4.87M with 8 shards, 2 sessions and
 // 16384-row batches: on 16 cores one GPU now gets 8 shards by default.
@@ -117,11 +119,15 @@ func DefaultParallel(device string, gpus int) int {
 	if !jobs.IsGPU(device) {
 		return 2
 	}
-	return max(gpuMinParallel, runtime.GOMAXPROCS(0)/(2*max(gpus, 1)))
+	return min(gpuMaxParallel, max(gpuMinParallel, runtime.GOMAXPROCS(0)/(2*max(gpus, 1))))
 }
 
-// gpuMinParallel is the fewest shards in flight per GPU by default.
-const gpuMinParallel = 4
+// gpuMinParallel and gpuMaxParallel bound the shards in flight per GPU by
+// default.
+const (
+	gpuMinParallel = 4
+	gpuMaxParallel = 16
+)
 
 // withDefaults fills in every unset option: the one place defaults live.
 func (o LocalOptions) withDefaults(device string) LocalOptions {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -121,4 +122,23 @@ func commitBarrier(n int) (onCommit func(int), full <-chan struct{}) {
 		case <-time.After(2 * time.Minute):
 		}
 	}, ch
+}
+
+// TestDefaultParallel: 2 shards in flight on a CPU; on a GPU half the
+// cores Go may use, shared among the process's GPUs, between 4 and 16.
+func TestDefaultParallel(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, c := range []struct {
+		device      string
+		procs, gpus int
+		want        int
+	}{
+		{"cpu", 16, 0, 2}, {"cpu", 2, 1, 2},
+		{"cuda:0", 2, 1, 4}, {"cuda:0", 16, 1, 8}, {"cuda:1", 16, 2, 4}, {"cuda:0", 64, 1, 16}, {"cuda:0", 128, 0, 16},
+	} {
+		runtime.GOMAXPROCS(c.procs)
+		if got := DefaultParallel(c.device, c.gpus); got != c.want {
+			t.Errorf("DefaultParallel(%s, %d GPUs) on %d cores = %d, want %d", c.device, c.gpus, c.procs, got, c.want)
+		}
+	}
 }

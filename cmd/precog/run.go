@@ -106,7 +106,7 @@ fails only when they exceed max_rejected_fraction (default 0.01).`,
 		},
 	}
 	cmd.Flags().StringArrayVar(&params, "param", nil, "run parameter k=v filling {{.k}} in the spec (repeatable)")
-	cmd.Flags().IntVar(&parallel, "parallel", 0, "shards processed at once (0: by the model's device: 2 on a CPU, which hides each shard's start and commit behind another's work; on a GPU half the cores, at least 4, reading and encoding ahead of its sessions)")
+	cmd.Flags().IntVar(&parallel, "parallel", 0, "shards processed at once (0: by the model's device: 2 on a CPU, which hides each shard's start and commit behind another's work; on a GPU half the cores, 4 to 16, reading and encoding ahead of its sessions)")
 	cmd.Flags().BoolVar(&restart, "restart", false, "abandon an unfinished run whose spec or model changed and start a new one")
 	cmd.Flags().BoolVar(&noProgress, "no-progress", false, "no progress bar, even on a terminal")
 	cmd.Flags().StringVar(&ui, "ui", "", "serve the dashboard's pages for this run on this address while it runs, e.g. :4040 (tokens as for precog dashboard: PRECOG_API_TOKENS)")

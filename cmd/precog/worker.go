@@ -35,7 +35,7 @@ same pipeline as precog run, and publish a run when its last shard commits.
 
 Each device works on --parallel shards at once (one claim loop each; by
 default 2 on a CPU, and on a GPU half the cores, shared among the worker's
-GPUs, at least 4: a GPU's model leaves the cores free to read, encode and
+GPUs, 4 to 16: a GPU's model leaves the cores free to read, encode and
 write ahead of it). A worker needs only the database, its
 environment (the secrets the job specs reference as ${VAR}) and read access to
 the models and data; it reads each run's spec from the ledger, and refuses the
@@ -87,7 +87,7 @@ body says why. precog_pool_ledger_up follows the same rule.`,
 	f := cmd.Flags()
 	f.StringVar(&opts.Pool, "pool", jobs.DefaultPool, "worker pool to serve (a job spec's pool field)")
 	f.StringVar(&devices, "devices", jobs.DeviceCPU, "devices to run shards on: cpu, cuda:0, cuda:1, …")
-	f.IntVar(&opts.Parallel, "parallel", 0, "shards in flight per device (0: by the device: 2 on a CPU; on a GPU half the cores shared among the worker's GPUs, at least 4)")
+	f.IntVar(&opts.Parallel, "parallel", 0, "shards in flight per device (0: by the device: 2 on a CPU; on a GPU half the cores shared among the worker's GPUs, 4 to 16)")
 	f.StringVar(&addr, "addr", "", "serve /healthz, /readyz and /metrics on this address, e.g. :9090")
 	f.DurationVar(&ledgerWait, "ledger-wait", 2*time.Minute, "how long a starting worker retries an unreachable Postgres ledger (a restart, a failover) before it exits 75; 0: exit at once")
 	f.BoolVar(&pollOnly, "poll-only", false, "do not LISTEN for notices, poll the ledger (PgBouncer in transaction mode)")
