@@ -174,10 +174,7 @@ func TestRetryResumesKeptRuns(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	plan := func(context.Context, *jobs.Spec) (string, []sources.ShardPlan, error) {
-		return "v2", []sources.ShardPlan{{Plan: json.RawMessage(`{}`), Rows: 100}}, nil
-	}
-	res, err := Retry(ctx, led, b.ID, nil, plan)
+	res, err := Retry(ctx, led, b.ID, nil, planOneShard)
 	if err != nil {
 		t.Fatalf("Retry: %v", err)
 	}
@@ -271,10 +268,7 @@ func TestRetryEmbeddedNewRuns(t *testing.T) {
 	failOutOfAttempts(t, led, "r"+values[0])
 	setState(t, led, "r"+values[1], jobs.RunCancelled, "cancelled by test")
 	setState(t, led, "r"+values[2], jobs.RunSucceeded, "")
-	plan := func(context.Context, *jobs.Spec) (string, []sources.ShardPlan, error) {
-		return "v2", []sources.ShardPlan{{Plan: json.RawMessage(`{}`), Rows: 100}}, nil
-	}
-	res, err := Retry(ctx, led, b.ID, nil, plan)
+	res, err := Retry(ctx, led, b.ID, nil, planOneShard)
 	if err != nil {
 		t.Fatalf("Retry: %v", err)
 	}
@@ -289,4 +283,10 @@ func TestRetryEmbeddedNewRuns(t *testing.T) {
 	if got := fmt.Sprint(res.New()); got != fmt.Sprint(values[:2]) {
 		t.Errorf("New() = %s, want %v", got, values[:2])
 	}
+}
+
+// planOneShard plans every retried value as one 100-row shard of model
+// version v2 (Retry's planner, without a spec to load).
+func planOneShard(context.Context, *jobs.Spec) (string, []sources.ShardPlan, error) {
+	return "v2", []sources.ShardPlan{{Plan: json.RawMessage(`{}`), Rows: 100}}, nil
 }
