@@ -64,12 +64,7 @@ func TestCancelByIDEmbedded(t *testing.T) {
 // while the others are cancelled and the backfill is marked cancelled.
 func TestCancelByIDShared(t *testing.T) {
 	ctx := context.Background()
-	pg := testservers.Postgres(t)
-	led, err := postgres.Open(ctx, pg.DSN, postgres.Options{PollOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer led.Close()
+	led := pgLedger(t)
 	b := seedBackfill(t, led, "j-bf-1", "2026-11-01", "2026-11-02")
 	// r2026-11-02 reaches its publish step: its one shard committed, the
 	// publish leased.
@@ -106,4 +101,16 @@ func TestCancelByIDShared(t *testing.T) {
 	if bf, err := led.Backfill(ctx, b.ID); err != nil || !bf.Cancelled {
 		t.Errorf("backfill after cancel: cancelled %v, %v", bf.Cancelled, err)
 	}
+}
+
+// pgLedger is a Postgres ledger on a fresh server's database, polling
+// (no LISTEN), closed with the test.
+func pgLedger(t *testing.T) *postgres.Ledger {
+	t.Helper()
+	led, err := postgres.Open(context.Background(), testservers.Postgres(t).DSN, postgres.Options{PollOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { led.Close() })
+	return led
 }

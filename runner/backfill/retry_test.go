@@ -8,10 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/precog-ml/precog/internal/testservers"
 	"github.com/precog-ml/precog/jobs"
 	"github.com/precog-ml/precog/jobs/ledger"
-	"github.com/precog-ml/precog/jobs/ledger/postgres"
 	"github.com/precog-ml/precog/sources"
 )
 
@@ -160,15 +158,11 @@ func finishRun(t *testing.T, led ledger.Store, id string) {
 // failed value got a new run, its committed shards recomputed.)
 func TestRetryResumesKeptRuns(t *testing.T) {
 	ctx := context.Background()
-	pg := testservers.Postgres(t)
-	led, err := postgres.Open(ctx, pg.DSN, postgres.Options{PollOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer led.Close()
+	led := pgLedger(t)
 	v := keptValues
 	b := seedRetryBackfill(t, led)
 	before := map[string][]jobs.Shard{}
+	var err error
 	for _, val := range []string{v.kept1, v.kept2} {
 		if before[val], err = led.Shards(ctx, "r"+val); err != nil {
 			t.Fatal(err)

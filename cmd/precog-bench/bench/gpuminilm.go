@@ -77,10 +77,12 @@ func (g *gpuBench) minilmRows(ctx context.Context, tokPath, data string) error {
 	torch := map[string]miniLMResult{}
 	torchBusy := map[string]float64{}
 	for _, prec := range []string{"tf32", "fp32", "fp16"} {
-		against := filepath.Join(h.cfg.work, "out", "gpu-minilm-fp32")
+		// Compared with precog's vectors of the same width: fp16 with fp16.
+		vs := jobs.PrecisionFP32
 		if prec == "fp16" {
-			against = filepath.Join(h.cfg.work, "out", "gpu-minilm-fp16")
+			vs = jobs.PrecisionFP16
 		}
+		against := g.minilmOut(vs)
 		var res miniLMResult
 		b, err := g.busy(func() error {
 			cmd := exec.CommandContext(ctx, "python3", script, "minilm", dir, tokPath, data, fmt.Sprint(textMaxLen), fmt.Sprint(batchSize), prec, against)
@@ -95,7 +97,7 @@ func (g *gpuBench) minilmRows(ctx context.Context, tokPath, data string) error {
 		}
 		torch[prec], torchBusy[prec] = res, b
 		g.s.note("PyTorch loop, MiniLM-shaped, %s: %.0f rows/s (%s); least cosine against precog's %s vectors over %d titles: %.6f.",
-			prec, res.RowsPerS, busyText(b), map[bool]string{true: "fp16", false: "fp32"}[prec == "fp16"], res.Compared, res.MinCosine)
+			prec, res.RowsPerS, busyText(b), vs, res.Compared, res.MinCosine)
 	}
 	best := max(torch["tf32"].RowsPerS, torch["fp32"].RowsPerS)
 	fp32, fp16 := precog[jobs.PrecisionFP32], precog[jobs.PrecisionFP16]
@@ -121,5 +123,10 @@ func (g *gpuBench) minilmRows(ctx context.Context, tokPath, data string) error {
 // device's defaults (batch size, shards in flight, sessions).
 func (g *gpuBench) minilmSpec(dir, tokPath, data string, p jobs.Precision) (string, error) {
 	return g.h.writeTextJob(textJob{Name: "bench-gpu-minilm-" + string(p), Data: data, Model: filepath.Join(dir, "minilm.onnx"),
-		Tokenizer: tokPath, Device: g.dev, Precision: p, TokenTypes: true, Out: filepath.Join(g.h.cfg.work, "out", "gpu-minilm-"+string(p))})
+		Tokenizer: tokPath, Device: g.dev, Precision: p, TokenTypes: true, Out: g.minilmOut(p)})
+}
+
+// minilmOut is where the MiniLM-shaped job in precision p publishes.
+func (g *gpuBench) minilmOut(p jobs.Precision) string {
+	return filepath.Join(g.h.cfg.work, "out", "gpu-minilm-"+string(p))
 }
