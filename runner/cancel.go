@@ -138,6 +138,12 @@ func dropKept(ctx context.Context, led ledger.Store, res CancelResult, o CancelO
 	holder := fmt.Sprintf("precog cancel (pid %d)", os.Getpid())
 	switch err := led.BeginCleanup(ctx, ledger.BeginCleanupParams{RunID: id, Holder: holder, Lease: cleanupLease}); {
 	case errors.Is(err, ledger.ErrCleaning):
+		// A worker of the pool took the cleanup (due now) first: the data
+		// goes all the same; wait for it, bounded by the claim's lease.
+		if waitCleanupGone(ctx, led, id, cleanupLease) {
+			res.Dropped = true
+			return res, nil
+		}
 		return res, fmt.Errorf("run %s: a worker is removing its staged data now: %w", id, ErrNotCancellable)
 	case errors.Is(err, ledger.ErrNotFound):
 		return res, notKept
@@ -327,5 +333,25 @@ func (r CancelResult) WriteCleaned(w io.Writer) {
 	}
 	for _, name := range r.Cleaned {
 		fmt.Fprintf(w, "  %s: removed the data of version %s\n", name, r.Run.Version)
+	}
+}
+
+// waitCleanupGone waits, at most within, until runID's pending-cleanup
+// record is gone (a worker finished it); false when it is still there.
+func waitCleanupGone(ctx context.Context, led ledger.Store, runID string, within time.Duration) bool {
+	deadline := time.Now().Add(within)
+	for {
+		_, err := led.PendingCleanup(ctx, runID)
+		switch {
+		case errors.Is(err, ledger.ErrNotFound):
+			return true
+		case err != nil || time.Now().After(deadline):
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }

@@ -212,7 +212,9 @@ func TestCancelDropsKeptData(t *testing.T) {
 	led, spec, run, _, _ := keptCase(t, time.Hour)
 	ctx := context.Background()
 	res, err := Cancel(ctx, led, run.ID, CancelOptions{CleanAgain: true, Log: slog.New(slog.DiscardHandler)})
-	if err != nil || !res.Dropped || len(res.Cleaned) != 1 {
+	// Dropped here (its one sink cleaned), or by the test's worker, which
+	// may claim the cleanup the cancel made due before the cancel does.
+	if err != nil || !res.Dropped || len(res.Cleaned) > 1 {
 		t.Fatalf("cancel of the kept run = %+v, %v; want its staged data dropped from its one sink", res, err)
 	}
 	if n := staged(t, spec); n != 0 {

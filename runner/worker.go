@@ -199,6 +199,9 @@ func (w *Worker) parallel(dev string) int {
 	return DefaultParallel(dev, gpus)
 }
 
+// claimTimeout bounds one claim call of a worker's claim loop.
+const claimTimeout = 30 * time.Second
+
 // workerMode is the executor's mode of a worker's claim loop on one
 // device: it claims the shards of any run of the pool (or of opts.Run),
 // publishes a run after its last commit and, when idle, the runs due.
@@ -226,7 +229,26 @@ func (w *Worker) loop(ctx, work context.Context, device string, slot int) {
 func (m *workerMode) claim(ctx context.Context, id string) (shardTask, error) {
 	w := m.w
 	began := time.Now()
-	run, sh, err := w.claim(ctx, id)
+	if w.opts.Run != "" {
+		// The one run this worker serves is one it cannot execute: back off.
+		if d := w.unable.wait(w.opts.Run, time.Now()); d > 0 {
+			sleepCtx(ctx, d)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return shardTask{}, err
+	}
+	// The claim is not cut short by a drain: a claim cancelled in flight may
+	// still commit in the ledger, leaving a shard leased to a worker that
+	// has stopped until the lease runs out. It runs to its end (bounded),
+	// and a shard claimed as the drain began goes straight back.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	run, sh, err := w.claim(cctx, id)
+	cancel()
+	if err == nil && ctx.Err() != nil {
+		_ = w.led.Release(context.WithoutCancel(ctx), ledger.ReleaseParams{RunID: run.ID, Shard: sh.Index, Worker: id})
+		err = ctx.Err()
+	}
 	claimSeconds.Observe(time.Since(began).Seconds())
 	w.noteClaim(ctx, err)
 	if err != nil {
@@ -313,12 +335,6 @@ func (w *Worker) waitWork(ctx context.Context, wake <-chan struct{}) {
 func (w *Worker) claim(ctx context.Context, id string) (jobs.Run, jobs.Shard, error) {
 	if w.opts.Run == "" {
 		return w.led.ClaimNext(ctx, ledger.ClaimNextParams{Pool: w.opts.Pool, Worker: id, Lease: w.opts.Lease, Skip: w.unable.skipping(time.Now())})
-	}
-	if d := w.unable.wait(w.opts.Run, time.Now()); d > 0 {
-		sleepCtx(ctx, d)
-		if err := ctx.Err(); err != nil {
-			return jobs.Run{}, jobs.Shard{}, err
-		}
 	}
 	sh, err := w.led.Claim(ctx, w.opts.Run, id, w.opts.Lease)
 	if err != nil {
